@@ -1,0 +1,465 @@
+//! The embedded store: both algorithms over many keys in one process.
+//!
+//! Keys live in shards, each behind its own mutex, so threads counting different keys rarely meet. A
+//! batch locks the shards it touches in index order, so it is one step (all or nothing) and cannot
+//! deadlock with another batch. Expiry needs no background thread: every operation sweeps a few keys of
+//! the shard it touched from a rotating cursor, and keeps going while it finds dead ones, so a store
+//! that once held a million keys shrinks back as it is used (amortised O(1): every removal is paid for
+//! by the insert that made the key). [`MemoryStore::purge`] sweeps everything at once.
+
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+use crate::fixed::{self, FixedWindow};
+use crate::sliding;
+use crate::{BatchVerdict, Entry, Limit, Verdict, Window};
+
+type Hasher = foldhash::fast::RandomState;
+type Map<V> = IndexMap<Box<str>, V, Hasher>;
+
+/// Keys examined per operation by the incremental sweep when it finds only live ones.
+const SWEEP_LOOK: usize = 4;
+/// Most dead keys one operation removes, bounding its latency.
+const SWEEP_REMOVE: usize = 64;
+/// Default shard count (a power of two).
+const DEFAULT_SHARDS: usize = 16;
+/// A log's first allocation holds at most this many calls (it grows past it on demand).
+const INITIAL_LOG_CAPACITY: usize = 16;
+
+static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One key's sliding log.
+#[derive(Debug)]
+struct KeyLog {
+    /// Call times, ascending.
+    times: VecDeque<u64>,
+    /// When every call has left its window and the key may be removed.
+    expires_at: u64,
+    /// Changes whenever the log restarts from empty, so a release from an earlier life is ignored.
+    instance: u64,
+}
+
+#[derive(Debug)]
+struct Shard {
+    logs: Map<KeyLog>,
+    windows: Map<FixedWindow>,
+    log_cursor: usize,
+    window_cursor: usize,
+    next_instance: u64,
+}
+
+impl Shard {
+    fn new(hasher: &Hasher) -> Shard {
+        Shard {
+            logs: IndexMap::with_hasher(hasher.clone()),
+            windows: IndexMap::with_hasher(hasher.clone()),
+            log_cursor: 0,
+            window_cursor: 0,
+            next_instance: 1,
+        }
+    }
+
+    /// The live log of `key` at `now`, trimmed to `trim_ms`; an expired or emptied log is removed.
+    fn live_log(&mut self, key: &str, now: u64, trim_ms: u64) -> Option<&mut KeyLog> {
+        let index = self.logs.get_index_of(key)?;
+        let log = &mut self.logs[index];
+        if log.expires_at > now {
+            sliding::trim(&mut log.times, now, trim_ms);
+        } else {
+            log.times.clear();
+        }
+        if log.times.is_empty() {
+            self.logs.swap_remove_index(index);
+            return None;
+        }
+        Some(&mut self.logs[index])
+    }
+
+    /// The live log of `key` at `now`, untouched (for peeks).
+    fn peek_log(&self, key: &str, now: u64) -> Option<&KeyLog> {
+        self.logs.get(key).filter(|log| log.expires_at > now)
+    }
+
+    /// Records a call to `key` at `now` (or its newest call, if the clock stepped back); returns the
+    /// recorded call.
+    fn record(&mut self, key: &str, limit_uses: u32, window_ms: u64, now: u64) -> (u64, u64) {
+        let instance = self.next_instance;
+        let log = match self.logs.get_index_of(key) {
+            Some(i) => &mut self.logs[i],
+            None => {
+                self.next_instance += 1;
+                let cap = (limit_uses as usize).min(INITIAL_LOG_CAPACITY);
+                let (_, log) = self.logs.insert_full(
+                    key.into(),
+                    KeyLog { times: VecDeque::with_capacity(cap), expires_at: 0, instance },
+                );
+                let i = self.logs.len() - 1;
+                debug_assert!(log.is_none());
+                &mut self.logs[i]
+            }
+        };
+        let at = sliding::record_time(&log.times, now);
+        log.times.push_back(at);
+        log.expires_at = log.expires_at.max(at.saturating_add(window_ms));
+        (log.instance, at)
+    }
+
+    fn live_window(&mut self, key: &str, now: u64) -> Option<&mut FixedWindow> {
+        let index = self.windows.get_index_of(key)?;
+        if self.windows[index].is_live(now) {
+            Some(&mut self.windows[index])
+        } else {
+            self.windows.swap_remove_index(index);
+            None
+        }
+    }
+
+    fn sweep(&mut self, now: u64) {
+        sweep(&mut self.logs, &mut self.log_cursor, |log| log.expires_at <= now);
+        sweep(&mut self.windows, &mut self.window_cursor, |w| !w.is_live(now));
+    }
+}
+
+/// Looks at a few keys from the cursor, removing dead ones; continues while it finds them.
+fn sweep<V>(map: &mut Map<V>, cursor: &mut usize, dead: impl Fn(&V) -> bool) {
+    let (mut looked, mut removed) = (0, 0);
+    while looked < SWEEP_LOOK && removed < SWEEP_REMOVE && !map.is_empty() {
+        if *cursor >= map.len() {
+            *cursor = 0;
+        }
+        if dead(&map[*cursor]) {
+            map.swap_remove_index(*cursor);
+            removed += 1;
+        } else {
+            *cursor += 1;
+            looked += 1;
+        }
+    }
+    if removed > 0 && map.capacity() > 64 && map.len() * 4 < map.capacity() {
+        map.shrink_to_fit();
+    }
+}
+
+/// A call recorded by an allowed consume: enough to give exactly that call back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedCall {
+    /// The key counted.
+    pub key: String,
+    /// The life of the key's log the call was recorded in.
+    pub instance: u64,
+    /// When it was recorded (ms, store clock).
+    pub at: u64,
+    /// The longest window the call was counted under: past `at + window_ms` it has left, and a release
+    /// leaves the key alone.
+    pub window_ms: u64,
+}
+
+/// The right to give back the calls one allowed consume recorded.
+///
+/// Not `Clone`: [`MemoryStore::release`] takes it by value, so a release happens at most once. A binding
+/// that must expose an idempotent `release()` holds it in an `Option` and takes it.
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[must_use = "dropping a Release keeps the call counted, which is fine; use `let _ =` to say so"]
+pub struct Release {
+    store: u64,
+    calls: Vec<RecordedCall>,
+}
+
+impl Release {
+    /// The calls this release gives back.
+    pub fn calls(&self) -> &[RecordedCall] {
+        &self.calls
+    }
+}
+
+/// The result of a consume: the verdict, and on an allowed one the way to give the call back.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use]
+pub struct Consumed {
+    /// The verdict.
+    pub verdict: BatchVerdict,
+    /// `Some` exactly when the verdict is allowed.
+    pub release: Option<Release>,
+}
+
+/// Both algorithms over many keys in this process. `Send + Sync`: share it behind an `Arc`.
+///
+/// Times are arguments (`now`, Unix ms): read a [`Clock`](crate::Clock) and pass its reading.
+///
+/// ```
+/// use ratewindow_core::{Limit, MemoryStore};
+/// let store = MemoryStore::new();
+/// let limit = Limit::new(2, 1_000).unwrap();
+/// assert!(store.consume("user:1", limit, 0).allowed);
+/// assert!(store.consume("user:1", limit, 10).allowed);
+/// let refused = store.consume("user:1", limit, 20);
+/// assert_eq!((refused.allowed, refused.retry_after_ms, refused.retry_timestamp), (false, 980, Some(1_000)));
+/// assert!(store.consume("user:1", limit, 1_000).allowed); // the first call left at exactly 0 + 1000
+/// ```
+#[derive(Debug)]
+pub struct MemoryStore {
+    id: u64,
+    shard_hasher: Hasher,
+    shards: Box<[Mutex<Shard>]>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store with the default number of shards.
+    pub fn new() -> MemoryStore {
+        MemoryStore::with_shards(DEFAULT_SHARDS)
+    }
+
+    /// An empty store with `shards` shards (rounded up to a power of two, at least 1).
+    pub fn with_shards(shards: usize) -> MemoryStore {
+        let n = shards.max(1).next_power_of_two();
+        let map_hasher = Hasher::default();
+        MemoryStore {
+            id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
+            shard_hasher: Hasher::default(),
+            shards: (0..n).map(|_| Mutex::new(Shard::new(&map_hasher))).collect(),
+        }
+    }
+
+    #[inline]
+    fn shard_of(&self, key: &str) -> usize {
+        (self.shard_hasher.hash_one(key) as usize) & (self.shards.len() - 1)
+    }
+
+    #[inline]
+    fn lock(&self, index: usize) -> MutexGuard<'_, Shard> {
+        // A panic while a shard was locked cannot leave it half-written (every mutation is one step
+        // that cannot panic), so a poisoned lock is safe to take.
+        self.shards[index].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts one call to `key` under `limit` at `now`: allowed and recorded, or refused with the wait.
+    pub fn consume(&self, key: &str, limit: Limit, now: u64) -> Verdict {
+        let mut shard = self.lock(self.shard_of(key));
+        let wait = shard
+            .live_log(key, now, limit.window_ms())
+            .and_then(|log| sliding::wait_until(&log.times, limit, now));
+        let verdict = match wait {
+            Some(until) => Verdict::refused(now, until),
+            None => {
+                shard.record(key, limit.uses(), limit.window_ms(), now);
+                Verdict::ALLOWED
+            }
+        };
+        shard.sweep(now);
+        verdict
+    }
+
+    /// The verdict [`consume`](Self::consume) would give at `now`, recording and creating nothing.
+    pub fn peek(&self, key: &str, limit: Limit, now: u64) -> Verdict {
+        let shard = self.lock(self.shard_of(key));
+        match shard.peek_log(key, now).and_then(|log| sliding::wait_until(&log.times, limit, now)) {
+            Some(until) => Verdict::refused(now, until),
+            None => Verdict::ALLOWED,
+        }
+    }
+
+    /// Counts one call against every entry at once: recorded against all of them only if none refuses.
+    ///
+    /// A key named by several entries is checked against each of their limits and records the call
+    /// once. Each key is first trimmed by the longest window its entries give. An empty batch is
+    /// allowed and records nothing.
+    pub fn consume_many(&self, entries: &[Entry], now: u64) -> Consumed {
+        self.batch(entries, now, true)
+    }
+
+    /// The verdict [`consume_many`](Self::consume_many) would give at `now`, recording, trimming and
+    /// creating nothing.
+    pub fn peek_many(&self, entries: &[Entry], now: u64) -> BatchVerdict {
+        self.batch(entries, now, false).verdict
+    }
+
+    fn batch(&self, entries: &[Entry], now: u64, record: bool) -> Consumed {
+        let shard_ids: Vec<usize> = entries.iter().map(|e| self.shard_of(&e.key)).collect();
+        let mut order = shard_ids.clone();
+        order.sort_unstable();
+        order.dedup();
+        // Locks in ascending index order: two batches can never wait on each other.
+        let mut guards: Vec<MutexGuard<'_, Shard>> = order.iter().map(|&i| self.lock(i)).collect();
+        let slot = |entry: usize| order.binary_search(&shard_ids[entry]).expect("locked above");
+        // The first entry naming each key stands for the key.
+        let first: Vec<usize> =
+            (0..entries.len()).map(|i| (0..i).find(|&j| entries[j].key == entries[i].key).unwrap_or(i)).collect();
+        let longest = |i: usize| {
+            (0..entries.len()).filter(|&j| first[j] == i).map(|j| entries[j].limit.window_ms()).max().unwrap_or(0)
+        };
+
+        let mut blocked: Option<(usize, u64)> = None;
+        if record {
+            for i in (0..entries.len()).filter(|&i| first[i] == i) {
+                guards[slot(i)].live_log(&entries[i].key, now, longest(i));
+            }
+        }
+        for (i, entry) in entries.iter().enumerate() {
+            let shard = &guards[slot(i)];
+            let wait = shard.peek_log(&entry.key, now).and_then(|log| sliding::wait_until(&log.times, entry.limit, now));
+            if let Some(until) = wait {
+                if blocked.is_none_or(|(_, longest)| until > longest) {
+                    blocked = Some((i, until));
+                }
+            }
+        }
+        let verdict = match blocked {
+            Some((index, until)) => {
+                let v = Verdict::refused(now, until);
+                BatchVerdict {
+                    allowed: false,
+                    retry_after_ms: v.retry_after_ms,
+                    retry_timestamp: v.retry_timestamp,
+                    blocked: Some(index),
+                }
+            }
+            None => BatchVerdict::ALLOWED,
+        };
+        let release = (record && verdict.allowed).then(|| {
+            let calls = (0..entries.len())
+                .filter(|&i| first[i] == i)
+                .map(|i| {
+                    let key = &entries[i].key;
+                    let window_ms = longest(i);
+                    let (instance, at) =
+                        guards[slot(i)].record(key, entries[i].limit.uses(), window_ms, now);
+                    RecordedCall { key: key.clone(), instance, at, window_ms }
+                })
+                .collect();
+            Release { store: self.id, calls }
+        });
+        if record {
+            for guard in &mut guards {
+                guard.sweep(now);
+            }
+        }
+        Consumed { verdict, release }
+    }
+
+    /// Gives back exactly the calls `release` recorded, at `now`. A call that has left its window, or
+    /// whose key has expired or restarted since, is left alone; a release from another store does
+    /// nothing.
+    pub fn release(&self, release: Release, now: u64) {
+        if release.store != self.id {
+            return;
+        }
+        for call in &release.calls {
+            if !sliding::in_window(call.at, now, call.window_ms) {
+                continue;
+            }
+            let index = self.shard_of(&call.key);
+            let mut shard = self.lock(index);
+            let Some(i) = shard.logs.get_index_of(call.key.as_str()) else { continue };
+            let log = &mut shard.logs[i];
+            if log.instance == call.instance && log.expires_at > now && sliding::remove_one(&mut log.times, call.at)
+                && log.times.is_empty()
+            {
+                shard.logs.swap_remove_index(i);
+            }
+        }
+    }
+
+    /// Adds `amount` hits to `key`'s fixed window at `now` (a negative amount gives hits back) and returns
+    /// the count. The first hit opens a window of `decay`; hits inside it do not move it; after it ends
+    /// the count starts from zero.
+    pub fn hit(&self, key: &str, decay: Window, amount: i64, now: u64) -> i64 {
+        let mut shard = self.lock(self.shard_of(key));
+        let count = match shard.live_window(key, now) {
+            Some(window) => {
+                window.count = window.count.saturating_add(amount);
+                window.count
+            }
+            None => {
+                let mut window = FixedWindow::open(now, decay);
+                window.count = amount;
+                shard.windows.insert(key.into(), window);
+                amount
+            }
+        };
+        shard.sweep(now);
+        count
+    }
+
+    /// `key`'s live window at `now`, if any.
+    pub fn window(&self, key: &str, now: u64) -> Option<FixedWindow> {
+        let shard = self.lock(self.shard_of(key));
+        shard.windows.get(key).filter(|w| w.is_live(now)).copied()
+    }
+
+    /// Hits counted in `key`'s current window; 0 when it has none.
+    pub fn attempts(&self, key: &str, now: u64) -> i64 {
+        self.window(key, now).map_or(0, |w| w.count)
+    }
+
+    /// Whether `key` has `max` or more hits in a window that still runs.
+    pub fn too_many_attempts(&self, key: &str, max: i64, now: u64) -> bool {
+        self.window(key, now).is_some_and(|w| w.count >= max)
+    }
+
+    /// `max` minus the hits in `key`'s current window, floored at 0.
+    pub fn remaining(&self, key: &str, max: i64, now: u64) -> i64 {
+        fixed::remaining(self.attempts(key, now), max)
+    }
+
+    /// Whole seconds until `key`'s window ends, rounded up; 0 when it has none.
+    pub fn available_in(&self, key: &str, now: u64) -> u64 {
+        self.window(key, now).map_or(0, |w| w.available_in_secs(now))
+    }
+
+    /// Milliseconds until `key`'s window ends; 0 when it has none.
+    pub fn available_in_ms(&self, key: &str, now: u64) -> u64 {
+        self.window(key, now).map_or(0, |w| w.available_in_ms(now))
+    }
+
+    /// Sets `key`'s count to zero, keeping its window running.
+    pub fn reset_attempts(&self, key: &str, now: u64) {
+        let mut shard = self.lock(self.shard_of(key));
+        if let Some(window) = shard.live_window(key, now) {
+            window.count = 0;
+        }
+    }
+
+    /// Removes `key`'s count and window; its next hit opens a new window.
+    pub fn clear(&self, key: &str) {
+        let mut shard = self.lock(self.shard_of(key));
+        shard.windows.swap_remove(key);
+    }
+
+    /// Removes every expired key now, in O(keys). Never needed for correctness.
+    pub fn purge(&self, now: u64) {
+        for index in 0..self.shards.len() {
+            let mut shard = self.lock(index);
+            shard.logs.retain(|_, log| log.expires_at > now);
+            shard.windows.retain(|_, w| w.is_live(now));
+            shard.logs.shrink_to_fit();
+            shard.windows.shrink_to_fit();
+        }
+    }
+
+    /// How many keys the store holds (sliding logs and fixed windows), expired ones not yet swept
+    /// included.
+    pub fn len(&self) -> usize {
+        (0..self.shards.len())
+            .map(|i| {
+                let shard = self.lock(i);
+                shard.logs.len() + shard.windows.len()
+            })
+            .sum()
+    }
+
+    /// Whether the store holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
