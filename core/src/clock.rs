@@ -16,7 +16,9 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
         // A clock before 1970 reads as 0 rather than panicking.
-        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
     }
 }
 
@@ -46,7 +48,11 @@ impl ManualClock {
 
     /// Moves the reading forward by `ms` (saturating).
     pub fn advance(&self, ms: u64) {
-        let _ = self.0.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| Some(t.saturating_add(ms)));
+        let _ = self
+            .0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+                Some(t.saturating_add(ms))
+            });
     }
 }
 

@@ -55,6 +55,9 @@ pub struct LimitError {
 impl LimitError {
     /// A refusal of `field` holding `value`.
     pub fn new(field: LimitField, value: impl ToString) -> Self {
-        LimitError { field, value: value.to_string() }
+        LimitError {
+            field,
+            value: value.to_string(),
+        }
     }
 }

@@ -19,7 +19,10 @@ pub struct FixedWindow {
 impl FixedWindow {
     /// A window opened at `now` lasting `decay`, with nothing counted.
     pub fn open(now: u64, decay: Window) -> FixedWindow {
-        FixedWindow { count: 0, ends_at: now.saturating_add(decay.as_ms()) }
+        FixedWindow {
+            count: 0,
+            ends_at: now.saturating_add(decay.as_ms()),
+        }
     }
 
     /// Whether the window still runs at `now`.

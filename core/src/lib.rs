@@ -33,10 +33,11 @@
 //!
 //! // Fixed window: counts until the window opened by the first hit ends.
 //! let decay = Window::from_ms(60_000)?;
-//! assert_eq!(store.hit("login:alice", decay, 1, 0), 1);
-//! assert_eq!(store.hit("login:alice", decay, 1, 59_999), 2);
-//! assert_eq!(store.available_in("login:alice", 59_999), 1); // seconds, rounded up
-//! assert_eq!(store.hit("login:alice", decay, 1, 60_000), 1); // a new window
+//! let opened = clock.now_ms();
+//! assert_eq!(store.hit("login:alice", decay, 1, opened), 1);
+//! assert_eq!(store.hit("login:alice", decay, 1, opened + 59_999), 2);
+//! assert_eq!(store.available_in("login:alice", opened + 59_999), 1); // seconds, rounded up
+//! assert_eq!(store.hit("login:alice", decay, 1, opened + 60_000), 1); // a new window
 //! # Ok::<(), ratewindow_core::LimitError>(())
 //! ```
 #![forbid(unsafe_code)]

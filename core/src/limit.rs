@@ -82,7 +82,10 @@ impl TryFrom<RawLimit> for Limit {
 
 impl From<Limit> for RawLimit {
     fn from(l: Limit) -> RawLimit {
-        RawLimit { uses: l.uses() as u64, window_ms: l.window_ms() }
+        RawLimit {
+            uses: l.uses() as u64,
+            window_ms: l.window_ms(),
+        }
     }
 }
 
@@ -115,7 +118,10 @@ impl Limit {
             return Err(LimitError::new(LimitField::Uses, format_f64(uses)));
         }
         let window = Window::from_f64(window_ms)?;
-        Ok(Limit { uses: NonZeroU32::new(uses as u32).expect("checked >= 1"), window })
+        Ok(Limit {
+            uses: NonZeroU32::new(uses as u32).expect("checked >= 1"),
+            window,
+        })
     }
 
     /// A limit from already-checked parts.
@@ -145,7 +151,10 @@ impl Limit {
 
     /// The same number of uses over another window.
     pub const fn with_window(self, window: Window) -> Limit {
-        Limit { uses: self.uses, window }
+        Limit {
+            uses: self.uses,
+            window,
+        }
     }
 
     /// Calls allowed per window.

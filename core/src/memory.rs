@@ -33,6 +33,13 @@ const INITIAL_LOG_CAPACITY: usize = 16;
 
 static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
 
+/// When an operation runs: its `now`, and the store's horizon (the latest `now` recorded so far).
+#[derive(Debug, Clone, Copy)]
+struct Moment {
+    now: u64,
+    horizon: u64,
+}
+
 /// One key's sliding log.
 #[derive(Debug)]
 struct KeyLog {
@@ -64,11 +71,12 @@ impl Shard {
         }
     }
 
-    /// The live log of `key` at `now`, trimmed to `trim_ms`; an expired or emptied log is removed.
-    fn live_log(&mut self, key: &str, now: u64, trim_ms: u64) -> Option<&mut KeyLog> {
+    /// The index of `key`'s live log, trimmed at `now` to `trim_ms`. A log that expired by `horizon`
+    /// or that trimming emptied is removed.
+    fn live_log(&mut self, key: &str, now: u64, horizon: u64, trim_ms: u64) -> Option<usize> {
         let index = self.logs.get_index_of(key)?;
         let log = &mut self.logs[index];
-        if log.expires_at > now {
+        if log.expires_at > horizon {
             sliding::trim(&mut log.times, now, trim_ms);
         } else {
             log.times.clear();
@@ -77,41 +85,53 @@ impl Shard {
             self.logs.swap_remove_index(index);
             return None;
         }
-        Some(&mut self.logs[index])
+        Some(index)
     }
 
-    /// The live log of `key` at `now`, untouched (for peeks).
-    fn peek_log(&self, key: &str, now: u64) -> Option<&KeyLog> {
-        self.logs.get(key).filter(|log| log.expires_at > now)
+    /// The live log of `key`, untouched (for peeks).
+    fn peek_log(&self, key: &str, horizon: u64) -> Option<&KeyLog> {
+        self.logs.get(key).filter(|log| log.expires_at > horizon)
     }
 
-    /// Records a call to `key` at `now` (or its newest call, if the clock stepped back); returns the
-    /// recorded call.
-    fn record(&mut self, key: &str, limit_uses: u32, window_ms: u64, now: u64) -> (u64, u64) {
-        let instance = self.next_instance;
-        let log = match self.logs.get_index_of(key) {
-            Some(i) => &mut self.logs[i],
+    /// Records a call to `key` (whose log is at `index`, if known) at `now`, or at its newest call if
+    /// the clock stepped back; returns the log's life and the recorded time. The key lives until the
+    /// call leaves its window, counted from the horizon if the clock is behind it, so a call recorded
+    /// while the clock lags is not dead on arrival.
+    fn record(
+        &mut self,
+        key: &str,
+        index: Option<usize>,
+        limit: Limit,
+        window_ms: u64,
+        at: Moment,
+    ) -> (u64, u64) {
+        let Moment { now, horizon } = at;
+        let index = match index.or_else(|| self.logs.get_index_of(key)) {
+            Some(i) => i,
             None => {
+                let instance = self.next_instance;
                 self.next_instance += 1;
-                let cap = (limit_uses as usize).min(INITIAL_LOG_CAPACITY);
-                let (_, log) = self.logs.insert_full(
-                    key.into(),
-                    KeyLog { times: VecDeque::with_capacity(cap), expires_at: 0, instance },
-                );
-                let i = self.logs.len() - 1;
-                debug_assert!(log.is_none());
-                &mut self.logs[i]
+                let cap = (limit.uses() as usize).min(INITIAL_LOG_CAPACITY);
+                let log = KeyLog {
+                    times: VecDeque::with_capacity(cap),
+                    expires_at: 0,
+                    instance,
+                };
+                self.logs.insert_full(key.into(), log).0
             }
         };
+        let log = &mut self.logs[index];
         let at = sliding::record_time(&log.times, now);
         log.times.push_back(at);
-        log.expires_at = log.expires_at.max(at.saturating_add(window_ms));
+        log.expires_at = log
+            .expires_at
+            .max(at.max(horizon).saturating_add(window_ms));
         (log.instance, at)
     }
 
-    fn live_window(&mut self, key: &str, now: u64) -> Option<&mut FixedWindow> {
+    fn live_window(&mut self, key: &str, horizon: u64) -> Option<&mut FixedWindow> {
         let index = self.windows.get_index_of(key)?;
-        if self.windows[index].is_live(now) {
+        if self.windows[index].is_live(horizon) {
             Some(&mut self.windows[index])
         } else {
             self.windows.swap_remove_index(index);
@@ -119,9 +139,13 @@ impl Shard {
         }
     }
 
-    fn sweep(&mut self, now: u64) {
-        sweep(&mut self.logs, &mut self.log_cursor, |log| log.expires_at <= now);
-        sweep(&mut self.windows, &mut self.window_cursor, |w| !w.is_live(now));
+    fn sweep(&mut self, horizon: u64) {
+        sweep(&mut self.logs, &mut self.log_cursor, |log| {
+            log.expires_at <= horizon
+        });
+        sweep(&mut self.windows, &mut self.window_cursor, |w| {
+            !w.is_live(horizon)
+        });
     }
 }
 
@@ -191,6 +215,14 @@ pub struct Consumed {
 ///
 /// Times are arguments (`now`, Unix ms): read a [`Clock`](crate::Clock) and pass its reading.
 ///
+/// **Expiry.** A key expires once every call it holds has left its window (a fixed window, once it
+/// ends). The store keeps a *horizon*: the latest `now` any recording operation has passed. A key is
+/// dead once the horizon reaches its expiry, and dead keys are swept away as the store is used — so a
+/// clock that later steps back does not bring an expired key's calls back, whether or not the sweep has
+/// reached it yet. A call recorded while the clock lags the horizon keeps its key alive for its window
+/// counted from the horizon (and a fixed window opened then ends a decay after the horizon). Peeks and
+/// reads never move the horizon.
+///
 /// ```
 /// use ratewindow_core::{Limit, MemoryStore};
 /// let store = MemoryStore::new();
@@ -204,6 +236,7 @@ pub struct Consumed {
 #[derive(Debug)]
 pub struct MemoryStore {
     id: u64,
+    horizon: AtomicU64,
     shard_hasher: Hasher,
     shards: Box<[Mutex<Shard>]>,
 }
@@ -226,8 +259,11 @@ impl MemoryStore {
         let map_hasher = Hasher::default();
         MemoryStore {
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
+            horizon: AtomicU64::new(0),
             shard_hasher: Hasher::default(),
-            shards: (0..n).map(|_| Mutex::new(Shard::new(&map_hasher))).collect(),
+            shards: (0..n)
+                .map(|_| Mutex::new(Shard::new(&map_hasher)))
+                .collect(),
         }
     }
 
@@ -238,32 +274,61 @@ impl MemoryStore {
 
     #[inline]
     fn lock(&self, index: usize) -> MutexGuard<'_, Shard> {
-        // A panic while a shard was locked cannot leave it half-written (every mutation is one step
-        // that cannot panic), so a poisoned lock is safe to take.
+        // Every mutation of a shard is one step that cannot panic half-way, so a lock poisoned by a
+        // panic elsewhere guards consistent data and is safe to take.
         self.shards[index].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The horizon for a read at `now`.
+    #[inline]
+    fn horizon_at(&self, now: u64) -> u64 {
+        self.horizon.load(Ordering::Relaxed).max(now)
+    }
+
+    /// Moves the horizon to `now` if it is later; returns the horizon.
+    #[inline]
+    fn advance(&self, now: u64) -> u64 {
+        let horizon = self.horizon.load(Ordering::Relaxed);
+        if now > horizon {
+            // Written at most once a millisecond per thread, so the line stays mostly shared.
+            self.horizon.fetch_max(now, Ordering::Relaxed).max(now)
+        } else {
+            horizon
+        }
     }
 
     /// Counts one call to `key` under `limit` at `now`: allowed and recorded, or refused with the wait.
     pub fn consume(&self, key: &str, limit: Limit, now: u64) -> Verdict {
+        let horizon = self.advance(now);
         let mut shard = self.lock(self.shard_of(key));
-        let wait = shard
-            .live_log(key, now, limit.window_ms())
-            .and_then(|log| sliding::wait_until(&log.times, limit, now));
+        let index = shard.live_log(key, now, horizon, limit.window_ms());
+        let wait = index.and_then(|i| sliding::wait_until(&shard.logs[i].times, limit, now));
         let verdict = match wait {
             Some(until) => Verdict::refused(now, until),
             None => {
-                shard.record(key, limit.uses(), limit.window_ms(), now);
+                shard.record(
+                    key,
+                    index,
+                    limit,
+                    limit.window_ms(),
+                    Moment { now, horizon },
+                );
                 Verdict::ALLOWED
             }
         };
-        shard.sweep(now);
+        shard.sweep(horizon);
         verdict
     }
 
-    /// The verdict [`consume`](Self::consume) would give at `now`, recording and creating nothing.
+    /// The verdict [`consume`](Self::consume) would give at `now`, recording, trimming and creating
+    /// nothing.
     pub fn peek(&self, key: &str, limit: Limit, now: u64) -> Verdict {
+        let horizon = self.horizon_at(now);
         let shard = self.lock(self.shard_of(key));
-        match shard.peek_log(key, now).and_then(|log| sliding::wait_until(&log.times, limit, now)) {
+        match shard
+            .peek_log(key, horizon)
+            .and_then(|log| sliding::wait_until(&log.times, limit, now))
+        {
             Some(until) => Verdict::refused(now, until),
             None => Verdict::ALLOWED,
         }
@@ -285,29 +350,49 @@ impl MemoryStore {
     }
 
     fn batch(&self, entries: &[Entry], now: u64, record: bool) -> Consumed {
+        let horizon = if record {
+            self.advance(now)
+        } else {
+            self.horizon_at(now)
+        };
         let shard_ids: Vec<usize> = entries.iter().map(|e| self.shard_of(&e.key)).collect();
         let mut order = shard_ids.clone();
         order.sort_unstable();
         order.dedup();
         // Locks in ascending index order: two batches can never wait on each other.
         let mut guards: Vec<MutexGuard<'_, Shard>> = order.iter().map(|&i| self.lock(i)).collect();
-        let slot = |entry: usize| order.binary_search(&shard_ids[entry]).expect("locked above");
-        // The first entry naming each key stands for the key.
-        let first: Vec<usize> =
-            (0..entries.len()).map(|i| (0..i).find(|&j| entries[j].key == entries[i].key).unwrap_or(i)).collect();
-        let longest = |i: usize| {
-            (0..entries.len()).filter(|&j| first[j] == i).map(|j| entries[j].limit.window_ms()).max().unwrap_or(0)
+        let slot = |entry: usize| {
+            order
+                .binary_search(&shard_ids[entry])
+                .expect("locked above")
         };
+        // The first entry naming each key stands for the key.
+        let first: Vec<usize> = (0..entries.len())
+            .map(|i| {
+                (0..i)
+                    .find(|&j| entries[j].key == entries[i].key)
+                    .unwrap_or(i)
+            })
+            .collect();
+        let longest = |i: usize| {
+            (0..entries.len())
+                .filter(|&j| first[j] == i)
+                .map(|j| entries[j].limit.window_ms())
+                .max()
+                .unwrap_or(0)
+        };
+        let keys = || (0..entries.len()).filter(|&i| first[i] == i);
 
-        let mut blocked: Option<(usize, u64)> = None;
         if record {
-            for i in (0..entries.len()).filter(|&i| first[i] == i) {
-                guards[slot(i)].live_log(&entries[i].key, now, longest(i));
+            for i in keys() {
+                guards[slot(i)].live_log(&entries[i].key, now, horizon, longest(i));
             }
         }
+        let mut blocked: Option<(usize, u64)> = None;
         for (i, entry) in entries.iter().enumerate() {
-            let shard = &guards[slot(i)];
-            let wait = shard.peek_log(&entry.key, now).and_then(|log| sliding::wait_until(&log.times, entry.limit, now));
+            let wait = guards[slot(i)]
+                .peek_log(&entry.key, horizon)
+                .and_then(|log| sliding::wait_until(&log.times, entry.limit, now));
             if let Some(until) = wait {
                 if blocked.is_none_or(|(_, longest)| until > longest) {
                     blocked = Some((i, until));
@@ -327,21 +412,29 @@ impl MemoryStore {
             None => BatchVerdict::ALLOWED,
         };
         let release = (record && verdict.allowed).then(|| {
-            let calls = (0..entries.len())
-                .filter(|&i| first[i] == i)
+            let calls = keys()
                 .map(|i| {
                     let key = &entries[i].key;
                     let window_ms = longest(i);
+                    let moment = Moment { now, horizon };
                     let (instance, at) =
-                        guards[slot(i)].record(key, entries[i].limit.uses(), window_ms, now);
-                    RecordedCall { key: key.clone(), instance, at, window_ms }
+                        guards[slot(i)].record(key, None, entries[i].limit, window_ms, moment);
+                    RecordedCall {
+                        key: key.clone(),
+                        instance,
+                        at,
+                        window_ms,
+                    }
                 })
                 .collect();
-            Release { store: self.id, calls }
+            Release {
+                store: self.id,
+                calls,
+            }
         });
         if record {
             for guard in &mut guards {
-                guard.sweep(now);
+                guard.sweep(horizon);
             }
         }
         Consumed { verdict, release }
@@ -354,17 +447,20 @@ impl MemoryStore {
         if release.store != self.id {
             return;
         }
+        let horizon = self.advance(now);
         for call in &release.calls {
             if !sliding::in_window(call.at, now, call.window_ms) {
                 continue;
             }
-            let index = self.shard_of(&call.key);
-            let mut shard = self.lock(index);
-            let Some(i) = shard.logs.get_index_of(call.key.as_str()) else { continue };
+            let mut shard = self.lock(self.shard_of(&call.key));
+            let Some(i) = shard.logs.get_index_of(call.key.as_str()) else {
+                continue;
+            };
             let log = &mut shard.logs[i];
-            if log.instance == call.instance && log.expires_at > now && sliding::remove_one(&mut log.times, call.at)
-                && log.times.is_empty()
-            {
+            let gave_back = log.instance == call.instance
+                && log.expires_at > horizon
+                && sliding::remove_one(&mut log.times, call.at);
+            if gave_back && log.times.is_empty() {
                 shard.logs.swap_remove_index(i);
             }
         }
@@ -372,29 +468,36 @@ impl MemoryStore {
 
     /// Adds `amount` hits to `key`'s fixed window at `now` (a negative amount gives hits back) and returns
     /// the count. The first hit opens a window of `decay`; hits inside it do not move it; after it ends
-    /// the count starts from zero.
+    /// the count starts from zero. Counts saturate at the `i64` bounds.
     pub fn hit(&self, key: &str, decay: Window, amount: i64, now: u64) -> i64 {
+        let horizon = self.advance(now);
         let mut shard = self.lock(self.shard_of(key));
-        let count = match shard.live_window(key, now) {
+        let count = match shard.live_window(key, horizon) {
             Some(window) => {
                 window.count = window.count.saturating_add(amount);
                 window.count
             }
             None => {
-                let mut window = FixedWindow::open(now, decay);
+                // Opened at the horizon when the clock lags it, so it is not dead on arrival.
+                let mut window = FixedWindow::open(now.max(horizon), decay);
                 window.count = amount;
                 shard.windows.insert(key.into(), window);
                 amount
             }
         };
-        shard.sweep(now);
+        shard.sweep(horizon);
         count
     }
 
     /// `key`'s live window at `now`, if any.
     pub fn window(&self, key: &str, now: u64) -> Option<FixedWindow> {
+        let horizon = self.horizon_at(now);
         let shard = self.lock(self.shard_of(key));
-        shard.windows.get(key).filter(|w| w.is_live(now)).copied()
+        shard
+            .windows
+            .get(key)
+            .filter(|w| w.is_live(horizon))
+            .copied()
     }
 
     /// Hits counted in `key`'s current window; 0 when it has none.
@@ -414,7 +517,8 @@ impl MemoryStore {
 
     /// Whole seconds until `key`'s window ends, rounded up; 0 when it has none.
     pub fn available_in(&self, key: &str, now: u64) -> u64 {
-        self.window(key, now).map_or(0, |w| w.available_in_secs(now))
+        self.window(key, now)
+            .map_or(0, |w| w.available_in_secs(now))
     }
 
     /// Milliseconds until `key`'s window ends; 0 when it has none.
@@ -424,8 +528,9 @@ impl MemoryStore {
 
     /// Sets `key`'s count to zero, keeping its window running.
     pub fn reset_attempts(&self, key: &str, now: u64) {
+        let horizon = self.advance(now);
         let mut shard = self.lock(self.shard_of(key));
-        if let Some(window) = shard.live_window(key, now) {
+        if let Some(window) = shard.live_window(key, horizon) {
             window.count = 0;
         }
     }
@@ -436,19 +541,23 @@ impl MemoryStore {
         shard.windows.swap_remove(key);
     }
 
-    /// Removes every expired key now, in O(keys). Never needed for correctness.
+    /// Removes every key expired at `now` at once, in O(keys), and gives back the memory. Never needed
+    /// for correctness: use it to shrink a store after a burst of keys without waiting for the sweep.
     pub fn purge(&self, now: u64) {
+        let horizon = self.advance(now);
         for index in 0..self.shards.len() {
             let mut shard = self.lock(index);
-            shard.logs.retain(|_, log| log.expires_at > now);
-            shard.windows.retain(|_, w| w.is_live(now));
+            shard.logs.retain(|_, log| log.expires_at > horizon);
+            shard.windows.retain(|_, w| w.is_live(horizon));
             shard.logs.shrink_to_fit();
             shard.windows.shrink_to_fit();
+            shard.log_cursor = 0;
+            shard.window_cursor = 0;
         }
     }
 
-    /// How many keys the store holds (sliding logs and fixed windows), expired ones not yet swept
-    /// included.
+    /// How many keys the store holds (sliding logs and fixed windows), dead ones the sweep has not
+    /// reached yet included.
     pub fn len(&self) -> usize {
         (0..self.shards.len())
             .map(|i| {

@@ -19,7 +19,11 @@ pub struct Verdict {
 
 impl Verdict {
     /// The verdict of an allowed call.
-    pub const ALLOWED: Verdict = Verdict { allowed: true, retry_after_ms: 0, retry_timestamp: None };
+    pub const ALLOWED: Verdict = Verdict {
+        allowed: true,
+        retry_after_ms: 0,
+        retry_timestamp: None,
+    };
 
     /// A refusal at `now` that lasts until `retry_timestamp` (at least 1 ms).
     pub const fn refused(now: u64, retry_timestamp: u64) -> Verdict {
@@ -50,8 +54,12 @@ pub struct BatchVerdict {
 
 impl BatchVerdict {
     /// The verdict of an allowed batch.
-    pub const ALLOWED: BatchVerdict =
-        BatchVerdict { allowed: true, retry_after_ms: 0, retry_timestamp: None, blocked: None };
+    pub const ALLOWED: BatchVerdict = BatchVerdict {
+        allowed: true,
+        retry_after_ms: 0,
+        retry_timestamp: None,
+        blocked: None,
+    };
 
     /// The single-call view of this verdict (drops `blocked`).
     pub const fn verdict(self) -> Verdict {
@@ -75,6 +83,9 @@ pub struct Entry {
 impl Entry {
     /// An entry for `key` under `limit`.
     pub fn new(key: impl Into<String>, limit: crate::Limit) -> Entry {
-        Entry { key: key.into(), limit }
+        Entry {
+            key: key.into(),
+            limit,
+        }
     }
 }

@@ -7,7 +7,11 @@ fn limit(uses: u64, window_ms: u64) -> Limit {
 }
 
 fn refused(now: u64, until: u64) -> Verdict {
-    Verdict { allowed: false, retry_after_ms: until - now, retry_timestamp: Some(until) }
+    Verdict {
+        allowed: false,
+        retry_after_ms: until - now,
+        retry_timestamp: Some(until),
+    }
 }
 
 #[test]
@@ -54,7 +58,10 @@ fn every_refusal_in_one_wait_gives_the_same_retry_timestamp() {
     let store = MemoryStore::new();
     let l = limit(1, 1000);
     assert!(store.consume("k", l, 100).allowed);
-    let stamps: Vec<_> = [200, 500, 1099].iter().map(|&t| store.consume("k", l, t).retry_timestamp).collect();
+    let stamps: Vec<_> = [200, 500, 1099]
+        .iter()
+        .map(|&t| store.consume("k", l, t).retry_timestamp)
+        .collect();
     assert_eq!(stamps, vec![Some(1100); 3]);
 }
 
@@ -106,7 +113,10 @@ fn consume_many_records_against_every_entry_only_if_all_allow() {
     let refused = store.consume_many(&batch, 10);
     assert_eq!(refused.verdict.blocked, Some(1));
     assert!(refused.release.is_none());
-    assert!(store.consume("a", a, 20).allowed, "the refused batch recorded nothing on `a`");
+    assert!(
+        store.consume("a", a, 20).allowed,
+        "the refused batch recorded nothing on `a`"
+    );
 }
 
 #[test]
@@ -116,11 +126,23 @@ fn consume_many_names_the_longest_wait_and_ties_keep_the_first() {
         assert!(store.consume(k, limit(1, w), 0).allowed);
     }
     let v = store
-        .consume_many(&[Entry::new("a", limit(1, 1000)), Entry::new("b", limit(1, 5000)), Entry::new("c", limit(1, 5000))], 100)
+        .consume_many(
+            &[
+                Entry::new("a", limit(1, 1000)),
+                Entry::new("b", limit(1, 5000)),
+                Entry::new("c", limit(1, 5000)),
+            ],
+            100,
+        )
         .verdict;
     assert_eq!(
         v,
-        BatchVerdict { allowed: false, retry_after_ms: 4900, retry_timestamp: Some(5000), blocked: Some(1) }
+        BatchVerdict {
+            allowed: false,
+            retry_after_ms: 4900,
+            retry_timestamp: Some(5000),
+            blocked: Some(1)
+        }
     );
 }
 
@@ -154,7 +176,10 @@ fn release_gives_back_exactly_its_own_call() {
     let second = store.consume_many(&batch, 0);
     store.release(second.release.unwrap(), 1);
     assert!(store.consume("k", l, 2).allowed);
-    assert!(!store.consume("k", l, 3).allowed, "only one call was given back");
+    assert!(
+        !store.consume("k", l, 3).allowed,
+        "only one call was given back"
+    );
 }
 
 #[test]
@@ -187,5 +212,8 @@ fn a_release_from_an_earlier_life_of_a_swept_key_leaves_the_new_calls_alone() {
     // The clock steps back to the very millisecond of the old call: a new life records the same time.
     assert!(store.consume("k", l, 0).allowed);
     store.release(old.release.unwrap(), 1);
-    assert!(!store.consume("k", l, 2).allowed, "the new call is still counted");
+    assert!(
+        !store.consume("k", l, 2).allowed,
+        "the new call is still counted"
+    );
 }

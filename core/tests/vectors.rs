@@ -12,7 +12,9 @@ fn vectors_dir() -> PathBuf {
 }
 
 fn num(op: &Value, field: &str) -> f64 {
-    op[field].as_f64().unwrap_or_else(|| panic!("`{field}` must be a number in {op}"))
+    op[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("`{field}` must be a number in {op}"))
 }
 
 fn limit(value: &Value) -> Result<Limit, LimitError> {
@@ -24,7 +26,12 @@ fn entries(op: &Value) -> Result<Vec<Entry>, LimitError> {
         .as_array()
         .expect("entries")
         .iter()
-        .map(|e| Ok(Entry::new(e["key"].as_str().expect("key"), limit(&e["limit"])?)))
+        .map(|e| {
+            Ok(Entry::new(
+                e["key"].as_str().expect("key"),
+                limit(&e["limit"])?,
+            ))
+        })
         .collect()
 }
 
@@ -32,7 +39,11 @@ fn error_json(e: LimitError) -> Value {
     json!({ "error": "invalid_limit", "field": e.field.name() })
 }
 
-fn run_op(store: &MemoryStore, releases: &mut HashMap<String, Option<Release>>, op: &Value) -> Value {
+fn run_op(
+    store: &MemoryStore,
+    releases: &mut HashMap<String, Option<Release>>,
+    op: &Value,
+) -> Value {
     let now = op["now"].as_u64().expect("now: a whole number");
     let key = || op["key"].as_str().expect("key");
     let name = op["op"].as_str().expect("op");
@@ -50,7 +61,9 @@ fn run_op(store: &MemoryStore, releases: &mut HashMap<String, Option<Release>>, 
             "peek_many" => json!(store.peek_many(&entries(op)?, now)),
             "release" => {
                 let id = op["id"].as_str().expect("id");
-                let slot = releases.get_mut(id).unwrap_or_else(|| panic!("no consume_many with id {id}"));
+                let slot = releases
+                    .get_mut(id)
+                    .unwrap_or_else(|| panic!("no consume_many with id {id}"));
                 if let Some(release) = slot.take() {
                     store.release(release, now);
                 }
@@ -61,7 +74,9 @@ fn run_op(store: &MemoryStore, releases: &mut HashMap<String, Option<Release>>, 
                 json!(store.hit(key(), decay, op["amount"].as_i64().expect("amount"), now))
             }
             "attempts" => json!(store.attempts(key(), now)),
-            "too_many_attempts" => json!(store.too_many_attempts(key(), op["max"].as_i64().expect("max"), now)),
+            "too_many_attempts" => {
+                json!(store.too_many_attempts(key(), op["max"].as_i64().expect("max"), now))
+            }
             "remaining" => json!(store.remaining(key(), op["max"].as_i64().expect("max"), now)),
             "available_in" => json!(store.available_in(key(), now)),
             "available_in_ms" => json!(store.available_in_ms(key(), now)),
@@ -94,7 +109,8 @@ fn every_vector_matches_the_core() {
     assert!(!files.is_empty(), "no vectors found");
     let (mut cases, mut failures) = (0, Vec::new());
     for file in &files {
-        let doc: Value = serde_json::from_str(&std::fs::read_to_string(file).expect("read")).expect("JSON");
+        let doc: Value =
+            serde_json::from_str(&std::fs::read_to_string(file).expect("read")).expect("JSON");
         for case in doc["cases"].as_array().expect("cases") {
             cases += 1;
             let store = MemoryStore::new();
@@ -114,5 +130,10 @@ fn every_vector_matches_the_core() {
         }
     }
     assert!(cases >= 40, "only {cases} cases");
-    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
