@@ -12,7 +12,8 @@ use crate::Window;
 pub struct FixedWindow {
     /// Hits counted in this window (negative amounts give hits back, so it can go below zero).
     pub count: i64,
-    /// When the window ends (ms). The key is live while `now < ends_at`.
+    /// When the window ends (ms). The key is live while `now < ends_at`; an end that saturated at
+    /// `u64::MAX` is past the end of time, so such a window never ends.
     pub ends_at: u64,
 }
 
@@ -28,7 +29,7 @@ impl FixedWindow {
     /// Whether the window still runs at `now`.
     #[inline]
     pub fn is_live(&self, now: u64) -> bool {
-        now < self.ends_at
+        now < self.ends_at || self.ends_at == u64::MAX
     }
 
     /// Whole seconds until the window ends, rounded up (the seed floors; we never say "0" while the

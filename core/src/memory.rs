@@ -51,6 +51,15 @@ struct KeyLog {
     instance: u64,
 }
 
+impl KeyLog {
+    /// Whether the key still holds a call inside its window at `horizon`. An expiry that saturated at
+    /// `u64::MAX` is past the end of time: never.
+    #[inline]
+    fn alive(&self, horizon: u64) -> bool {
+        self.expires_at > horizon || self.expires_at == u64::MAX
+    }
+}
+
 #[derive(Debug)]
 struct Shard {
     logs: Map<KeyLog>,
@@ -76,7 +85,7 @@ impl Shard {
     fn live_log(&mut self, key: &str, now: u64, horizon: u64, trim_ms: u64) -> Option<usize> {
         let index = self.logs.get_index_of(key)?;
         let log = &mut self.logs[index];
-        if log.expires_at > horizon {
+        if log.alive(horizon) {
             sliding::trim(&mut log.times, now, trim_ms);
         } else {
             log.times.clear();
@@ -90,7 +99,7 @@ impl Shard {
 
     /// The live log of `key`, untouched (for peeks).
     fn peek_log(&self, key: &str, horizon: u64) -> Option<&KeyLog> {
-        self.logs.get(key).filter(|log| log.expires_at > horizon)
+        self.logs.get(key).filter(|log| log.alive(horizon))
     }
 
     /// Records a call to `key` (whose log is at `index`, if known) at `now`, or at its newest call if
@@ -141,7 +150,7 @@ impl Shard {
 
     fn sweep(&mut self, horizon: u64) {
         sweep(&mut self.logs, &mut self.log_cursor, |log| {
-            log.expires_at <= horizon
+            !log.alive(horizon)
         });
         sweep(&mut self.windows, &mut self.window_cursor, |w| {
             !w.is_live(horizon)
@@ -458,7 +467,7 @@ impl MemoryStore {
             };
             let log = &mut shard.logs[i];
             let gave_back = log.instance == call.instance
-                && log.expires_at > horizon
+                && log.alive(horizon)
                 && sliding::remove_one(&mut log.times, call.at);
             if gave_back && log.times.is_empty() {
                 shard.logs.swap_remove_index(i);
@@ -547,7 +556,7 @@ impl MemoryStore {
         let horizon = self.advance(now);
         for index in 0..self.shards.len() {
             let mut shard = self.lock(index);
-            shard.logs.retain(|_, log| log.expires_at > horizon);
+            shard.logs.retain(|_, log| log.alive(horizon));
             shard.windows.retain(|_, w| w.is_live(horizon));
             shard.logs.shrink_to_fit();
             shard.windows.shrink_to_fit();
