@@ -1,0 +1,43 @@
+"""ratewindow: sliding-window cooldowns and fixed-window rate limits, one Rust engine.
+
+.. code-block:: python
+
+    from ratewindow import Entry, Limit, MemoryStore
+
+    store = MemoryStore()
+    per_user = Limit(3, 10_000)          # 3 calls per 10 s for each user
+    everyone = Limit.per_minute(100)     # 100 per minute in all
+    verdict = store.consume_many([Entry("click:alice", per_user), Entry("click", everyone)])
+    if not verdict.allowed:
+        print(f"retry in {verdict.retry_after_ms} ms")
+
+Synchronous code uses :class:`MemoryStore` and :class:`RateLimiter`; asyncio code uses
+:class:`AsyncMemoryStore` and :class:`AsyncRateLimiter`. ``ratewindow.testing`` checks any store.
+"""
+
+from ._errors import InternalError, InvalidLimitError, RateWindowError
+from ._limiter import AsyncRateLimiter, RateLimiter
+from ._limits import MAX_USES, MAX_WINDOW_MS, Entry, GlobalLimit, Limit, Unlimited
+from ._memory import AsyncMemoryStore, MemoryStore
+from ._store import AsyncCooldownStore, AsyncFixedWindowStore, CooldownStore, FixedWindowStore, Verdict
+
+__all__ = [
+    "AsyncCooldownStore",
+    "AsyncFixedWindowStore",
+    "AsyncMemoryStore",
+    "AsyncRateLimiter",
+    "CooldownStore",
+    "Entry",
+    "FixedWindowStore",
+    "GlobalLimit",
+    "InternalError",
+    "InvalidLimitError",
+    "Limit",
+    "MAX_USES",
+    "MAX_WINDOW_MS",
+    "MemoryStore",
+    "RateLimiter",
+    "RateWindowError",
+    "Unlimited",
+    "Verdict",
+]

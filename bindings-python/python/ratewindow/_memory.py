@@ -1,0 +1,169 @@
+"""The in-memory store, for synchronous and asyncio code."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from . import _ratewindow
+from ._limits import Entry, Limit
+from ._store import AsyncCooldownStore, CooldownStore, Verdict
+
+__all__ = ["MemoryStore", "AsyncMemoryStore"]
+
+
+class MemoryStore(CooldownStore):
+    """Both algorithms over many keys in this process, counted by the Rust core.
+
+    ``clock`` is a callable returning whole Unix milliseconds; by default the host clock is read (the
+    same reading as ``time.time_ns() // 1_000_000``, taken in Rust). Keys expire as the store is used:
+    no thread or timer is started, so nothing keeps the interpreter alive.
+
+    Thread safety: the store is immutable from Python; its state is in the core behind per-shard
+    mutexes, so one instance can be shared by any number of threads and every operation is one atomic
+    step. That holds on free-threaded Python too (the native module declares ``Py_MOD_GIL_NOT_USED``;
+    note that abi3 wheels load only on GIL builds, so a free-threaded interpreter needs a wheel built
+    for it). An injected ``clock`` is called without any store lock held, so it may be any callable.
+    """
+
+    __slots__ = ("_native",)
+
+    def __init__(self, clock: Callable[[], int] | None = None, *, shards: int = 16) -> None:
+        self._native = _ratewindow.MemoryStore(clock, shards=shards)
+
+    def now(self) -> int:
+        """The store's clock, in Unix ms."""
+        return self._native.now()
+
+    # Sliding window (cooldowns).
+    def consume(self, key: str, limit: Limit) -> Verdict:
+        """Counts one call to ``key`` under ``limit``: allowed and recorded, or refused with the wait."""
+        return self._native.consume(key, limit)
+
+    def peek(self, key: str, limit: Limit) -> Verdict:
+        """The verdict :meth:`consume` would give, recording and creating nothing."""
+        return self._native.peek(key, limit)
+
+    def consume_many(self, entries: Iterable[Entry]) -> Verdict:
+        """Counts one call against every entry at once, recorded against all only if none refuses.
+
+        A refusal names ``blocked``, the entry with the longest wait. An allowed verdict's
+        ``release()`` gives exactly this call back (once; a call that left its window is left alone).
+        """
+        return self._native.consume_many(entries)
+
+    def peek_many(self, entries: Iterable[Entry]) -> Verdict:
+        """The verdict :meth:`consume_many` would give, recording nothing."""
+        return self._native.peek_many(entries)
+
+    # Fixed window (rate limiter), in milliseconds.
+    def hit(self, key: str, decay_ms: int | float, amount: int = 1) -> int:
+        """Adds ``amount`` hits to ``key``'s window (opened by the first hit, lasting ``decay_ms``)."""
+        return self._native.hit(key, decay_ms, amount)
+
+    def attempts(self, key: str) -> int:
+        """Hits in ``key``'s current window; 0 when none runs."""
+        return self._native.attempts(key)
+
+    def too_many_attempts(self, key: str, max: int) -> bool:
+        """Whether ``key`` has ``max`` or more hits in a window that still runs."""
+        return self._native.too_many_attempts(key, max)
+
+    def remaining(self, key: str, max: int) -> int:
+        """``max`` minus the hits in ``key``'s window, floored at 0."""
+        return self._native.remaining(key, max)
+
+    def available_in(self, key: str) -> int:
+        """Whole seconds until ``key``'s window ends, rounded up; 0 when none runs."""
+        return self._native.available_in(key)
+
+    def available_in_ms(self, key: str) -> int:
+        """Milliseconds until ``key``'s window ends; 0 when none runs."""
+        return self._native.available_in_ms(key)
+
+    def reset_attempts(self, key: str) -> None:
+        """Sets ``key``'s count to zero, keeping its window running."""
+        self._native.reset_attempts(key)
+
+    def clear(self, key: str) -> None:
+        """Removes ``key``'s count and window."""
+        self._native.clear(key)
+
+    def purge(self) -> None:
+        """Removes every expired key now (never needed for correctness)."""
+        self._native.purge()
+
+    def __len__(self) -> int:
+        return len(self._native)
+
+
+class AsyncMemoryStore(AsyncCooldownStore):
+    """:class:`MemoryStore` for asyncio code: the same store, its methods awaitable.
+
+    Every operation is one synchronous step inside the coroutine (no ``await`` between check and
+    record), so concurrent tasks never both take the last use. ``AsyncMemoryStore(store)`` shares an
+    existing :class:`MemoryStore` with synchronous callers.
+    """
+
+    __slots__ = ("sync",)
+
+    def __init__(
+        self,
+        store: MemoryStore | None = None,
+        *,
+        clock: Callable[[], int] | None = None,
+        shards: int = 16,
+    ) -> None:
+        self.sync: MemoryStore = store if store is not None else MemoryStore(clock, shards=shards)
+        """The synchronous store underneath."""
+
+    def now(self) -> int:
+        """The store's clock, in Unix ms."""
+        return self.sync.now()
+
+    async def consume(self, key: str, limit: Limit) -> Verdict:
+        """See :meth:`MemoryStore.consume`."""
+        return self.sync.consume(key, limit)
+
+    async def peek(self, key: str, limit: Limit) -> Verdict:
+        """See :meth:`MemoryStore.peek`."""
+        return self.sync.peek(key, limit)
+
+    async def consume_many(self, entries: Iterable[Entry]) -> Verdict:
+        """See :meth:`MemoryStore.consume_many`."""
+        return self.sync.consume_many(entries)
+
+    async def peek_many(self, entries: Iterable[Entry]) -> Verdict:
+        """See :meth:`MemoryStore.peek_many`."""
+        return self.sync.peek_many(entries)
+
+    async def hit(self, key: str, decay_ms: int | float, amount: int = 1) -> int:
+        """See :meth:`MemoryStore.hit`."""
+        return self.sync.hit(key, decay_ms, amount)
+
+    async def attempts(self, key: str) -> int:
+        """See :meth:`MemoryStore.attempts`."""
+        return self.sync.attempts(key)
+
+    async def too_many_attempts(self, key: str, max: int) -> bool:
+        """See :meth:`MemoryStore.too_many_attempts`."""
+        return self.sync.too_many_attempts(key, max)
+
+    async def remaining(self, key: str, max: int) -> int:
+        """See :meth:`MemoryStore.remaining`."""
+        return self.sync.remaining(key, max)
+
+    async def available_in(self, key: str) -> int:
+        """See :meth:`MemoryStore.available_in`."""
+        return self.sync.available_in(key)
+
+    async def available_in_ms(self, key: str) -> int:
+        """See :meth:`MemoryStore.available_in_ms`."""
+        return self.sync.available_in_ms(key)
+
+    async def reset_attempts(self, key: str) -> None:
+        """See :meth:`MemoryStore.reset_attempts`."""
+        self.sync.reset_attempts(key)
+
+    async def clear(self, key: str) -> None:
+        """See :meth:`MemoryStore.clear`."""
+        self.sync.clear(key)

@@ -1,0 +1,45 @@
+//! Errors crossing into Python: the classes are defined in `ratewindow/_errors.py` (so they are real,
+//! typed Python classes with several bases) and raised from here.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+use ratewindow_core::LimitError;
+
+static INVALID_LIMIT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static INTERNAL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// `InvalidLimitError(message, field, value)`: `value` is the Python object the caller gave.
+pub(crate) fn invalid_limit(py: Python<'_>, error: &LimitError, given: &Bound<'_, PyAny>) -> PyErr {
+    match INVALID_LIMIT.import(py, "ratewindow._errors", "InvalidLimitError") {
+        Ok(class) => match class.call1((error.to_string(), error.field.name(), given)) {
+            Ok(instance) => PyErr::from_value(instance),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    }
+}
+
+/// Runs an entry point's body, turning a panic into `InternalError` instead of PyO3's
+/// `PanicException` (a `BaseException` that `except Exception` would not catch).
+pub(crate) fn guard<T>(body: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(result) => result,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_owned());
+            Err(Python::attach(|py| match INTERNAL.import(py, "ratewindow._errors", "InternalError") {
+                Ok(class) => match class.call1((format!("internal error in ratewindow: {what}"),)) {
+                    Ok(instance) => PyErr::from_value(instance),
+                    Err(e) => e,
+                },
+                Err(e) => e,
+            }))
+        }
+    }
+}

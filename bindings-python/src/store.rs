@@ -1,0 +1,199 @@
+//! `MemoryStore`: the core's in-memory store, timed by the host clock or an injected one.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use ratewindow_core::{Clock, Entry, SystemClock};
+
+use crate::errors::guard;
+use crate::limit::{core_window, whole, Limit};
+use crate::verdict::Verdict;
+
+/// What a store and the verdicts it gave share: the core store and its clock.
+pub(crate) struct Shared {
+    pub(crate) store: ratewindow_core::MemoryStore,
+    /// A callable returning Unix ms; `None` reads the system clock (the same as
+    /// `time.time_ns() // 1_000_000`).
+    clock: Option<Py<PyAny>>,
+}
+
+impl Shared {
+    pub(crate) fn now(&self, py: Python<'_>) -> PyResult<u64> {
+        match &self.clock {
+            None => Ok(SystemClock.now_ms()),
+            Some(clock) => {
+                let reading = clock.bind(py).call0()?;
+                reading.extract::<u64>().map_err(|_| {
+                    PyValueError::new_err(format!(
+                        "the clock must return whole Unix milliseconds as a non-negative int, got {reading:?}"
+                    ))
+                })
+            }
+        }
+    }
+}
+
+/// Both algorithms over many keys in this process: sliding-window cooldowns and fixed windows.
+///
+/// Immutable from Python (`frozen`): its state lives in the core behind per-shard mutexes, so it is
+/// safe to share across threads, with or without the GIL. Keys expire as the store is used; no thread
+/// or timer is started.
+#[pyclass(frozen, module = "ratewindow._ratewindow", name = "MemoryStore")]
+pub(crate) struct MemoryStore {
+    shared: Arc<Shared>,
+}
+
+fn entries(items: &Bound<'_, PyAny>) -> PyResult<Vec<Entry>> {
+    let py = items.py();
+    let mut out = Vec::with_capacity(items.len().unwrap_or(0));
+    for item in items.try_iter()? {
+        let item = item?;
+        let (key, limit) = match (item.getattr(intern!(py, "key")), item.getattr(intern!(py, "limit"))) {
+            (Ok(key), Ok(limit)) => (key, limit),
+            _ => return Err(PyTypeError::new_err("each entry must have a `key` (str) and a `limit` (Limit)")),
+        };
+        let key: String =
+            key.extract().map_err(|_| PyTypeError::new_err("an entry's `key` must be a str"))?;
+        let limit = limit
+            .cast::<Limit>()
+            .map_err(|_| PyTypeError::new_err("an entry's `limit` must be a ratewindow.Limit"))?;
+        out.push(Entry::new(key, limit.get().inner));
+    }
+    Ok(out)
+}
+
+#[pymethods]
+impl MemoryStore {
+    #[new]
+    #[pyo3(signature = (clock = None, *, shards = 16))]
+    fn new(clock: Option<Py<PyAny>>, shards: usize) -> PyResult<Self> {
+        guard(|| {
+            if shards == 0 || shards > 65_536 {
+                return Err(PyValueError::new_err("shards must be from 1 to 65536"));
+            }
+            Ok(MemoryStore {
+                shared: Arc::new(Shared { store: ratewindow_core::MemoryStore::with_shards(shards), clock }),
+            })
+        })
+    }
+
+    /// The store's clock now, in Unix ms.
+    fn now(&self, py: Python<'_>) -> PyResult<u64> {
+        guard(|| self.shared.now(py))
+    }
+
+    /// Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait.
+    fn consume(&self, py: Python<'_>, key: &str, limit: &Bound<'_, Limit>) -> PyResult<Verdict> {
+        guard(|| {
+            let now = self.shared.now(py)?;
+            Ok(Verdict::single(self.shared.store.consume(key, limit.get().inner, now)))
+        })
+    }
+
+    /// The verdict `consume` would give, recording nothing.
+    fn peek(&self, py: Python<'_>, key: &str, limit: &Bound<'_, Limit>) -> PyResult<Verdict> {
+        guard(|| {
+            let now = self.shared.now(py)?;
+            Ok(Verdict::single(self.shared.store.peek(key, limit.get().inner, now)))
+        })
+    }
+
+    /// Counts one call against every entry at once, all or nothing; an allowed verdict can `release()`.
+    fn consume_many(&self, py: Python<'_>, entries: &Bound<'_, PyAny>) -> PyResult<Verdict> {
+        guard(|| {
+            let entries = self::entries(entries)?;
+            let now = self.shared.now(py)?;
+            let consumed = self.shared.store.consume_many(&entries, now);
+            Ok(Verdict::batch(consumed.verdict, consumed.release.map(|r| (Arc::clone(&self.shared), r))))
+        })
+    }
+
+    /// The verdict `consume_many` would give, recording nothing.
+    fn peek_many(&self, py: Python<'_>, entries: &Bound<'_, PyAny>) -> PyResult<Verdict> {
+        guard(|| {
+            let entries = self::entries(entries)?;
+            let now = self.shared.now(py)?;
+            Ok(Verdict::batch(self.shared.store.peek_many(&entries, now), None))
+        })
+    }
+
+    /// Adds `amount` hits to `key`'s fixed window (opening one of `decay_ms` if none runs); returns the
+    /// count.
+    #[pyo3(signature = (key, decay_ms, amount = None))]
+    fn hit(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        decay_ms: &Bound<'_, PyAny>,
+        amount: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<i64> {
+        guard(|| {
+            let decay = core_window(decay_ms)?;
+            let amount = amount.map(|a| whole("amount", a)).transpose()?.unwrap_or(1);
+            let now = self.shared.now(py)?;
+            Ok(self.shared.store.hit(key, decay, amount, now))
+        })
+    }
+
+    /// Hits in `key`'s current window; 0 when none runs.
+    fn attempts(&self, py: Python<'_>, key: &str) -> PyResult<i64> {
+        guard(|| Ok(self.shared.store.attempts(key, self.shared.now(py)?)))
+    }
+
+    /// Whether `key` has `max` or more hits in a window that still runs.
+    fn too_many_attempts(&self, py: Python<'_>, key: &str, max: &Bound<'_, PyAny>) -> PyResult<bool> {
+        guard(|| {
+            let max = whole("max", max)?;
+            Ok(self.shared.store.too_many_attempts(key, max, self.shared.now(py)?))
+        })
+    }
+
+    /// `max` minus the hits in `key`'s current window, floored at 0.
+    fn remaining(&self, py: Python<'_>, key: &str, max: &Bound<'_, PyAny>) -> PyResult<i64> {
+        guard(|| {
+            let max = whole("max", max)?;
+            Ok(self.shared.store.remaining(key, max, self.shared.now(py)?))
+        })
+    }
+
+    /// Whole seconds until `key`'s window ends, rounded up; 0 when none runs.
+    fn available_in(&self, py: Python<'_>, key: &str) -> PyResult<u64> {
+        guard(|| Ok(self.shared.store.available_in(key, self.shared.now(py)?)))
+    }
+
+    /// Milliseconds until `key`'s window ends; 0 when none runs.
+    fn available_in_ms(&self, py: Python<'_>, key: &str) -> PyResult<u64> {
+        guard(|| Ok(self.shared.store.available_in_ms(key, self.shared.now(py)?)))
+    }
+
+    /// Sets `key`'s count to zero, keeping its window running.
+    fn reset_attempts(&self, py: Python<'_>, key: &str) -> PyResult<()> {
+        guard(|| {
+            self.shared.store.reset_attempts(key, self.shared.now(py)?);
+            Ok(())
+        })
+    }
+
+    /// Removes `key`'s count and window.
+    fn clear(&self, key: &str) -> PyResult<()> {
+        guard(|| {
+            self.shared.store.clear(key);
+            Ok(())
+        })
+    }
+
+    /// Removes every expired key now. Never needed for correctness.
+    fn purge(&self, py: Python<'_>) -> PyResult<()> {
+        guard(|| {
+            self.shared.store.purge(self.shared.now(py)?);
+            Ok(())
+        })
+    }
+
+    /// Keys held (sliding logs and fixed windows), expired ones not yet swept included.
+    fn __len__(&self) -> PyResult<usize> {
+        guard(|| Ok(self.shared.store.len()))
+    }
+}
