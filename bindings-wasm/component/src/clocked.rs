@@ -1,0 +1,86 @@
+//! The `clocked-memory` interface of the `hosted` world: the same store, each call reading the imported
+//! `clock` once at its start.
+
+use crate::bindings::exports::ratewindow::engine::{
+    clocked_memory::{self, Consumed, GuestMemoryStore, ReleaseToken, ReleaseTokenBorrow},
+    errors::Error,
+    types::{BatchVerdict, Entry, Limit, Verdict},
+};
+use crate::bindings::ratewindow::engine::clock::now_ms;
+use crate::store::{Store, Token};
+use crate::Component;
+
+/// A [`Store`] on the host's clock.
+pub struct ClockedStore(Store);
+
+impl clocked_memory::Guest for Component {
+    type MemoryStore = ClockedStore;
+    type ReleaseToken = Token;
+}
+
+impl GuestMemoryStore for ClockedStore {
+    fn new() -> ClockedStore {
+        ClockedStore(Store::create())
+    }
+
+    fn consume(&self, key: String, limit: Limit) -> Result<Verdict, Error> {
+        self.0.consume(&key, &limit, now_ms())
+    }
+
+    fn peek(&self, key: String, limit: Limit) -> Result<Verdict, Error> {
+        self.0.peek(&key, &limit, now_ms())
+    }
+
+    fn consume_many(&self, entries: Vec<Entry>) -> Result<Consumed, Error> {
+        let (verdict, token) = self.0.consume_many(entries, now_ms())?;
+        Ok(Consumed { verdict, release: token.map(ReleaseToken::new) })
+    }
+
+    fn peek_many(&self, entries: Vec<Entry>) -> Result<BatchVerdict, Error> {
+        self.0.peek_many(entries, now_ms())
+    }
+
+    fn release(&self, token: ReleaseTokenBorrow<'_>) {
+        self.0.release(token.get::<Token>(), now_ms())
+    }
+
+    fn hit(&self, key: String, decay_ms: f64, amount: i64) -> Result<i64, Error> {
+        self.0.hit(&key, decay_ms, amount, now_ms())
+    }
+
+    fn attempts(&self, key: String) -> i64 {
+        self.0.attempts(&key, now_ms())
+    }
+
+    fn too_many_attempts(&self, key: String, max: i64) -> bool {
+        self.0.too_many_attempts(&key, max, now_ms())
+    }
+
+    fn remaining(&self, key: String, max: i64) -> i64 {
+        self.0.remaining(&key, max, now_ms())
+    }
+
+    fn available_in(&self, key: String) -> u64 {
+        self.0.available_in(&key, now_ms())
+    }
+
+    fn available_in_ms(&self, key: String) -> u64 {
+        self.0.available_in_ms(&key, now_ms())
+    }
+
+    fn reset_attempts(&self, key: String) {
+        self.0.reset_attempts(&key, now_ms())
+    }
+
+    fn clear(&self, key: String) {
+        self.0.clear(&key)
+    }
+
+    fn purge(&self) {
+        self.0.purge(now_ms())
+    }
+
+    fn key_count(&self) -> u64 {
+        self.0.key_count()
+    }
+}

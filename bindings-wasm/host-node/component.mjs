@@ -1,0 +1,167 @@
+// Loads the ratewindow component (transpiled by `jco transpile --instantiation async`) in Node, for both
+// worlds, behind one interface of ops: the shape the conformance vectors speak.
+//
+//   engine: the pure world; every call takes `now` (a BigInt of Unix ms).
+//   hosted: the store reads the host's clock through the imported `ratewindow:engine/clock`; this host's
+//           clock is `host.clockMs`, set before each op.
+import { readFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+/** Where scripts/test-wasm-component.sh puts the transpiled components. */
+export const JCO_DIR = process.env.RATEWINDOW_JCO_DIR ?? path.join(here, '..', 'component', 'dist', 'jco');
+
+async function load(world, imports) {
+  const dir = path.join(JCO_DIR, world);
+  const { instantiate } = await import(path.join(dir, `ratewindow-${world}.js`));
+  const getCoreModule = async (file) => WebAssembly.compile(await readFile(path.join(dir, file)));
+  return instantiate(getCoreModule, imports);
+}
+
+/** The component's exports for the `engine` world. */
+export async function loadEngine() {
+  return load('engine', {});
+}
+
+/** The component's exports for the `hosted` world, and the host state its clock reads. */
+export async function loadHosted() {
+  const host = { clockMs: 0n, clockReads: 0 };
+  const clock = {
+    nowMs() {
+      host.clockReads += 1;
+      return host.clockMs;
+    },
+  };
+  // jco's generated code looks the interface up without its version; its typings name it with one.
+  const exports = await load('hosted', {
+    'ratewindow:engine/clock': clock,
+    'ratewindow:engine/clock@0.1.0': clock,
+  });
+  return { exports, host };
+}
+
+const limit = (l) => ({ uses: l.uses, windowMs: l.window_ms });
+const entries = (list) => list.map((e) => ({ key: e.key, limit: limit(e.limit) }));
+
+/**
+ * Runs `fn` and gives `{ ok }` or `{ err }` where `err` is the component's `error` variant: jco throws
+ * a `result`'s error as a ComponentError carrying it as `payload`. Anything else (a trap) rethrows.
+ */
+export function attempt(fn) {
+  try {
+    return { ok: fn() };
+  } catch (e) {
+    if (e && typeof e === 'object' && 'payload' in e && e.payload && typeof e.payload.tag === 'string') {
+      return { err: e.payload };
+    }
+    throw e;
+  }
+}
+
+/** Ops over a component's store. `timed` is true for the engine world (now passed to every call). */
+class Ops {
+  constructor(api, limits, timed, setClock) {
+    this.api = api;
+    this.limits = limits;
+    this.timed = timed;
+    this.setClock = setClock;
+    this.store = null;
+    this.tokens = new Map();
+  }
+
+  at(now) {
+    const n = BigInt(now);
+    if (!this.timed) this.setClock(n);
+    return this.timed ? [n] : [];
+  }
+
+  freshStore() {
+    for (const token of this.tokens.values()) token[Symbol.dispose]();
+    this.tokens.clear();
+    if (this.store) this.store[Symbol.dispose]();
+    this.store = new this.api.MemoryStore();
+  }
+
+  checkLimit(l) {
+    return attempt(() => this.limits.checkLimit(limit(l)));
+  }
+
+  consume(key, l, now) {
+    return attempt(() => this.store.consume(key, limit(l), ...this.at(now)));
+  }
+
+  peek(key, l, now) {
+    return attempt(() => this.store.peek(key, limit(l), ...this.at(now)));
+  }
+
+  consumeMany(list, now, id) {
+    const r = attempt(() => this.store.consumeMany(entries(list), ...this.at(now)));
+    if (r.err) return r;
+    const { verdict, release } = r.ok;
+    if (release) {
+      if (id !== undefined) this.tokens.set(id, release);
+      else release[Symbol.dispose]();
+    }
+    return { ok: verdict };
+  }
+
+  peekMany(list, now) {
+    return attempt(() => this.store.peekMany(entries(list), ...this.at(now)));
+  }
+
+  release(id, now) {
+    const token = this.tokens.get(id);
+    const args = this.at(now);
+    if (token) this.store.release(token, ...args);
+  }
+
+  hit(key, decayMs, amount, now) {
+    return attempt(() => this.store.hit(key, decayMs, BigInt(amount), ...this.at(now)));
+  }
+
+  attempts(key, now) {
+    return this.store.attempts(key, ...this.at(now));
+  }
+
+  tooManyAttempts(key, max, now) {
+    return this.store.tooManyAttempts(key, BigInt(max), ...this.at(now));
+  }
+
+  remaining(key, max, now) {
+    return this.store.remaining(key, BigInt(max), ...this.at(now));
+  }
+
+  availableIn(key, now) {
+    return this.store.availableIn(key, ...this.at(now));
+  }
+
+  availableInMs(key, now) {
+    return this.store.availableInMs(key, ...this.at(now));
+  }
+
+  resetAttempts(key, now) {
+    return this.store.resetAttempts(key, ...this.at(now));
+  }
+
+  clear(key, now) {
+    if (!this.timed) this.setClock(BigInt(now));
+    return this.store.clear(key);
+  }
+}
+
+/** Ops over the `engine` world. */
+export async function engineOps() {
+  const exports = await loadEngine();
+  return new Ops(exports.memory, exports.limits, true, null);
+}
+
+/** Ops over the `hosted` world, with its host state. */
+export async function hostedOps() {
+  const { exports, host } = await loadHosted();
+  const ops = new Ops(exports.clockedMemory, exports.limits, false, (n) => {
+    host.clockMs = n;
+  });
+  ops.host = host;
+  return ops;
+}

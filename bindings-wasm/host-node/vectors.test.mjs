@@ -1,0 +1,87 @@
+// Every case of tests/vectors/*.json through the component in Node (jco transpile), in both worlds.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+
+import { engineOps, hostedOps } from './component.mjs';
+
+const VECTORS = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'tests', 'vectors');
+const files = readdirSync(VECTORS).filter((f) => f.endsWith('.json')).sort();
+
+const num = (v) => (typeof v === 'bigint' ? Number(v) : v);
+const verdict = (v) => ({
+  allowed: v.allowed,
+  retry_after_ms: num(v.retryAfterMs),
+  retry_timestamp: v.retryTimestamp === undefined ? null : num(v.retryTimestamp),
+});
+const batch = (v) => ({ ...verdict(v), blocked: v.blocked === undefined ? null : v.blocked });
+const fromResult = (r, ok) => {
+  if (r.err) {
+    assert.equal(r.err.tag, 'invalid-limit', `unexpected error ${JSON.stringify(r.err)}`);
+    return { error: 'invalid_limit', field: r.err.val.field === 'window-ms' ? 'window_ms' : r.err.val.field };
+  }
+  return ok(r.ok);
+};
+
+/** The actual result of one op, in the vectors' JSON shape. */
+function run(ops, op) {
+  switch (op.op) {
+    case 'limit':
+      return fromResult(ops.checkLimit({ uses: op.uses, window_ms: op.window_ms }), () => ({ ok: true }));
+    case 'consume':
+      return fromResult(ops.consume(op.key, op.limit, op.now), verdict);
+    case 'peek':
+      return fromResult(ops.peek(op.key, op.limit, op.now), verdict);
+    case 'consume_many':
+      return fromResult(ops.consumeMany(op.entries, op.now, op.id), batch);
+    case 'peek_many':
+      return fromResult(ops.peekMany(op.entries, op.now), batch);
+    case 'release':
+      ops.release(op.id, op.now);
+      return null;
+    case 'hit':
+      return fromResult(ops.hit(op.key, op.decay_ms, op.amount, op.now), num);
+    case 'attempts':
+      return num(ops.attempts(op.key, op.now));
+    case 'too_many_attempts':
+      return ops.tooManyAttempts(op.key, op.max, op.now);
+    case 'remaining':
+      return num(ops.remaining(op.key, op.max, op.now));
+    case 'available_in':
+      return num(ops.availableIn(op.key, op.now));
+    case 'available_in_ms':
+      return num(ops.availableInMs(op.key, op.now));
+    case 'reset_attempts':
+      ops.resetAttempts(op.key, op.now);
+      return null;
+    case 'clear':
+      ops.clear(op.key, op.now);
+      return null;
+    default:
+      throw new Error(`unknown op ${op.op}`);
+  }
+}
+
+test('the vectors directory has cases', () => {
+  assert.ok(files.length > 0, `no vectors in ${VECTORS}`);
+});
+
+for (const [world, make] of [['engine', engineOps], ['hosted', hostedOps]]) {
+  for (const file of files) {
+    const doc = JSON.parse(readFileSync(path.join(VECTORS, file), 'utf8'));
+    test(`${world}: ${file}`, async (t) => {
+      const ops = await make();
+      for (const c of doc.cases) {
+        await t.test(c.name, () => {
+          ops.freshStore();
+          c.ops.forEach((op, i) => {
+            const expect = op.expect === undefined ? null : op.expect;
+            assert.deepStrictEqual(run(ops, op), expect, `op ${i} (${op.op} at ${op.now})`);
+          });
+        });
+      }
+    });
+  }
+}

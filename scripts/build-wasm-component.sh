@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Builds the ratewindow component for both worlds of wit/world.wit and checks them:
+#   bindings-wasm/component/dist/ratewindow-engine.wasm   world `engine` (no imports)
+#   bindings-wasm/component/dist/ratewindow-hosted.wasm   world `hosted` (imports the host's clock)
+# Each: cargo build for wasm32-unknown-unknown (scripts/wasm-toolchain.sh picks the toolchain), `jco new`
+# to wrap the core module as a component, `jco wit` to read its world back, and the size budget.
+# Assumes scripts/setup-wasm.sh has run.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DIST="$ROOT/bindings-wasm/component/dist"
+BUDGET=$((150 * 1024))
+JCO="$ROOT/bindings-wasm/node_modules/.bin/jco"
+
+eval "$("$ROOT/scripts/wasm-toolchain.sh" env)"
+mkdir -p "$DIST"
+
+# Size over speed for the component; panics abort (wasm32-unknown-unknown's default), and the layer
+# never panics on host input anyway.
+export CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
+  CARGO_PROFILE_RELEASE_PANIC=abort CARGO_PROFILE_RELEASE_STRIP=true
+
+for world in engine hosted; do
+  features=()
+  [ "$world" = hosted ] && features=(--features hosted)
+  (cd "$ROOT" && "$ROOT/scripts/wasm-toolchain.sh" cargo build --release -q -p ratewindow-component "${features[@]}")
+  core="$WASM_TARGET_DIR/$WASM_OUT_SUBDIR/release/ratewindow_component.wasm"
+  out="$DIST/ratewindow-$world.wasm"
+  "$JCO" new "$core" -o "$out" >/dev/null
+  wit="$("$JCO" wit "$out")"
+  # The world read back from the binary: exports as declared, imports only the clock (hosted).
+  for export in types errors limits memory; do
+    grep -q "export ratewindow:engine/$export@0.1.0;" <<<"$wit" || { echo "$out: missing export $export" >&2; exit 1; }
+  done
+  imports="$(grep -E '^\s*import ' <<<"$wit" | tr -d ' ' || true)"
+  if [ "$world" = engine ]; then
+    [ -z "$imports" ] || { echo "$out: the engine world must import nothing, got: $imports" >&2; exit 1; }
+  else
+    grep -q "export ratewindow:engine/clocked-memory@0.1.0;" <<<"$wit" || { echo "$out: missing clocked-memory" >&2; exit 1; }
+    [ "$imports" = "importratewindow:engine/clock@0.1.0;" ] || { echo "$out: unexpected imports: $imports" >&2; exit 1; }
+  fi
+  size=$(stat -c %s "$out")
+  echo "component $world: $out, $size bytes (core module $(stat -c %s "$core") bytes; $WASM_TOOLCHAIN toolchain)"
+  if [ "$size" -ge "$BUDGET" ]; then
+    echo "$out is $size bytes: over the $BUDGET-byte budget" >&2
+    exit 1
+  fi
+done
