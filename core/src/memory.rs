@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use indexmap::IndexMap;
@@ -24,8 +24,13 @@ type Map<V> = IndexMap<Box<str>, V, Hasher>;
 
 /// Keys examined per operation by the incremental sweep when it finds only live ones.
 const SWEEP_LOOK: usize = 4;
-/// Most dead keys one operation removes, bounding its latency.
+/// Most dead keys one operation removes from its own shard, bounding its latency.
 const SWEEP_REMOVE: usize = 64;
+/// Every this many operations on a shard, one other shard (in rotation) is swept too, so shards no
+/// longer used still shrink.
+const FOREIGN_EVERY: u32 = 8;
+/// Most dead keys a sweep of another shard removes.
+const FOREIGN_REMOVE: usize = 128;
 /// Default shard count (a power of two).
 const DEFAULT_SHARDS: usize = 16;
 /// A log's first allocation holds at most this many calls (it grows past it on demand).
@@ -67,6 +72,8 @@ struct Shard {
     log_cursor: usize,
     window_cursor: usize,
     next_instance: u64,
+    /// Operations since this shard last swept another one.
+    ops: u32,
 }
 
 impl Shard {
@@ -77,6 +84,7 @@ impl Shard {
             log_cursor: 0,
             window_cursor: 0,
             next_instance: 1,
+            ops: 0,
         }
     }
 
@@ -148,20 +156,33 @@ impl Shard {
         }
     }
 
-    fn sweep(&mut self, horizon: u64) {
-        sweep(&mut self.logs, &mut self.log_cursor, |log| {
+    /// Sweeps this shard a little after an operation on it; returns whether it is time to sweep
+    /// another shard too.
+    fn sweep(&mut self, horizon: u64) -> bool {
+        self.sweep_up_to(horizon, SWEEP_REMOVE);
+        self.ops += 1;
+        if self.ops >= FOREIGN_EVERY {
+            self.ops = 0;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn sweep_up_to(&mut self, horizon: u64, remove: usize) {
+        sweep(&mut self.logs, &mut self.log_cursor, remove, |log| {
             !log.alive(horizon)
         });
-        sweep(&mut self.windows, &mut self.window_cursor, |w| {
+        sweep(&mut self.windows, &mut self.window_cursor, remove, |w| {
             !w.is_live(horizon)
         });
     }
 }
 
 /// Looks at a few keys from the cursor, removing dead ones; continues while it finds them.
-fn sweep<V>(map: &mut Map<V>, cursor: &mut usize, dead: impl Fn(&V) -> bool) {
+fn sweep<V>(map: &mut Map<V>, cursor: &mut usize, remove: usize, dead: impl Fn(&V) -> bool) {
     let (mut looked, mut removed) = (0, 0);
-    while looked < SWEEP_LOOK && removed < SWEEP_REMOVE && !map.is_empty() {
+    while looked < SWEEP_LOOK && removed < remove && !map.is_empty() {
         if *cursor >= map.len() {
             *cursor = 0;
         }
@@ -246,6 +267,7 @@ pub struct Consumed {
 pub struct MemoryStore {
     id: u64,
     horizon: AtomicU64,
+    foreign_cursor: AtomicUsize,
     shard_hasher: Hasher,
     shards: Box<[Mutex<Shard>]>,
 }
@@ -269,6 +291,7 @@ impl MemoryStore {
         MemoryStore {
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
             horizon: AtomicU64::new(0),
+            foreign_cursor: AtomicUsize::new(0),
             shard_hasher: Hasher::default(),
             shards: (0..n)
                 .map(|_| Mutex::new(Shard::new(&map_hasher)))
@@ -286,6 +309,15 @@ impl MemoryStore {
         // Every mutation of a shard is one step that cannot panic half-way, so a lock poisoned by a
         // panic elsewhere guards consistent data and is safe to take.
         self.shards[index].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sweeps the next shard in rotation, unless another thread holds it (it will sweep it itself).
+    #[cold]
+    fn sweep_foreign(&self, horizon: u64) {
+        let index = self.foreign_cursor.fetch_add(1, Ordering::Relaxed) & (self.shards.len() - 1);
+        if let Ok(mut shard) = self.shards[index].try_lock() {
+            shard.sweep_up_to(horizon, FOREIGN_REMOVE);
+        }
     }
 
     /// The horizon for a read at `now`.
@@ -325,7 +357,10 @@ impl MemoryStore {
                 Verdict::ALLOWED
             }
         };
-        shard.sweep(horizon);
+        if shard.sweep(horizon) {
+            drop(shard);
+            self.sweep_foreign(horizon);
+        }
         verdict
     }
 
@@ -442,8 +477,12 @@ impl MemoryStore {
             }
         });
         if record {
-            for guard in &mut guards {
-                guard.sweep(horizon);
+            let foreign = guards
+                .iter_mut()
+                .fold(false, |due, guard| guard.sweep(horizon) | due);
+            drop(guards);
+            if foreign {
+                self.sweep_foreign(horizon);
             }
         }
         Consumed { verdict, release }
@@ -494,7 +533,10 @@ impl MemoryStore {
                 amount
             }
         };
-        shard.sweep(horizon);
+        if shard.sweep(horizon) {
+            drop(shard);
+            self.sweep_foreign(horizon);
+        }
         count
     }
 

@@ -6,7 +6,9 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use ratewindow_core::{BatchVerdict, Entry, Limit, MemoryStore, Release, Verdict, Window, MAX_WINDOW_MS};
+use ratewindow_core::{
+    BatchVerdict, Entry, Limit, MemoryStore, Release, Verdict, Window, MAX_WINDOW_MS,
+};
 
 // ---------------------------------------------------------------------------------------------
 // The model.
@@ -46,10 +48,16 @@ fn alive(deadline: u64, horizon: u64) -> bool {
 
 impl Model {
     fn wait(&self, key: &str, l: Limit, now: u64, horizon: u64) -> Option<u64> {
-        let log = self.logs.get(key).filter(|log| alive(log.expires, horizon))?;
+        let log = self
+            .logs
+            .get(key)
+            .filter(|log| alive(log.expires, horizon))?;
         let mut times: Vec<u64> = log.times.clone();
         times.sort();
-        let count = times.iter().filter(|&&t| inside(t, now, l.window_ms())).count();
+        let count = times
+            .iter()
+            .filter(|&&t| inside(t, now, l.window_ms()))
+            .count();
         if count < l.uses() as usize {
             return None;
         }
@@ -58,7 +66,11 @@ impl Model {
     }
 
     fn refusal(now: u64, until: u64) -> Verdict {
-        Verdict { allowed: false, retry_after_ms: (until.saturating_sub(now)).max(1), retry_timestamp: Some(until) }
+        Verdict {
+            allowed: false,
+            retry_after_ms: (until.saturating_sub(now)).max(1),
+            retry_timestamp: Some(until),
+        }
     }
 
     fn batch(&mut self, entries: &[Entry], now: u64, record: bool) -> (BatchVerdict, Vec<MCall>) {
@@ -89,7 +101,7 @@ impl Model {
         let mut blocked: Option<(usize, u64)> = None;
         for (i, e) in entries.iter().enumerate() {
             if let Some(until) = self.wait(&e.key, e.limit, now, horizon) {
-                if blocked.map_or(true, |(_, b)| until > b) {
+                if blocked.is_none_or(|(_, b)| until > b) {
                     blocked = Some((i, until));
                 }
             }
@@ -110,12 +122,21 @@ impl Model {
                 let lives = &mut self.lives;
                 let log = self.logs.entry(key.clone()).or_insert_with(|| {
                     *lives += 1;
-                    MLog { times: Vec::new(), expires: 0, life: *lives }
+                    MLog {
+                        times: Vec::new(),
+                        expires: 0,
+                        life: *lives,
+                    }
                 });
                 let at = log.times.iter().copied().max().unwrap_or(0).max(now);
                 log.times.push(at);
                 log.expires = log.expires.max(at.max(horizon).saturating_add(w));
-                calls.push(MCall { key, life: log.life, at, window: w });
+                calls.push(MCall {
+                    key,
+                    life: log.life,
+                    at,
+                    window: w,
+                });
             }
         }
         (BatchVerdict::ALLOWED, calls)
@@ -141,7 +162,10 @@ impl Model {
     }
 
     fn live_window(&self, key: &str, now: u64) -> Option<(i64, u64)> {
-        self.windows.get(key).copied().filter(|&(_, ends)| alive(ends, self.horizon.max(now)))
+        self.windows
+            .get(key)
+            .copied()
+            .filter(|&(_, ends)| alive(ends, self.horizon.max(now)))
     }
 
     fn hit(&mut self, key: &str, decay: u64, amount: i64, now: u64) -> i64 {
@@ -202,7 +226,10 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// Times: mostly forward in small steps, sometimes the same millisecond, sometimes back.
 fn steps() -> impl Strategy<Value = Vec<i64>> {
-    prop::collection::vec(prop_oneof![3 => Just(0i64), 10 => 1i64..40, 2 => -60i64..0, 1 => 200i64..2000], 1..80)
+    prop::collection::vec(
+        prop_oneof![3 => Just(0i64), 10 => 1i64..40, 2 => -60i64..0, 1 => 200i64..2000],
+        1..80,
+    )
 }
 
 fn run(ops: &[Op], steps: &[i64], start: u64, shards: usize) -> Result<(), TestCaseError> {
@@ -212,14 +239,25 @@ fn run(ops: &[Op], steps: &[i64], start: u64, shards: usize) -> Result<(), TestC
     let mut now = start;
     for (i, op) in ops.iter().enumerate() {
         let step = steps[i % steps.len()];
-        now = if step >= 0 { now.saturating_add(step as u64) } else { now.saturating_sub(step.unsigned_abs()) };
+        now = if step >= 0 {
+            now.saturating_add(step as u64)
+        } else {
+            now.saturating_sub(step.unsigned_abs())
+        };
         let entries = |list: &[(usize, Limit)]| -> Vec<Entry> {
             list.iter().map(|&(k, l)| Entry::new(KEYS[k], l)).collect()
         };
         match op {
             Op::Consume(k, l) => {
                 let (want, _) = model.batch(&[Entry::new(KEYS[*k], *l)], now, true);
-                prop_assert_eq!(store.consume(KEYS[*k], *l, now), want.verdict(), "op {} {:?} at {}", i, op, now);
+                prop_assert_eq!(
+                    store.consume(KEYS[*k], *l, now),
+                    want.verdict(),
+                    "op {} {:?} at {}",
+                    i,
+                    op,
+                    now
+                );
             }
             Op::ConsumeMany(list) => {
                 let list = entries(list);
@@ -231,12 +269,26 @@ fn run(ops: &[Op], steps: &[i64], start: u64, shards: usize) -> Result<(), TestC
             }
             Op::Peek(k, l) => {
                 let (want, _) = model.batch(&[Entry::new(KEYS[*k], *l)], now, false);
-                prop_assert_eq!(store.peek(KEYS[*k], *l, now), want.verdict(), "op {} {:?} at {}", i, op, now);
+                prop_assert_eq!(
+                    store.peek(KEYS[*k], *l, now),
+                    want.verdict(),
+                    "op {} {:?} at {}",
+                    i,
+                    op,
+                    now
+                );
             }
             Op::PeekMany(list) => {
                 let list = entries(list);
                 let (want, _) = model.batch(&list, now, false);
-                prop_assert_eq!(store.peek_many(&list, now), want, "op {} {:?} at {}", i, op, now);
+                prop_assert_eq!(
+                    store.peek_many(&list, now),
+                    want,
+                    "op {} {:?} at {}",
+                    i,
+                    op,
+                    now
+                );
             }
             Op::Release(r) => {
                 if !releases.is_empty() {
@@ -256,11 +308,18 @@ fn run(ops: &[Op], steps: &[i64], start: u64, shards: usize) -> Result<(), TestC
             Op::Attempts(k) => {
                 let want = model.live_window(KEYS[*k], now).map_or(0, |(c, _)| c);
                 prop_assert_eq!(store.attempts(KEYS[*k], now), want, "op {} {:?}", i, op);
-                prop_assert_eq!(store.too_many_attempts(KEYS[*k], 2, now), model.live_window(KEYS[*k], now).is_some_and(|(c, _)| c >= 2));
+                prop_assert_eq!(
+                    store.too_many_attempts(KEYS[*k], 2, now),
+                    model
+                        .live_window(KEYS[*k], now)
+                        .is_some_and(|(c, _)| c >= 2)
+                );
                 prop_assert_eq!(store.remaining(KEYS[*k], 2, now), (2 - want).max(0));
             }
             Op::AvailableIn(k) => {
-                let ms = model.live_window(KEYS[*k], now).map_or(0, |(_, ends)| ends.saturating_sub(now));
+                let ms = model
+                    .live_window(KEYS[*k], now)
+                    .map_or(0, |(_, ends)| ends.saturating_sub(now));
                 prop_assert_eq!(store.available_in_ms(KEYS[*k], now), ms);
                 prop_assert_eq!(store.available_in(KEYS[*k], now), ms.div_ceil(1000));
             }
@@ -279,7 +338,11 @@ fn run(ops: &[Op], steps: &[i64], start: u64, shards: usize) -> Result<(), TestC
     }
     // Whatever happened, purging at the end of time leaves only the keys whose deadline saturated there.
     store.purge(u64::MAX);
-    let forever = model.logs.values().filter(|l| l.expires == u64::MAX).count()
+    let forever = model
+        .logs
+        .values()
+        .filter(|l| l.expires == u64::MAX)
+        .count()
         + model.windows.values().filter(|w| w.1 == u64::MAX).count();
     prop_assert_eq!(store.len(), forever);
     Ok(())
@@ -315,7 +378,14 @@ fn extreme_limits_never_panic_or_overflow() {
     assert!(store.consume("tiny", tiny, u64::MAX).allowed);
     let refused = store.consume("tiny", tiny, u64::MAX);
     // The call at u64::MAX leaves at u64::MAX + 1, which saturates: the wait reads as 1 ms.
-    assert_eq!(refused, Verdict { allowed: false, retry_after_ms: 1, retry_timestamp: Some(u64::MAX) });
+    assert_eq!(
+        refused,
+        Verdict {
+            allowed: false,
+            retry_after_ms: 1,
+            retry_timestamp: Some(u64::MAX)
+        }
+    );
     let decay = Window::from_ms(MAX_WINDOW_MS).unwrap();
     assert_eq!(store.hit("k", decay, i64::MAX, u64::MAX - 5), i64::MAX);
     assert_eq!(store.hit("k", decay, i64::MAX, u64::MAX - 5), i64::MAX);
