@@ -25,7 +25,11 @@ fn race(f: impl Fn(usize) -> bool + Send + Sync + 'static) -> usize {
             })
         })
         .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).filter(|&ok| ok).count()
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .filter(|&ok| ok)
+        .count()
 }
 
 #[test]
@@ -36,7 +40,11 @@ fn of_8_concurrent_calls_at_the_limit_exactly_one_passes() {
         assert!(store.consume("k", limit, 0).allowed);
         assert!(store.consume("k", limit, 0).allowed);
         let s = store.clone();
-        assert_eq!(race(move |_| s.consume("k", limit, 1).allowed), 1, "round {round}");
+        assert_eq!(
+            race(move |_| s.consume("k", limit, 1).allowed),
+            1,
+            "round {round}"
+        );
     }
 }
 
@@ -48,11 +56,16 @@ fn of_8_concurrent_batches_at_the_limit_exactly_one_passes() {
         let s = store.clone();
         // Each batch shares "global" and has a key of its own, in shards locked in differing orders.
         let passed = race(move |i| {
-            let batch = [Entry::new(format!("user:{i}"), limit), Entry::new("global", limit)];
+            let batch = [
+                Entry::new(format!("user:{i}"), limit),
+                Entry::new("global", limit),
+            ];
             s.consume_many(&batch, 1).verdict.allowed
         });
         assert_eq!(passed, 1, "round {round}");
-        let users_counted = (0..8).filter(|i| !store.peek(&format!("user:{i}"), limit, 2).allowed).count();
+        let users_counted = (0..8)
+            .filter(|i| !store.peek(&format!("user:{i}"), limit, 2).allowed)
+            .count();
         assert_eq!(users_counted, 1, "refused batches recorded nothing");
     }
 }
@@ -87,7 +100,11 @@ fn a_store_that_saw_many_keys_shrinks_back_as_a_few_are_used() {
         now += 1;
         store.consume(["a", "b", "c"][op % 3], limit, now);
     }
-    assert_eq!(store.len(), 3, "expired keys are swept without a background thread");
+    assert_eq!(
+        store.len(),
+        3,
+        "expired keys are swept without a background thread"
+    );
 }
 
 #[test]
