@@ -1,0 +1,69 @@
+/**
+ * `@ratewindow/wasm`: ratewindow for JavaScript runtimes where a native addon cannot load (browsers,
+ * Deno, edge workers), with the same API as the `ratewindow` Node package: `MemoryStore`,
+ * `RateLimiter`, `Limit` and the errors, counted by the same Rust engine compiled to WebAssembly.
+ *
+ * The module must be instantiated once before the first store is made: `await init()` fetches
+ * `ratewindow_wasm_bg.wasm` next to the glue (or pass a `URL`, `Response`, bytes or a compiled
+ * `WebAssembly.Module`), and `initSync(bytesOrModule)` does it synchronously (Cloudflare Workers
+ * import the `.wasm` as a module and pass it here). Under Node the package's `node` entry does it on
+ * import.
+ *
+ * ```ts
+ * import { init, MemoryStore } from '@ratewindow/wasm';
+ * await init();
+ * const store = new MemoryStore();
+ * const verdict = store.consume('click:alice', { uses: 3, windowMs: 10_000 });
+ * ```
+ * @module
+ */
+import initGlue, { initSync as initGlueSync } from '../pkg/ratewindow_wasm.js';
+import type { Backend } from './layer/backend.js';
+import { setDefaultBackend } from './layer/store.js';
+import { createWasmBackend, type WasmExports } from './wasm.js';
+
+export * from './layer/index.js';
+export type { Backend, BackendStore } from './layer/backend.js';
+
+let ready: Backend | undefined;
+
+function backend(): Backend {
+  if (ready === undefined) {
+    throw new Error('@ratewindow/wasm is not initialised: call `await init()` (or `initSync(module)`) first');
+  }
+  return ready;
+}
+
+/** Stands for the engine until it is instantiated; each store then comes straight from it. */
+const lazy: Backend = Object.freeze({
+  kind: 'wasm',
+  createStore: () => backend().createStore(),
+  checkLimit: (uses: number, windowMs: number) => backend().checkLimit(uses, windowMs),
+  noop: () => backend().noop(),
+  panicForTest: (message: string) => backend().panicForTest(message),
+});
+setDefaultBackend(lazy);
+
+/** What {@link init} accepts: where the `.wasm` is, its bytes, or the compiled module. */
+export type WasmSource = string | URL | Request | Response | BufferSource | WebAssembly.Module;
+
+/**
+ * Instantiates the engine (once; later calls return at once). Without an argument the `.wasm` is
+ * fetched from next to the glue (`new URL('ratewindow_wasm_bg.wasm', import.meta.url)`).
+ */
+export async function init(source?: WasmSource | Promise<WasmSource>): Promise<void> {
+  if (ready !== undefined) return;
+  const exports = await initGlue(source === undefined ? undefined : { module_or_path: source });
+  ready ??= createWasmBackend(exports as unknown as WasmExports);
+}
+
+/** Instantiates the engine synchronously from the `.wasm` bytes or a compiled module (once). */
+export function initSync(source: BufferSource | WebAssembly.Module): void {
+  if (ready !== undefined) return;
+  ready = createWasmBackend(initGlueSync({ module: source }) as unknown as WasmExports);
+}
+
+/** The engine as a {@link Backend} (for `createApi`-style wiring and tests); throws before init. */
+export function wasmBackend(): Backend {
+  return backend();
+}

@@ -1,0 +1,254 @@
+/**
+ * The wasm-bindgen build of the engine as a {@link Backend}: the same boundary the napi addon
+ * implements (`bindings-node/ts/backend.ts`), so the Node package's TypeScript layer runs on it
+ * unchanged.
+ *
+ * The glue (`pkg/ratewindow_wasm.js`, made by wasm-bindgen `--target web`) needs its module
+ * instantiated first; {@link createWasmBackend} takes the instance's exports as proof that it is.
+ *
+ * ## Panics
+ *
+ * The engine never panics on input (every host number is validated by the core or cast with
+ * saturation), but on `wasm32-unknown-unknown` a panic would abort: the instance traps and
+ * `catch_unwind` cannot help. So every call that enters the module goes through a `try`/`catch`
+ * that turns a trap (`WebAssembly.RuntimeError`) into a {@link BackendError} with code `panic`,
+ * carrying the message the module's panic hook kept, and resets the module's shadow stack pointer
+ * (a trap leaves it where the aborted frames put it). A store whose call trapped may hold a
+ * half-done step, so from then on it refuses every call with the same error; other stores and the
+ * module stay usable.
+ * @module
+ */
+import type { Backend, BackendError, BackendStore } from './layer/backend.js';
+import * as glue from '../pkg/ratewindow_wasm.js';
+
+/** The raw exports of an instantiated module, as `initSync` / `init` return them. */
+export interface WasmExports {
+  readonly memory: WebAssembly.Memory;
+  /** Exported by the build (`--export=__stack_pointer`, kept by `--keep-lld-exports`). */
+  readonly __stack_pointer?: WebAssembly.Global;
+  readonly [name: string]: unknown;
+}
+
+function coded(code: string, message: string): BackendError {
+  return Object.assign(new Error(message), { code });
+}
+
+/**
+ * Turns what a call into the module threw into what the boundary promises: a coded error passes as
+ * it is; a trap becomes code `panic` (and the shadow stack is reset); anything else passes unchanged.
+ */
+function translate(error: unknown, stackBase: number | undefined, exports: WasmExports): unknown {
+  if (!(error instanceof WebAssembly.RuntimeError)) return error;
+  if (stackBase !== undefined && exports.__stack_pointer) exports.__stack_pointer.value = stackBase;
+  let message: string | undefined;
+  try {
+    message = glue.takePanicMessage();
+  } catch {
+    // The message is a nicety: the trap itself is what the caller must learn of.
+  }
+  return Object.assign(coded('panic', `ratewindow (wasm) panicked: ${message ?? error.message}`), { cause: error });
+}
+
+/** Builds the {@link Backend} over an instantiated glue module. */
+export function createWasmBackend(exports: WasmExports): Backend {
+  // Nothing runs in the module between calls, so this is where every call starts and ends.
+  const stackBase = exports.__stack_pointer?.value as number | undefined;
+  const fail = (error: unknown): never => {
+    throw translate(error, stackBase, exports);
+  };
+
+  /** One engine store; every method enters the module once. */
+  class WasmBackendStore implements BackendStore {
+    #inner: glue.WasmStore | undefined = new glue.WasmStore();
+    #poison: unknown;
+
+    /** The live store, or the trap that poisoned it. */
+    #store(): glue.WasmStore {
+      if (this.#inner === undefined) throw this.#poison;
+      return this.#inner;
+    }
+
+    /** Handles a failure: a trap poisons this store (its last step may be half done). */
+    #fail(error: unknown): never {
+      const out = translate(error, stackBase, exports);
+      if (error instanceof WebAssembly.RuntimeError) {
+        this.#poison = out;
+        this.#inner = undefined; // leaked on purpose: freeing it would run code on suspect state
+      }
+      throw out;
+    }
+
+    consume(key: string, uses: number, windowMs: number, now: number): number {
+      try {
+        return this.#store().consume(key, uses, windowMs, now);
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    peek(key: string, uses: number, windowMs: number, now: number): number {
+      try {
+        return this.#store().peek(key, uses, windowMs, now);
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    batchPush(key: string, uses: number, windowMs: number): void {
+      try {
+        this.#store().batchPush(key, uses, windowMs);
+      } catch (e) {
+        this.#fail(e);
+      }
+    }
+    batchConsume(now: number): number {
+      try {
+        return this.#store().batchConsume(now);
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    batchPeek(now: number): number {
+      try {
+        return this.#store().batchPeek(now);
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    batchClear(): void {
+      try {
+        this.#store().batchClear();
+      } catch (e) {
+        this.#fail(e);
+      }
+    }
+    batchBlocked(): number {
+      try {
+        return this.#store().batchBlocked();
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    release(handle: number, now: number): void {
+      try {
+        this.#store().release(handle, now);
+      } catch (e) {
+        this.#fail(e);
+      }
+    }
+    dropRelease(handle: number): void {
+      try {
+        this.#store().dropRelease(handle);
+      } catch (e) {
+        this.#fail(e);
+      }
+    }
+    releaseHandles(): number {
+      try {
+        return this.#store().releaseHandles();
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    hit(key: string, decayMs: number, amount: number, now: number): number {
+      try {
+        return this.#store().hit(key, decayMs, amount, now);
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    attempts(key: string, now: number): number {
+      try {
+        return this.#store().attempts(key, now);
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    tooManyAttempts(key: string, max: number, now: number): number {
+      try {
+        return this.#store().tooManyAttempts(key, max, now);
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    remaining(key: string, max: number, now: number): number {
+      try {
+        return this.#store().remaining(key, max, now);
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    availableIn(key: string, now: number): number {
+      try {
+        return this.#store().availableIn(key, now);
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    availableInMs(key: string, now: number): number {
+      try {
+        return this.#store().availableInMs(key, now);
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    resetAttempts(key: string, now: number): void {
+      try {
+        this.#store().resetAttempts(key, now);
+      } catch (e) {
+        this.#fail(e);
+      }
+    }
+    clear(key: string): void {
+      try {
+        this.#store().clear(key);
+      } catch (e) {
+        this.#fail(e);
+      }
+    }
+    purge(now: number): void {
+      try {
+        this.#store().purge(now);
+      } catch (e) {
+        this.#fail(e);
+      }
+    }
+    size(): number {
+      try {
+        return this.#store().size();
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+  }
+
+  return Object.freeze({
+    kind: 'wasm',
+    createStore: (): BackendStore => {
+      try {
+        return new WasmBackendStore();
+      } catch (e) {
+        return fail(e);
+      }
+    },
+    checkLimit: (uses: number, windowMs: number): void => {
+      try {
+        glue.checkLimit(uses, windowMs);
+      } catch (e) {
+        fail(e);
+      }
+    },
+    noop: (): number => {
+      try {
+        return glue.noop();
+      } catch (e) {
+        return fail(e);
+      }
+    },
+    panicForTest: (message: string): void => {
+      try {
+        glue.panicForTest(message);
+      } catch (e) {
+        fail(e);
+      }
+    },
+  });
+}
