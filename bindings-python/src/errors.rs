@@ -33,12 +33,16 @@ pub(crate) fn guard<T>(body: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
                 .map(|s| (*s).to_owned())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".to_owned());
-            Err(Python::attach(|py| match INTERNAL.import(py, "ratewindow._errors", "InternalError") {
-                Ok(class) => match class.call1((format!("internal error in ratewindow: {what}"),)) {
-                    Ok(instance) => PyErr::from_value(instance),
+            Err(Python::attach(|py| {
+                match INTERNAL.import(py, "ratewindow._errors", "InternalError") {
+                    Ok(class) => {
+                        match class.call1((format!("internal error in ratewindow: {what}"),)) {
+                            Ok(instance) => PyErr::from_value(instance),
+                            Err(e) => e,
+                        }
+                    }
                     Err(e) => e,
-                },
-                Err(e) => e,
+                }
             }))
         }
     }

@@ -31,7 +31,9 @@ impl HostNumber {
 
 fn host_number(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<HostNumber> {
     if obj.is_instance_of::<PyBool>() {
-        return Err(PyTypeError::new_err(format!("{name} must be an int or a float, not bool")));
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int or a float, not bool"
+        )));
     }
     if let Ok(int) = obj.cast::<PyInt>() {
         if let Ok(v) = int.extract::<u64>() {
@@ -39,7 +41,11 @@ fn host_number(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<HostNumber> {
         }
         // Negative or past u64: the core refuses it either way; an int too large for f64 is infinite.
         let negative = int.lt(0)?;
-        let real = int.extract::<f64>().unwrap_or(if negative { f64::NEG_INFINITY } else { f64::INFINITY });
+        let real = int.extract::<f64>().unwrap_or(if negative {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        });
         return Ok(HostNumber::Real(real));
     }
     if let Ok(float) = obj.cast::<PyFloat>() {
@@ -47,12 +53,18 @@ fn host_number(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<HostNumber> {
     }
     Err(PyTypeError::new_err(format!(
         "{name} must be an int or a float, not {}",
-        obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+        obj.get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|_| "?".into())
     )))
 }
 
 /// Checks `uses` and `window_ms` in the core.
-pub(crate) fn core_limit(uses: &Bound<'_, PyAny>, window_ms: &Bound<'_, PyAny>) -> PyResult<ratewindow_core::Limit> {
+pub(crate) fn core_limit(
+    uses: &Bound<'_, PyAny>,
+    window_ms: &Bound<'_, PyAny>,
+) -> PyResult<ratewindow_core::Limit> {
     let u = host_number("uses", uses)?;
     let w = host_number("window_ms", window_ms)?;
     let checked = match (u, w) {
@@ -99,7 +111,11 @@ pub(crate) struct Limit {
 impl Limit {
     #[new]
     fn new(uses: &Bound<'_, PyAny>, window_ms: &Bound<'_, PyAny>) -> PyResult<Self> {
-        guard(|| Ok(Limit { inner: core_limit(uses, window_ms)? }))
+        guard(|| {
+            Ok(Limit {
+                inner: core_limit(uses, window_ms)?,
+            })
+        })
     }
 
     /// Calls allowed per window.

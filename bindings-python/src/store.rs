@@ -50,12 +50,20 @@ fn entries(items: &Bound<'_, PyAny>) -> PyResult<Vec<Entry>> {
     let mut out = Vec::with_capacity(items.len().unwrap_or(0));
     for item in items.try_iter()? {
         let item = item?;
-        let (key, limit) = match (item.getattr(intern!(py, "key")), item.getattr(intern!(py, "limit"))) {
+        let (key, limit) = match (
+            item.getattr(intern!(py, "key")),
+            item.getattr(intern!(py, "limit")),
+        ) {
             (Ok(key), Ok(limit)) => (key, limit),
-            _ => return Err(PyTypeError::new_err("each entry must have a `key` (str) and a `limit` (Limit)")),
+            _ => {
+                return Err(PyTypeError::new_err(
+                    "each entry must have a `key` (str) and a `limit` (Limit)",
+                ))
+            }
         };
-        let key: String =
-            key.extract().map_err(|_| PyTypeError::new_err("an entry's `key` must be a str"))?;
+        let key: String = key
+            .extract()
+            .map_err(|_| PyTypeError::new_err("an entry's `key` must be a str"))?;
         let limit = limit
             .cast::<Limit>()
             .map_err(|_| PyTypeError::new_err("an entry's `limit` must be a ratewindow.Limit"))?;
@@ -74,7 +82,10 @@ impl MemoryStore {
                 return Err(PyValueError::new_err("shards must be from 1 to 65536"));
             }
             Ok(MemoryStore {
-                shared: Arc::new(Shared { store: ratewindow_core::MemoryStore::with_shards(shards), clock }),
+                shared: Arc::new(Shared {
+                    store: ratewindow_core::MemoryStore::with_shards(shards),
+                    clock,
+                }),
             })
         })
     }
@@ -88,7 +99,11 @@ impl MemoryStore {
     fn consume(&self, py: Python<'_>, key: &str, limit: &Bound<'_, Limit>) -> PyResult<Verdict> {
         guard(|| {
             let now = self.shared.now(py)?;
-            Ok(Verdict::single(self.shared.store.consume(key, limit.get().inner, now)))
+            Ok(Verdict::single(self.shared.store.consume(
+                key,
+                limit.get().inner,
+                now,
+            )))
         })
     }
 
@@ -96,7 +111,11 @@ impl MemoryStore {
     fn peek(&self, py: Python<'_>, key: &str, limit: &Bound<'_, Limit>) -> PyResult<Verdict> {
         guard(|| {
             let now = self.shared.now(py)?;
-            Ok(Verdict::single(self.shared.store.peek(key, limit.get().inner, now)))
+            Ok(Verdict::single(self.shared.store.peek(
+                key,
+                limit.get().inner,
+                now,
+            )))
         })
     }
 
@@ -106,7 +125,10 @@ impl MemoryStore {
             let entries = self::entries(entries)?;
             let now = self.shared.now(py)?;
             let consumed = self.shared.store.consume_many(&entries, now);
-            Ok(Verdict::batch(consumed.verdict, consumed.release.map(|r| (Arc::clone(&self.shared), r))))
+            Ok(Verdict::batch(
+                consumed.verdict,
+                consumed.release.map(|r| (Arc::clone(&self.shared), r)),
+            ))
         })
     }
 
@@ -115,7 +137,10 @@ impl MemoryStore {
         guard(|| {
             let entries = self::entries(entries)?;
             let now = self.shared.now(py)?;
-            Ok(Verdict::batch(self.shared.store.peek_many(&entries, now), None))
+            Ok(Verdict::batch(
+                self.shared.store.peek_many(&entries, now),
+                None,
+            ))
         })
     }
 
@@ -143,10 +168,18 @@ impl MemoryStore {
     }
 
     /// Whether `key` has `max` or more hits in a window that still runs.
-    fn too_many_attempts(&self, py: Python<'_>, key: &str, max: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn too_many_attempts(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        max: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
         guard(|| {
             let max = whole("max", max)?;
-            Ok(self.shared.store.too_many_attempts(key, max, self.shared.now(py)?))
+            Ok(self
+                .shared
+                .store
+                .too_many_attempts(key, max, self.shared.now(py)?))
         })
     }
 

@@ -57,7 +57,12 @@ impl Verdict {
     }
 
     fn key(&self) -> (bool, u64, Option<u64>, Option<usize>) {
-        (self.allowed, self.retry_after_ms, self.retry_timestamp, self.blocked)
+        (
+            self.allowed,
+            self.retry_after_ms,
+            self.retry_timestamp,
+            self.blocked,
+        )
     }
 }
 
@@ -147,7 +152,9 @@ impl Verdict {
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other.cast::<Verdict>().is_ok_and(|o| o.get().key() == self.key())
+        other
+            .cast::<Verdict>()
+            .is_ok_and(|o| o.get().key() == self.key())
     }
 
     fn __hash__(&self) -> u64 {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from ._limits import Limit, Number, _seconds_to_ms
 from ._memory import AsyncMemoryStore, MemoryStore
@@ -150,13 +150,19 @@ class AsyncRateLimiter(_Registry[Callable[..., Limits | Awaitable[Limits]]]):
 
         return resolve
 
+    @overload
     async def attempt(
-        self,
-        key: str,
-        max_attempts: int,
-        callback: Callable[[], T | Awaitable[T]],
-        decay_seconds: Number = 60,
-    ) -> T | bool:
+        self, key: str, max_attempts: int, callback: Callable[[], Awaitable[T]], decay_seconds: Number = 60
+    ) -> T | bool: ...
+
+    @overload
+    async def attempt(
+        self, key: str, max_attempts: int, callback: Callable[[], T], decay_seconds: Number = 60
+    ) -> T | bool: ...
+
+    async def attempt(
+        self, key: str, max_attempts: int, callback: Callable[[], Any], decay_seconds: Number = 60
+    ) -> Any:
         """See :meth:`RateLimiter.attempt`; an awaitable result is awaited."""
         if await self.too_many_attempts(key, max_attempts):
             return False
@@ -164,7 +170,7 @@ class AsyncRateLimiter(_Registry[Callable[..., Limits | Awaitable[Limits]]]):
         if inspect.isawaitable(result):
             result = await result
         await self.hit(key, decay_seconds)
-        return True if result is None else result  # type: ignore[return-value]
+        return True if result is None else result
 
     async def too_many_attempts(self, key: str, max_attempts: int) -> bool:
         """See :meth:`RateLimiter.too_many_attempts`."""

@@ -12,7 +12,7 @@ __all__ = ["Limit", "GlobalLimit", "Unlimited", "Entry"]
 Number = int | float
 
 
-def _seconds_to_ms(seconds: Number, field: str = "window_ms") -> Number:
+def _seconds_to_ms(seconds: Number, field: str = "window_ms", scale: int = 1) -> Number:
     """Seconds to milliseconds, leaving the core to refuse what cannot be a window.
 
     A float is rounded to the millisecond (``0.007`` s is 7 ms, not 7.000000000000001); NaN and
@@ -20,9 +20,10 @@ def _seconds_to_ms(seconds: Number, field: str = "window_ms") -> Number:
     """
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise TypeError(f"{field} must be an int or a float, not {type(seconds).__name__}")
-    if isinstance(seconds, float) and seconds == seconds and abs(seconds) != float("inf"):
-        return float(round(seconds * 1000))
-    return seconds * 1000
+    ms = seconds * scale * 1000
+    if isinstance(ms, float) and ms == ms and abs(ms) != float("inf"):
+        return float(round(ms))
+    return ms
 
 
 class Limit(_ratewindow.Limit):
@@ -53,27 +54,27 @@ class Limit(_ratewindow.Limit):
     @classmethod
     def per_second(cls, uses: Number, seconds: Number = 1) -> Limit:
         """``uses`` calls per ``seconds`` seconds."""
-        return Limit(uses, _seconds_to_ms(seconds))
+        return Limit(uses, _seconds_to_ms(seconds, "seconds"))
 
     @classmethod
     def per_minute(cls, uses: Number, minutes: Number = 1) -> Limit:
         """``uses`` calls per ``minutes`` minutes."""
-        return Limit(uses, _seconds_to_ms(minutes * 60))
+        return Limit(uses, _seconds_to_ms(minutes, "minutes", 60))
 
     @classmethod
     def per_minutes(cls, minutes: Number, uses: Number) -> Limit:
         """Decay first, then uses (Laravel's order): ``per_minutes(2, 5) == per_minute(5, 2)``."""
-        return Limit(uses, _seconds_to_ms(minutes * 60))
+        return Limit(uses, _seconds_to_ms(minutes, "minutes", 60))
 
     @classmethod
     def per_hour(cls, uses: Number, hours: Number = 1) -> Limit:
         """``uses`` calls per ``hours`` hours."""
-        return Limit(uses, _seconds_to_ms(hours * 3600))
+        return Limit(uses, _seconds_to_ms(hours, "hours", 3600))
 
     @classmethod
     def per_day(cls, uses: Number, days: Number = 1) -> Limit:
         """``uses`` calls per ``days`` days."""
-        return Limit(uses, _seconds_to_ms(days * 86400))
+        return Limit(uses, _seconds_to_ms(days, "days", 86400))
 
     @staticmethod
     def none() -> Unlimited:

@@ -1,9 +1,13 @@
 """The native module (PyO3). Private: import from ``ratewindow``."""
 
 from collections.abc import Callable, Iterable
-from typing import Final, Protocol, final
+from typing import Final, Protocol, Self, final
+
+from typing_extensions import disjoint_base
 
 from ratewindow._limits import Limit as _PublicLimit
+
+__all__ = ["Limit", "Verdict", "MemoryStore", "check_window", "_panic_for_tests", "MAX_WINDOW_MS", "MAX_USES"]
 
 MAX_WINDOW_MS: Final[int]
 MAX_USES: Final[int]
@@ -14,10 +18,11 @@ class _EntryLike(Protocol):
     @property
     def limit(self) -> _PublicLimit: ...
 
+@disjoint_base
 class Limit:
     """A validated limit: ``uses`` calls within ``window_ms`` milliseconds."""
 
-    def __new__(cls, uses: int | float, window_ms: int | float) -> Limit: ...
+    def __new__(cls, uses: int | float, window_ms: int | float) -> Self: ...
     @property
     def uses(self) -> int: ...
     @property
@@ -47,7 +52,7 @@ class Verdict:
     @property
     def releasable(self) -> bool: ...
     def release(self) -> object: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
 @final

@@ -73,9 +73,9 @@ def _apply(store: MemoryStore, op: Mapping[str, Any], consumed: dict[Any, Verdic
             consumed[op["id"]] = verdict
         return _batch(verdict)
     if kind == "release":
-        verdict = consumed.get(op["id"])
-        if verdict is not None:
-            verdict.release()
+        earlier = consumed.get(op["id"])
+        if earlier is not None:
+            earlier.release()
         return None
     if kind == "hit":
         return store.hit(op["key"], op["decay_ms"], op["amount"])

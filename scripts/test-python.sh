@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds the ratewindow Python package, installs it with pip from this clone, and runs every check:
+# rustfmt + clippy on the PyO3 crate, pytest (unit tests, every tests/vectors case, the conformance kit
+# on MemoryStore sync and asyncio and on the broken stores, the no-panic test), mypy --strict on the
+# package, and stubtest of the native module's stubs against the built module.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/scripts/setup-python.sh"
+venv="$root/.venv"
+py="$venv/bin/python"
+export PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv"
+export RUST_BACKTRACE=0  # the no-panic test panics on purpose; keep its log short
+
+cd "$root"
+echo "== rustfmt / clippy (bindings-python)"
+cargo fmt -p ratewindow-python --check
+cargo clippy -p ratewindow-python --all-targets --quiet -- -D warnings
+
+echo "== pip install ./bindings-python (maturin, release)"
+# No build isolation: maturin comes from the pinned requirements, so the install needs no download.
+"$py" -m pip install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
+  "$root/bindings-python"
+
+echo "== pytest"
+# Run from the tests directory against the installed package, not the source tree.
+(cd "$root/bindings-python" && "$py" -m pytest -q tests)
+
+echo "== mypy --strict"
+(cd "$root/bindings-python/python" && "$py" -m mypy --strict -p ratewindow)
+(cd "$root/bindings-python" && "$py" -m mypy --strict tests)
+
+echo "== stubtest (installed module against its stubs)"
+(cd /tmp && "$py" -m mypy.stubtest ratewindow)
+echo "python: all checks passed"
