@@ -7,7 +7,6 @@
 //! that once held a million keys shrinks back as it is used (amortised O(1): every removal is paid for
 //! by the insert that made the key). [`MemoryStore::purge`] sweeps everything at once.
 
-use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -16,7 +15,7 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
 use crate::fixed::{self, FixedWindow};
-use crate::sliding;
+use crate::sliding::{self, CallLog};
 use crate::{BatchVerdict, Entry, Limit, Verdict, Window};
 
 type Hasher = foldhash::fast::RandomState;
@@ -45,29 +44,16 @@ struct Moment {
     horizon: u64,
 }
 
-/// One key's sliding log.
-#[derive(Debug)]
-struct KeyLog {
-    /// Call times, ascending.
-    times: VecDeque<u64>,
-    /// When every call has left its window and the key may be removed.
-    expires_at: u64,
-    /// Changes whenever the log restarts from empty, so a release from an earlier life is ignored.
-    instance: u64,
-}
-
-impl KeyLog {
-    /// Whether the key still holds a call inside its window at `horizon`. An expiry that saturated at
-    /// `u64::MAX` is past the end of time: never.
-    #[inline]
-    fn alive(&self, horizon: u64) -> bool {
-        self.expires_at > horizon || self.expires_at == u64::MAX
-    }
+/// Whether a key still holds a call inside its window at `horizon`. An expiry that saturated at
+/// `u64::MAX` is past the end of time: never.
+#[inline]
+fn alive(log: &CallLog, horizon: u64) -> bool {
+    log.expires_at() > horizon || log.expires_at() == u64::MAX
 }
 
 #[derive(Debug)]
 struct Shard {
-    logs: Map<KeyLog>,
+    logs: Map<CallLog>,
     windows: Map<FixedWindow>,
     log_cursor: usize,
     window_cursor: usize,
@@ -93,12 +79,12 @@ impl Shard {
     fn live_log(&mut self, key: &str, now: u64, horizon: u64, trim_ms: u64) -> Option<usize> {
         let index = self.logs.get_index_of(key)?;
         let log = &mut self.logs[index];
-        if log.alive(horizon) {
-            sliding::trim(&mut log.times, now, trim_ms);
+        if alive(log, horizon) {
+            log.trim(now, trim_ms);
         } else {
-            log.times.clear();
+            log.clear();
         }
-        if log.times.is_empty() {
+        if log.is_empty() {
             self.logs.swap_remove_index(index);
             return None;
         }
@@ -106,8 +92,8 @@ impl Shard {
     }
 
     /// The live log of `key`, untouched (for peeks).
-    fn peek_log(&self, key: &str, horizon: u64) -> Option<&KeyLog> {
-        self.logs.get(key).filter(|log| log.alive(horizon))
+    fn peek_log(&self, key: &str, horizon: u64) -> Option<&CallLog> {
+        self.logs.get(key).filter(|log| alive(log, horizon))
     }
 
     /// Records a call to `key` (whose log is at `index`, if known) at `now`, or at its newest call if
@@ -129,21 +115,15 @@ impl Shard {
                 let instance = self.next_instance;
                 self.next_instance += 1;
                 let cap = (limit.uses() as usize).min(INITIAL_LOG_CAPACITY);
-                let log = KeyLog {
-                    times: VecDeque::with_capacity(cap),
-                    expires_at: 0,
-                    instance,
-                };
-                self.logs.insert_full(key.into(), log).0
+                self.logs
+                    .insert_full(key.into(), CallLog::new(cap, instance))
+                    .0
             }
         };
         let log = &mut self.logs[index];
-        let at = sliding::record_time(&log.times, now);
-        log.times.push_back(at);
-        log.expires_at = log
-            .expires_at
-            .max(at.max(horizon).saturating_add(window_ms));
-        (log.instance, at)
+        let at = log.record(now);
+        log.extend_expiry(at.max(horizon).saturating_add(window_ms));
+        (log.instance(), at)
     }
 
     fn live_window(&mut self, key: &str, horizon: u64) -> Option<&mut FixedWindow> {
@@ -171,7 +151,7 @@ impl Shard {
 
     fn sweep_up_to(&mut self, horizon: u64, remove: usize) {
         sweep(&mut self.logs, &mut self.log_cursor, remove, |log| {
-            !log.alive(horizon)
+            !alive(log, horizon)
         });
         sweep(&mut self.windows, &mut self.window_cursor, remove, |w| {
             !w.is_live(horizon)
@@ -343,7 +323,7 @@ impl MemoryStore {
         let horizon = self.advance(now);
         let mut shard = self.lock(self.shard_of(key));
         let index = shard.live_log(key, now, horizon, limit.window_ms());
-        let wait = index.and_then(|i| sliding::wait_until(&shard.logs[i].times, limit, now));
+        let wait = index.and_then(|i| shard.logs[i].wait_until(limit, now));
         let verdict = match wait {
             Some(until) => Verdict::refused(now, until),
             None => {
@@ -371,7 +351,7 @@ impl MemoryStore {
         let shard = self.lock(self.shard_of(key));
         match shard
             .peek_log(key, horizon)
-            .and_then(|log| sliding::wait_until(&log.times, limit, now))
+            .and_then(|log| log.wait_until(limit, now))
         {
             Some(until) => Verdict::refused(now, until),
             None => Verdict::ALLOWED,
@@ -436,7 +416,7 @@ impl MemoryStore {
         for (i, entry) in entries.iter().enumerate() {
             let wait = guards[slot(i)]
                 .peek_log(&entry.key, horizon)
-                .and_then(|log| sliding::wait_until(&log.times, entry.limit, now));
+                .and_then(|log| log.wait_until(entry.limit, now));
             if let Some(until) = wait {
                 if blocked.is_none_or(|(_, longest)| until > longest) {
                     blocked = Some((i, until));
@@ -505,10 +485,9 @@ impl MemoryStore {
                 continue;
             };
             let log = &mut shard.logs[i];
-            let gave_back = log.instance == call.instance
-                && log.alive(horizon)
-                && sliding::remove_one(&mut log.times, call.at);
-            if gave_back && log.times.is_empty() {
+            let gave_back =
+                log.instance() == call.instance && alive(log, horizon) && log.remove_one(call.at);
+            if gave_back && log.is_empty() {
                 shard.logs.swap_remove_index(i);
             }
         }
@@ -598,7 +577,7 @@ impl MemoryStore {
         let horizon = self.advance(now);
         for index in 0..self.shards.len() {
             let mut shard = self.lock(index);
-            shard.logs.retain(|_, log| log.alive(horizon));
+            shard.logs.retain(|_, log| alive(log, horizon));
             shard.windows.retain(|_, w| w.is_live(horizon));
             shard.logs.shrink_to_fit();
             shard.windows.shrink_to_fit();

@@ -1,10 +1,8 @@
-//! The sliding window log, as pure functions over one key's sorted call times.
+//! The sliding window log: one key's call times, sorted, with the rules that count them.
 //!
 //! A call at `t` is inside a window of `w` ms at `now` while `now - t < w`: it leaves at exactly `t + w`.
 //! Times later than `now` (a clock that stepped back) are inside. Arithmetic never overflows: a
 //! `retry_timestamp` past `u64::MAX` saturates there.
-
-use std::collections::VecDeque;
 
 use crate::Limit;
 
@@ -14,52 +12,216 @@ pub fn in_window(t: u64, now: u64, window_ms: u64) -> bool {
     now < t || now - t < window_ms
 }
 
-/// How many of the sorted `times` count at `now`, and the index of the first that does.
-#[inline]
-fn first_in_window(times: &VecDeque<u64>, now: u64, window_ms: u64) -> usize {
-    // Sorted ascending, so the calls inside the window are a suffix.
-    times.partition_point(|&t| !in_window(t, now, window_ms))
-}
+/// Slots before the ring in a log's allocation: its expiry and its life.
+const HEADER: usize = 2;
 
-/// The `retry_timestamp` a log imposes on `limit` at `now`, or `None` if a call is allowed.
+/// One key's calls in one allocation: a header (when the key expires, and which life of the key this
+/// is), then a ring of call times in ascending order. 24 bytes inline, `8 * (2 + capacity)` on the heap.
 ///
-/// Refused when `uses` or more calls are inside the window; the wait runs to the moment the oldest of
-/// the newest `uses` calls leaves it, so a lowered limit waits on the right call.
-#[inline]
-pub fn wait_until(times: &VecDeque<u64>, limit: Limit, now: u64) -> Option<u64> {
-    let uses = limit.uses() as usize;
-    if times.len() < uses {
-        return None; // fast path: not even the whole log reaches the limit
+/// A key never holds more than `u32::MAX` calls: a call is recorded only while fewer than `uses`
+/// (at most `u32::MAX`) are inside its window, and everything outside it is trimmed first.
+#[derive(Debug, Clone)]
+pub struct CallLog {
+    buf: Box<[u64]>,
+    head: u32,
+    len: u32,
+}
+
+impl CallLog {
+    /// An empty log with room for `capacity` calls (at least 1), in its `instance`-th life.
+    pub fn new(capacity: usize, instance: u64) -> CallLog {
+        let mut buf = vec![0; HEADER + capacity.max(1)].into_boxed_slice();
+        buf[1] = instance;
+        CallLog {
+            buf,
+            head: 0,
+            len: 0,
+        }
     }
-    let first = first_in_window(times, now, limit.window_ms());
-    let inside = times.len() - first;
-    if inside < uses {
-        return None;
+
+    #[inline]
+    fn capacity(&self) -> usize {
+        self.buf.len() - HEADER
     }
-    Some(times[times.len() - uses].saturating_add(limit.window_ms()))
-}
 
-/// Drops the calls that have left a window of `window_ms` at `now`.
-#[inline]
-pub fn trim(times: &mut VecDeque<u64>, now: u64, window_ms: u64) {
-    let first = first_in_window(times, now, window_ms);
-    times.drain(..first);
-}
+    #[inline]
+    fn slot(&self, i: usize) -> usize {
+        let j = self.head as usize + i;
+        HEADER
+            + if j >= self.capacity() {
+                j - self.capacity()
+            } else {
+                j
+            }
+    }
 
-/// The time a call at `now` is recorded at: `max(now, newest)`, so the log stays sorted when the clock
-/// steps back.
-#[inline]
-pub fn record_time(times: &VecDeque<u64>, now: u64) -> u64 {
-    times.back().map_or(now, |&newest| newest.max(now))
-}
+    /// The `i`-th oldest call time.
+    #[inline]
+    pub fn get(&self, i: usize) -> u64 {
+        self.buf[self.slot(i)]
+    }
 
-/// Removes one call recorded at `at`, if it is still there. Returns whether one was removed.
-pub fn remove_one(times: &mut VecDeque<u64>, at: u64) -> bool {
-    let i = times.partition_point(|&t| t < at);
-    if times.get(i) == Some(&at) {
-        times.remove(i);
+    /// How many calls the log holds (some may have left their window, until trimmed).
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether the log holds no call.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// When every call has left its window and the key may be removed.
+    #[inline]
+    pub fn expires_at(&self) -> u64 {
+        self.buf[0]
+    }
+
+    /// Moves the expiry later (never earlier).
+    #[inline]
+    pub fn extend_expiry(&mut self, expires_at: u64) {
+        self.buf[0] = self.buf[0].max(expires_at);
+    }
+
+    /// Which life of the key this log is: a release recorded in another life is ignored.
+    #[inline]
+    pub fn instance(&self) -> u64 {
+        self.buf[1]
+    }
+
+    /// The newest call time.
+    #[inline]
+    pub fn newest(&self) -> Option<u64> {
+        (self.len > 0).then(|| self.get(self.len() - 1))
+    }
+
+    /// The index of the first call that is `>= at` under `before` (a binary search: times are sorted).
+    fn partition_point(&self, before: impl Fn(u64) -> bool) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if before(self.get(mid)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// The `retry_timestamp` this log imposes on `limit` at `now`, or `None` if a call is allowed.
+    ///
+    /// Refused when `uses` or more calls are inside the window; the wait runs to the moment the oldest
+    /// of the newest `uses` calls leaves it, so a lowered limit waits on the right call.
+    #[inline]
+    pub fn wait_until(&self, limit: Limit, now: u64) -> Option<u64> {
+        let uses = limit.uses() as usize;
+        if self.len() < uses {
+            return None; // not even the whole log reaches the limit
+        }
+        // The calls inside the window are a suffix.
+        let first = self.partition_point(|t| !in_window(t, now, limit.window_ms()));
+        if self.len() - first < uses {
+            return None;
+        }
+        Some(
+            self.get(self.len() - uses)
+                .saturating_add(limit.window_ms()),
+        )
+    }
+
+    /// Drops the calls that have left a window of `window_ms` at `now`.
+    #[inline]
+    pub fn trim(&mut self, now: u64, window_ms: u64) {
+        let gone = self.partition_point(|t| !in_window(t, now, window_ms));
+        if gone == self.len() {
+            self.clear();
+        } else if gone > 0 {
+            self.head = (self.slot(gone) - HEADER) as u32;
+            self.len -= gone as u32;
+        }
+    }
+
+    /// Drops every call.
+    #[inline]
+    pub fn clear(&mut self) {
+        self.head = 0;
+        self.len = 0;
+    }
+
+    /// Records a call at `now`, or at the newest call if the clock stepped back behind it (so the log
+    /// stays sorted); returns the recorded time.
+    #[inline]
+    pub fn record(&mut self, now: u64) -> u64 {
+        let at = self.newest().map_or(now, |newest| newest.max(now));
+        if self.len() == self.capacity() {
+            self.grow();
+        }
+        let slot = self.slot(self.len());
+        self.buf[slot] = at;
+        self.len += 1;
+        at
+    }
+
+    #[cold]
+    fn grow(&mut self) {
+        let capacity = (self.capacity() * 2).max(4);
+        let mut buf = vec![0; HEADER + capacity].into_boxed_slice();
+        buf[..HEADER].copy_from_slice(&self.buf[..HEADER]);
+        for i in 0..self.len() {
+            buf[HEADER + i] = self.get(i);
+        }
+        self.buf = buf;
+        self.head = 0;
+    }
+
+    /// Removes one call recorded at `at`, if there is one. Returns whether one was removed.
+    pub fn remove_one(&mut self, at: u64) -> bool {
+        let i = self.partition_point(|t| t < at);
+        if i >= self.len() || self.get(i) != at {
+            return false;
+        }
+        for j in i..self.len() - 1 {
+            let (to, from) = (self.slot(j), self.slot(j + 1));
+            self.buf[to] = self.buf[from];
+        }
+        self.len -= 1;
         true
-    } else {
-        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn times(log: &CallLog) -> Vec<u64> {
+        (0..log.len()).map(|i| log.get(i)).collect()
+    }
+
+    #[test]
+    fn the_ring_wraps_grows_and_keeps_order() {
+        let mut log = CallLog::new(3, 7);
+        for t in [1, 2, 3] {
+            log.record(t);
+        }
+        log.trim(1002, 1000); // drops 1 and 2
+        log.record(1005);
+        log.record(1006); // wraps, then grows
+        log.record(1007);
+        assert_eq!(times(&log), vec![3, 1005, 1006, 1007]);
+        assert!(log.remove_one(1005));
+        assert!(!log.remove_one(1005));
+        assert_eq!(times(&log), vec![3, 1006, 1007]);
+        assert_eq!((log.instance(), log.newest()), (7, Some(1007)));
+    }
+
+    #[test]
+    fn a_clock_that_steps_back_records_the_newest_time() {
+        let mut log = CallLog::new(2, 1);
+        assert_eq!(log.record(100), 100);
+        assert_eq!(log.record(50), 100);
+        assert_eq!(times(&log), vec![100, 100]);
     }
 }
