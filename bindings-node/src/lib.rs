@@ -11,6 +11,9 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use ratewindow_core::{Entry, Limit, LimitError, MemoryStore, Release, Window};
 
+mod key;
+use key::Key;
+
 /// What every export returns: on failure a JS `Error` whose `code` is the status string
 /// (`invalid_limit:uses`, `invalid_limit:window_ms` or `panic`, see `ts/backend.ts`).
 type Res<T> = Result<T, String>;
@@ -76,28 +79,32 @@ impl NativeStore {
 
     /// `0` when allowed, else the retry timestamp.
     #[napi]
-    pub fn consume(&self, key: String, uses: f64, window_ms: f64, now: f64) -> Result<f64, String> {
+    pub fn consume(&self, key: Key, uses: f64, window_ms: f64, now: f64) -> Result<f64, String> {
         guard(|| {
-            let v = self.store.consume(&key, limit(uses, window_ms)?, ms(now));
+            let v = self
+                .store
+                .consume(key.as_str(), limit(uses, window_ms)?, ms(now));
             Ok(v.retry_timestamp.map_or(0.0, |t| t as f64))
         })
     }
 
     /// Like `consume`, recording nothing.
     #[napi]
-    pub fn peek(&self, key: String, uses: f64, window_ms: f64, now: f64) -> Result<f64, String> {
+    pub fn peek(&self, key: Key, uses: f64, window_ms: f64, now: f64) -> Result<f64, String> {
         guard(|| {
-            let v = self.store.peek(&key, limit(uses, window_ms)?, ms(now));
+            let v = self
+                .store
+                .peek(key.as_str(), limit(uses, window_ms)?, ms(now));
             Ok(v.retry_timestamp.map_or(0.0, |t| t as f64))
         })
     }
 
     /// Appends an entry to the pending batch; an invalid limit clears it.
     #[napi]
-    pub fn batch_push(&mut self, key: String, uses: f64, window_ms: f64) -> Result<(), String> {
+    pub fn batch_push(&mut self, key: Key, uses: f64, window_ms: f64) -> Result<(), String> {
         guard(|| match limit(uses, window_ms) {
             Ok(l) => {
-                self.batch.push(Entry::new(key, l));
+                self.batch.push(Entry::new(key.as_str(), l));
                 Ok(())
             }
             Err(e) => {
@@ -120,7 +127,9 @@ impl NativeStore {
                     self.releases.insert(handle, release);
                     Ok(handle as f64)
                 }
-                None => Ok(self.refused(consumed.verdict.blocked, consumed.verdict.retry_timestamp)),
+                None => {
+                    Ok(self.refused(consumed.verdict.blocked, consumed.verdict.retry_timestamp))
+                }
             }
         })
     }
@@ -131,7 +140,11 @@ impl NativeStore {
         guard(|| {
             let verdict = self.store.peek_many(&self.batch, ms(now));
             self.batch.clear();
-            Ok(if verdict.allowed { 0.0 } else { self.refused(verdict.blocked, verdict.retry_timestamp) })
+            Ok(if verdict.allowed {
+                0.0
+            } else {
+                self.refused(verdict.blocked, verdict.retry_timestamp)
+            })
         })
     }
 
@@ -183,57 +196,61 @@ impl NativeStore {
 
     /// Fixed window: the count after adding `amount`.
     #[napi]
-    pub fn hit(&self, key: String, decay_ms: f64, amount: f64, now: f64) -> Result<f64, String> {
+    pub fn hit(&self, key: Key, decay_ms: f64, amount: f64, now: f64) -> Result<f64, String> {
         guard(|| {
             let decay = Window::from_f64(decay_ms).map_err(limit_error)?;
-            Ok(self.store.hit(&key, decay, amount as i64, ms(now)) as f64)
+            Ok(self.store.hit(key.as_str(), decay, amount as i64, ms(now)) as f64)
         })
     }
 
     /// Hits in the current window.
     #[napi]
-    pub fn attempts(&self, key: String, now: f64) -> Result<f64, String> {
-        guard(|| Ok(self.store.attempts(&key, ms(now)) as f64))
+    pub fn attempts(&self, key: Key, now: f64) -> Result<f64, String> {
+        guard(|| Ok(self.store.attempts(key.as_str(), ms(now)) as f64))
     }
 
     /// `1` when `max` or more hits are counted in a live window.
     #[napi]
-    pub fn too_many_attempts(&self, key: String, max: f64, now: f64) -> Result<u32, String> {
-        guard(|| Ok(self.store.too_many_attempts(&key, max as i64, ms(now)) as u32))
+    pub fn too_many_attempts(&self, key: Key, max: f64, now: f64) -> Result<u32, String> {
+        guard(|| {
+            Ok(self
+                .store
+                .too_many_attempts(key.as_str(), max as i64, ms(now)) as u32)
+        })
     }
 
     /// `max` minus the hits, floored at 0.
     #[napi]
-    pub fn remaining(&self, key: String, max: f64, now: f64) -> Result<f64, String> {
-        guard(|| Ok(self.store.remaining(&key, max as i64, ms(now)) as f64))
+    pub fn remaining(&self, key: Key, max: f64, now: f64) -> Result<f64, String> {
+        guard(|| Ok(self.store.remaining(key.as_str(), max as i64, ms(now)) as f64))
     }
 
     /// Whole seconds until the window ends, rounded up.
     #[napi]
-    pub fn available_in(&self, key: String, now: f64) -> Result<f64, String> {
-        guard(|| Ok(self.store.available_in(&key, ms(now)) as f64))
+    pub fn available_in(&self, key: Key, now: f64) -> Result<f64, String> {
+        guard(|| Ok(self.store.available_in(key.as_str(), ms(now)) as f64))
     }
 
     /// Milliseconds until the window ends.
     #[napi]
-    pub fn available_in_ms(&self, key: String, now: f64) -> Result<f64, String> {
-        guard(|| Ok(self.store.available_in_ms(&key, ms(now)) as f64))
+    pub fn available_in_ms(&self, key: Key, now: f64) -> Result<f64, String> {
+        guard(|| Ok(self.store.available_in_ms(key.as_str(), ms(now)) as f64))
     }
 
     /// Zeroes the count, keeping the window.
     #[napi]
-    pub fn reset_attempts(&self, key: String, now: f64) -> Result<(), String> {
+    pub fn reset_attempts(&self, key: Key, now: f64) -> Result<(), String> {
         guard(|| {
-            self.store.reset_attempts(&key, ms(now));
+            self.store.reset_attempts(key.as_str(), ms(now));
             Ok(())
         })
     }
 
     /// Removes the count and the window.
     #[napi]
-    pub fn clear(&self, key: String) -> Result<(), String> {
+    pub fn clear(&self, key: Key) -> Result<(), String> {
         guard(|| {
-            self.store.clear(&key);
+            self.store.clear(key.as_str());
             Ok(())
         })
     }
@@ -266,8 +283,14 @@ pub fn noop() -> u32 {
     0
 }
 
-/// TEST ONLY: panics inside the addon to prove the panic becomes a JS error (code `panic`).
+/// TEST ONLY (hidden from users: not re-exported by the TypeScript layer): panics inside the addon to
+/// prove the panic becomes a JS error with code `panic` instead of aborting Node. The panic message is
+/// kept off stderr for this deliberate panic only.
 #[napi(js_name = "__panicForTest")]
 pub fn panic_for_test(message: String) -> Result<(), String> {
-    guard(|| panic!("{message}"))
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let result = guard(|| panic!("{message}"));
+    std::panic::set_hook(hook);
+    result
 }

@@ -1,0 +1,23 @@
+/**
+ * ratewindow: sliding-window cooldowns and fixed-window rate limits with exact semantics, counted by a
+ * Rust engine.
+ *
+ * ```ts
+ * import { MemoryStore } from 'ratewindow';
+ * const store = new MemoryStore();
+ * const verdict = store.consumeMany([
+ *   { key: 'click:alice', limit: { uses: 3, windowMs: 10_000 } },
+ *   { key: 'click', limit: { uses: 100, windowMs: 60_000 } },
+ * ]);
+ * ```
+ * @module
+ */
+export type { Awaitable, BatchVerdict, Clock, CooldownLimit, Entry, Verdict } from './types';
+export { CooldownStore, MemoryStore, cooldownLimit } from './store';
+export type { MemoryStoreOptions } from './store';
+export { GlobalLimit, Limit, Unlimited } from './limit';
+export type { AfterCallback, ResponseCallback } from './limit';
+export { RateLimiter } from './rate-limiter';
+export type { FixedWindowStore, LimiterCallback } from './rate-limiter';
+export { InternalError, InvalidArgumentError, InvalidLimitError, RateWindowError } from './errors';
+export type { RateWindowErrorCode } from './errors';

@@ -1,0 +1,370 @@
+/**
+ * Cooldown stores: the abstract {@link CooldownStore} any store extends, and {@link MemoryStore}, the
+ * embedded default that counts in this process with the Rust engine.
+ * @module
+ */
+import type { Backend, BackendStore } from './backend';
+import { fromBackend, InvalidArgumentError, typeError } from './errors';
+import { nativeBackend } from './native';
+import type { Awaitable, BatchVerdict, Clock, CooldownLimit, Entry, Verdict } from './types';
+
+/** The verdict of every allowed single call: one frozen object, shared. */
+const ALLOWED: Verdict = Object.freeze({ allowed: true, retryAfterMs: 0 });
+/** The verdict of an allowed batch that has nothing to give back (peeks, empty batches by default). */
+const ALLOWED_BATCH: BatchVerdict = ALLOWED;
+
+/**
+ * A refusal at `now` lasting until `retryTimestamp`: the engine's `Verdict::refused`. Fresh verdicts are
+ * left unfrozen (freezing costs more than the engine's whole check); the shared ones are frozen.
+ */
+function refused(retryTimestamp: number, now: number): Verdict {
+  return {
+    allowed: false,
+    retryAfterMs: retryTimestamp > now ? retryTimestamp - now : 1,
+    retryTimestamp,
+  };
+}
+
+function refusedBatch(retryTimestamp: number, now: number, blocked: number): BatchVerdict {
+  return {
+    allowed: false,
+    retryAfterMs: retryTimestamp > now ? retryTimestamp - now : 1,
+    retryTimestamp,
+    blocked,
+  };
+}
+
+/** The default `consumeMany`: `consume` for each entry in order, stopping at the first refusal. */
+async function consumeInOrder(store: CooldownStore, entries: readonly Entry[]): Promise<BatchVerdict> {
+  for (let i = 0; i < entries.length; i++) {
+    const entry = entries[i]!;
+    const verdict = await store.consume(entry.key, entry.limit);
+    if (!verdict.allowed) {
+      const out: { -readonly [K in keyof BatchVerdict]: BatchVerdict[K] } = {
+        allowed: false,
+        retryAfterMs: verdict.retryAfterMs,
+      };
+      if (verdict.retryTimestamp !== undefined) out.retryTimestamp = verdict.retryTimestamp;
+      out.blocked = i;
+      return Object.freeze(out);
+    }
+  }
+  return ALLOWED_BATCH;
+}
+
+/**
+ * A store of cooldowns: counts calls to keys within sliding windows.
+ *
+ * Implement {@link consume} in one step (the check and the record together) and the rest works:
+ * the default {@link consumeMany} calls `consume` for each entry in order and stops at the first
+ * refusal (so the entries before it stay counted), and the default {@link peekMany} allows every call.
+ * Override both to count a batch all or nothing and to peek without recording, as the built-in stores
+ * do. Check a store with `testStore` from `ratewindow/testing`.
+ */
+export abstract class CooldownStore {
+  /** Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait. */
+  abstract consume(key: string, limit: CooldownLimit): Awaitable<Verdict>;
+
+  /**
+   * Counts one call against every entry. This default calls {@link consume} for each in order and stops
+   * at the first refusal, whose index it names as `blocked`; the entries before it stay counted.
+   */
+  consumeMany(entries: readonly Entry[]): Awaitable<BatchVerdict> {
+    if (!Array.isArray(entries)) throw typeError('entries must be an array of { key, limit }', entries);
+    return consumeInOrder(this, entries);
+  }
+
+  /** The verdict {@link consumeMany} would give, recording nothing. This default allows every call. */
+  peekMany(entries: readonly Entry[]): Awaitable<BatchVerdict> {
+    if (!Array.isArray(entries)) throw typeError('entries must be an array of { key, limit }', entries);
+    return ALLOWED_BATCH;
+  }
+}
+
+/** Options of a {@link MemoryStore}. */
+export interface MemoryStoreOptions {
+  /** The clock (default: `Date.now()`). Tests pass a manual one. */
+  readonly clock?: Clock;
+  /**
+   * The engine build (default: the native addon). The test suite passes the wasm-bindgen build here to
+   * run the same TypeScript on it.
+   */
+  readonly backend?: Backend;
+}
+
+let defaultBackend: Backend | undefined;
+
+/**
+ * The backend used by stores created without one (the native addon unless
+ * {@link setDefaultBackend} chose another).
+ * @internal
+ */
+export function getDefaultBackend(): Backend {
+  return (defaultBackend ??= nativeBackend());
+}
+
+/**
+ * Chooses the backend used by stores created without one (for the wasm-bindgen package's entry point
+ * and the test suite).
+ * @internal
+ */
+export function setDefaultBackend(backend: Backend): void {
+  defaultBackend = backend;
+}
+
+function checkKey(key: unknown): asserts key is string {
+  if (typeof key !== 'string') throw typeError('key must be a string', key);
+}
+
+function checkLimitShape(limit: unknown): asserts limit is CooldownLimit {
+  if (
+    typeof limit !== 'object' ||
+    limit === null ||
+    typeof (limit as CooldownLimit).uses !== 'number' ||
+    typeof (limit as CooldownLimit).windowMs !== 'number'
+  ) {
+    throw typeError('limit must be an object { uses: number, windowMs: number }', limit);
+  }
+}
+
+function checkInteger(field: string, value: unknown): number {
+  if (typeof value !== 'number') throw typeError(`${field} must be a number`, value);
+  if (!Number.isSafeInteger(value)) throw new InvalidArgumentError(field, value);
+  return value;
+}
+
+/** Drops the engine's hold on a release once nothing can call it any more. */
+const releases = new FinalizationRegistry<{ store: BackendStore; handle: number }>(({ store, handle }) => {
+  try {
+    store.dropRelease(handle);
+  } catch {
+    // A finalizer has no caller to tell; the handle is then merely kept.
+  }
+});
+
+/**
+ * The embedded store: counts in this process with the Rust engine's memory store (a sliding log per
+ * key, exact to the millisecond), by the host's clock. Every method answers at once, without a promise.
+ *
+ * Keys expire eagerly: each call sweeps a few expired keys, so the store shrinks back as it is used.
+ * There is no timer, so it never keeps a process alive.
+ *
+ * It also offers the fixed-window operations ({@link hit}, {@link attempts}, ...) that
+ * {@link RateLimiter} is built on.
+ *
+ * ```ts
+ * const store = new MemoryStore();
+ * const verdict = store.consume('click:alice', { uses: 3, windowMs: 10_000 });
+ * if (!verdict.allowed) console.log(`wait ${verdict.retryAfterMs} ms`);
+ * ```
+ */
+export class MemoryStore extends CooldownStore {
+  private readonly native: BackendStore;
+  private readonly clock: Clock | undefined;
+
+  constructor(options: MemoryStoreOptions = {}) {
+    super();
+    if (typeof options !== 'object' || options === null) throw typeError('options must be an object', options);
+    this.native = (options.backend ?? getDefaultBackend()).createStore();
+    this.clock = options.clock;
+  }
+
+  private now(): number {
+    if (this.clock === undefined) return Date.now();
+    const now = this.clock.now();
+    if (typeof now !== 'number') throw typeError('clock.now() must return a number', now);
+    if (!(now >= 0 && Number.isSafeInteger(now))) throw new InvalidArgumentError('now', now);
+    return now;
+  }
+
+  /** Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait. */
+  override consume(key: string, limit: CooldownLimit): Verdict {
+    checkKey(key);
+    checkLimitShape(limit);
+    const now = this.now();
+    let result: number;
+    try {
+      result = this.native.consume(key, limit.uses, limit.windowMs, now);
+    } catch (e) {
+      throw fromBackend(e, limit.uses, limit.windowMs);
+    }
+    return result === 0 ? ALLOWED : refused(result, now);
+  }
+
+  /** The verdict {@link consume} would give, recording and creating nothing. */
+  peek(key: string, limit: CooldownLimit): Verdict {
+    checkKey(key);
+    checkLimitShape(limit);
+    const now = this.now();
+    let result: number;
+    try {
+      result = this.native.peek(key, limit.uses, limit.windowMs, now);
+    } catch (e) {
+      throw fromBackend(e, limit.uses, limit.windowMs);
+    }
+    return result === 0 ? ALLOWED : refused(result, now);
+  }
+
+  private pushBatch(entries: readonly Entry[]): void {
+    if (!Array.isArray(entries)) throw typeError('entries must be an array of { key, limit }', entries);
+    // Checked in full before anything crosses, so a TypeError leaves no batch half-built.
+    for (const entry of entries) {
+      if (typeof entry !== 'object' || entry === null) throw typeError('each entry must be { key, limit }', entry);
+      checkKey(entry.key);
+      checkLimitShape(entry.limit);
+    }
+    for (const { key, limit } of entries) {
+      try {
+        this.native.batchPush(key, limit.uses, limit.windowMs);
+      } catch (e) {
+        this.native.batchClear();
+        throw fromBackend(e, limit.uses, limit.windowMs);
+      }
+    }
+  }
+
+  /**
+   * Counts one call against every entry at once: recorded against all of them only if none refuses.
+   * A refusal names `blocked`, the entry with the longest wait, and that wait. An allowed verdict
+   * carries `release()` (not enumerable), which gives back exactly this call.
+   */
+  override consumeMany(entries: readonly Entry[]): BatchVerdict {
+    this.pushBatch(entries);
+    const now = this.now();
+    let result: number;
+    try {
+      result = this.native.batchConsume(now);
+    } catch (e) {
+      throw fromBackend(e);
+    }
+    if (result < 0) return refusedBatch(-result, now, this.native.batchBlocked());
+    return this.allowedWithRelease(result);
+  }
+
+  private allowedWithRelease(handle: number): BatchVerdict {
+    const native = this.native;
+    let pending = handle;
+    const release = (): void => {
+      if (pending === 0) return;
+      const h = pending;
+      pending = 0;
+      releases.unregister(release);
+      try {
+        native.release(h, this.now());
+      } catch (e) {
+        throw fromBackend(e);
+      }
+    };
+    releases.register(release, { store: native, handle }, release);
+    const verdict = { allowed: true, retryAfterMs: 0 };
+    Object.defineProperty(verdict, 'release', { value: release, enumerable: false });
+    return Object.freeze(verdict);
+  }
+
+  /** The verdict {@link consumeMany} would give, recording, trimming and creating nothing. */
+  override peekMany(entries: readonly Entry[]): BatchVerdict {
+    this.pushBatch(entries);
+    const now = this.now();
+    let result: number;
+    try {
+      result = this.native.batchPeek(now);
+    } catch (e) {
+      throw fromBackend(e);
+    }
+    return result === 0 ? ALLOWED_BATCH : refusedBatch(-result, now, this.native.batchBlocked());
+  }
+
+  /**
+   * Fixed window: adds `amount` hits to `key` (a negative amount gives hits back) and returns the
+   * count. The first hit opens a window of `decayMs` milliseconds; hits inside it do not move it; once
+   * it has ended the count starts from zero.
+   */
+  hit(key: string, decayMs: number, amount = 1): number {
+    checkKey(key);
+    if (typeof decayMs !== 'number') throw typeError('decayMs must be a number', decayMs);
+    checkInteger('amount', amount);
+    const now = this.now();
+    try {
+      return this.native.hit(key, decayMs, amount, now);
+    } catch (e) {
+      throw fromBackend(e, undefined, decayMs);
+    }
+  }
+
+  /** Hits counted in `key`'s current window; 0 when it has none. */
+  attempts(key: string): number {
+    checkKey(key);
+    return this.call(() => this.native.attempts(key, this.now()));
+  }
+
+  /** Whether `key` has `max` or more hits in a window that still runs. */
+  tooManyAttempts(key: string, max: number): boolean {
+    checkKey(key);
+    checkInteger('max', max);
+    return this.call(() => this.native.tooManyAttempts(key, max, this.now())) === 1;
+  }
+
+  /** `max` minus the hits in `key`'s current window, floored at 0. */
+  remaining(key: string, max: number): number {
+    checkKey(key);
+    checkInteger('max', max);
+    return this.call(() => this.native.remaining(key, max, this.now()));
+  }
+
+  /** Whole seconds until `key`'s window ends, rounded up; 0 when it has none. */
+  availableIn(key: string): number {
+    checkKey(key);
+    return this.call(() => this.native.availableIn(key, this.now()));
+  }
+
+  /** Milliseconds until `key`'s window ends; 0 when it has none. */
+  availableInMs(key: string): number {
+    checkKey(key);
+    return this.call(() => this.native.availableInMs(key, this.now()));
+  }
+
+  /** Sets `key`'s count to zero, keeping its window running. */
+  resetAttempts(key: string): void {
+    checkKey(key);
+    this.call(() => this.native.resetAttempts(key, this.now()));
+  }
+
+  /** Removes `key`'s count and window; its next hit opens a new window. */
+  clear(key: string): void {
+    checkKey(key);
+    this.call(() => this.native.clear(key));
+  }
+
+  /** Removes every expired key now, in O(keys). Never needed for correctness. */
+  purge(): void {
+    this.call(() => this.native.purge(this.now()));
+  }
+
+  /** How many keys the store holds (expired ones not yet swept included). */
+  get size(): number {
+    return this.call(() => this.native.size());
+  }
+
+  private call<T>(f: () => T): T {
+    try {
+      return f();
+    } catch (e) {
+      throw e instanceof TypeError || e instanceof InvalidArgumentError ? e : fromBackend(e);
+    }
+  }
+}
+
+/**
+ * Checks a limit with the engine and returns it as a frozen `{ uses, windowMs }`.
+ * @throws {InvalidLimitError} when it cannot be held.
+ */
+export function cooldownLimit(uses: number, windowMs: number, backend: Backend = getDefaultBackend()): CooldownLimit {
+  if (typeof uses !== 'number') throw typeError('uses must be a number', uses);
+  if (typeof windowMs !== 'number') throw typeError('windowMs must be a number', windowMs);
+  try {
+    backend.checkLimit(uses, windowMs);
+  } catch (e) {
+    throw fromBackend(e, uses, windowMs);
+  }
+  return Object.freeze({ uses, windowMs });
+}

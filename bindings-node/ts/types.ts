@@ -1,0 +1,60 @@
+/**
+ * The data ratewindow passes around: limits, entries and verdicts. Verdicts are plain, frozen data, so
+ * they compare with `deepEqual` and serialise with `JSON.stringify`.
+ * @module
+ */
+
+/** A value, or a promise of it: stores that do I/O answer with promises, the memory store at once. */
+export type Awaitable<T> = T | PromiseLike<T>;
+
+/**
+ * `uses` calls allowed within `windowMs` milliseconds (a sliding window): the shape every cooldown
+ * method takes. A plain object literal works; so does a {@link Limit} of the rate limiter API.
+ *
+ * `uses` must be a whole number from 1 to 4294967295, `windowMs` a whole number from 1 to
+ * 4320000000000000; anything else is refused with an `InvalidLimitError`.
+ */
+export interface CooldownLimit {
+  /** Calls allowed per window. */
+  readonly uses: number;
+  /** The window, in milliseconds. */
+  readonly windowMs: number;
+}
+
+/** One entry of a batch: a key and the limit it is counted against. */
+export interface Entry {
+  /** The key counted. */
+  readonly key: string;
+  /** Its limit. */
+  readonly limit: CooldownLimit;
+}
+
+/** The answer to one call. */
+export interface Verdict {
+  /** Whether the call was allowed (and, for a consume, recorded). */
+  readonly allowed: boolean;
+  /** Milliseconds until the next call is allowed; 0 when allowed, at least 1 when refused. */
+  readonly retryAfterMs: number;
+  /**
+   * When refused: when the next call is allowed, in Unix ms on the store's clock, the same for every
+   * refusal in one wait. Absent when allowed (and from stores that cannot tell).
+   */
+  readonly retryTimestamp?: number;
+}
+
+/** The answer to a batch: every entry at once. */
+export interface BatchVerdict extends Verdict {
+  /** When refused: the index of the entry with the longest wait (ties keep the first). */
+  readonly blocked?: number;
+  /**
+   * On an allowed consume, when the store supports it: gives back exactly the call this verdict
+   * recorded. Idempotent. Not enumerable, so verdicts compare and serialise as data.
+   */
+  readonly release?: () => Awaitable<void>;
+}
+
+/** A source of time in whole Unix milliseconds. The memory store reads `Date.now()` by default. */
+export interface Clock {
+  /** The current time, a whole number of milliseconds >= 0. */
+  now(): number;
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds and tests the Node addon `ratewindow` (bindings-node/): Rust lint, the native build, the
+# TypeScript build and type checks (package and examples), then every node:test suite (unit, the
+# conformance vectors, the kit on MemoryStore and against five broken stores, the panic test, loading
+# by require and import), the demo and a short benchmark run. Exits non-zero on any failure.
+#
+# RATEWINDOW_BACKEND=wasm runs the same suites on the wasm-bindgen package (see bindings-node/test/backend.mjs).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PKG="$ROOT/bindings-node"
+
+step() { printf '\n== node: %s\n' "$*"; }
+
+step "setup and build"
+"$ROOT/scripts/build-node.sh"
+
+step "cargo fmt and clippy (ratewindow-node)"
+(cd "$ROOT" && cargo fmt -p ratewindow-node -- --check)
+(cd "$ROOT" && cargo clippy -p ratewindow-node --all-targets -- -D warnings)
+
+step "tsc --noEmit (package and examples)"
+(cd "$PKG" && npx tsc --noEmit -p tsconfig.json)
+(cd "$PKG" && npx tsc --noEmit -p ../examples/node/tsconfig.json)
+
+step "node:test suites (backend: ${RATEWINDOW_BACKEND:-native})"
+(cd "$PKG" && node --test test/*.test.mjs)
+
+step "demo"
+node "$ROOT/examples/node/bot.mjs" > /dev/null
+
+step "benchmark (short run)"
+(cd "$ROOT" && BENCH_QUICK=1 node bench/node/bench.mjs)
+
+echo
+echo "node: all passed"
