@@ -7,6 +7,7 @@
 //! `ratewindow.InternalError` (a `RateWindowError`).
 #![forbid(unsafe_code)]
 
+mod entry;
 mod errors;
 mod limit;
 mod store;
@@ -27,6 +28,7 @@ fn _panic_for_tests() -> PyResult<()> {
 #[pymodule(gil_used = false)]
 fn _ratewindow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<limit::Limit>()?;
+    m.add_class::<entry::Entry>()?;
     m.add_class::<verdict::Verdict>()?;
     m.add_class::<store::MemoryStore>()?;
     m.add_function(wrap_pyfunction!(limit::check_window, m)?)?;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
 use ratewindow_core::{Clock, Entry, SystemClock};
 
 use crate::errors::guard;
@@ -45,29 +46,42 @@ pub(crate) struct MemoryStore {
     shared: Arc<Shared>,
 }
 
+/// A batch's entries: `ratewindow.Entry`, a `(key, limit)` pair, or any object with `key` and `limit`
+/// attributes.
 fn entries(items: &Bound<'_, PyAny>) -> PyResult<Vec<Entry>> {
     let py = items.py();
     let mut out = Vec::with_capacity(items.len().unwrap_or(0));
     for item in items.try_iter()? {
         let item = item?;
-        let (key, limit) = match (
-            item.getattr(intern!(py, "key")),
-            item.getattr(intern!(py, "limit")),
-        ) {
-            (Ok(key), Ok(limit)) => (key, limit),
-            _ => {
-                return Err(PyTypeError::new_err(
-                    "each entry must have a `key` (str) and a `limit` (Limit)",
-                ))
-            }
+        if let Ok(entry) = item.cast::<crate::entry::Entry>() {
+            let entry = entry.get();
+            out.push(Entry::new(
+                entry.key.bind(py).to_str()?,
+                entry.limit.bind(py).get().inner,
+            ));
+            continue;
+        }
+        let (key, limit) = match item.cast::<PyTuple>() {
+            Ok(pair) if pair.len() == 2 => (pair.get_item(0)?, pair.get_item(1)?),
+            _ => match (
+                item.getattr(intern!(py, "key")),
+                item.getattr(intern!(py, "limit")),
+            ) {
+                (Ok(key), Ok(limit)) => (key, limit),
+                _ => {
+                    return Err(PyTypeError::new_err(
+                        "each entry must be an Entry(key, limit)",
+                    ))
+                }
+            },
         };
-        let key: String = key
-            .extract()
-            .map_err(|_| PyTypeError::new_err("an entry's `key` must be a str"))?;
+        let key = key
+            .cast::<PyString>()
+            .map_err(|_| PyTypeError::new_err("an entry's key must be a str"))?;
         let limit = limit
             .cast::<Limit>()
-            .map_err(|_| PyTypeError::new_err("an entry's `limit` must be a ratewindow.Limit"))?;
-        out.push(Entry::new(key, limit.get().inner));
+            .map_err(|_| PyTypeError::new_err("an entry's limit must be a ratewindow.Limit"))?;
+        out.push(Entry::new(key.to_str()?, limit.get().inner));
     }
     Ok(out)
 }

@@ -67,7 +67,12 @@ def test_bad_clock_and_bad_arguments() -> None:
     with pytest.raises(TypeError):
         store.consume("a", (1, 1000))  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        store.consume_many([("a", Limit(1, 1))])  # type: ignore[list-item]
+        store.consume_many([("a", 1)])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        store.consume_many([object()])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        store.consume_many([(1, Limit(1, 1))])  # type: ignore[list-item]
+    assert store.consume_many([("pair", Limit(1, 1))]).allowed  # type: ignore[list-item]
     with pytest.raises(TypeError):
         store.hit("a", 1000, True)
     with pytest.raises(ValueError):
@@ -167,3 +172,18 @@ def test_async_facade_shares_the_store() -> None:
 
     asyncio.run(main())
     assert AsyncMemoryStore(clock=clock).now() == 0
+
+
+def test_entry_is_an_immutable_value() -> None:
+    limit = Limit(1, 1_000)
+    entry = Entry("k", limit)
+    assert (entry.key, entry.limit) == ("k", limit)
+    assert entry == Entry("k", Limit(1, 1_000)) and hash(entry) == hash(Entry("k", Limit(1, 1_000)))
+    assert entry != Entry("j", limit) and entry != ("k", limit)
+    assert repr(entry) == "Entry(key='k', limit=Limit(uses=1, window_ms=1000))"
+    with pytest.raises(AttributeError):
+        entry.key = "j"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Entry(1, limit)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Entry("k", (1, 1_000))  # type: ignore[arg-type]

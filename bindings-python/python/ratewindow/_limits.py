@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final, NoReturn
 
 from . import _ratewindow
@@ -135,12 +134,8 @@ class Unlimited(GlobalLimit):
         return made
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One entry of a batch: ``key`` counted against ``limit``."""
-
-    key: str
-    limit: Limit
+Entry = _ratewindow.Entry
+"""One entry of a batch: ``Entry(key, limit)``, ``key`` counted against ``limit``. Immutable."""
 
 
 MAX_USES: Final = _ratewindow.MAX_USES
