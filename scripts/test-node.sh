@@ -23,10 +23,11 @@ step "tsc --noEmit (package and examples)"
 (cd "$PKG" && npx tsc --noEmit -p ../examples/node/tsconfig.json)
 
 step "node:test suites (backend: ${RATEWINDOW_BACKEND:-native})"
-(cd "$PKG" && node --test test/*.test.mjs)
+(cd "$PKG" && node --test --test-reporter=spec test/*.test.mjs)
 
-step "demo"
+step "examples: the demo bot, and a user's own store under the kit"
 node "$ROOT/examples/node/bot.mjs" > /dev/null
+node --test --test-reporter=spec "$ROOT/examples/node/my-store.test.mjs"
 
 step "benchmark (short run)"
 (cd "$ROOT" && BENCH_QUICK=1 node bench/node/bench.mjs)
