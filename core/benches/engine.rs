@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use criterion::{BatchSize, Criterion};
+use criterion::Criterion;
 use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter};
 use ratewindow_core::{Entry, Limit, MemoryStore, Window};
@@ -89,18 +89,18 @@ fn sliding(c: &mut Criterion) {
             black_box(store.peek(&ks[i as usize % 10_000], limit(), now_of(10_000 + i)))
         })
     });
-    g.bench_function("release/hot key", |b| {
+    g.bench_function("consume_many of 1 + release/hot key", |b| {
         let store = MemoryStore::new();
         let batch = [Entry::new("user:1", limit())];
-        b.iter_batched(
-            || store.consume_many(&batch, 1).release,
-            |release| {
-                if let Some(r) = release {
-                    store.release(r, 2)
-                }
-            },
-            BatchSize::SmallInput,
-        )
+        let mut i = 0u64;
+        b.iter(|| {
+            i += 1;
+            let consumed = store.consume_many(&batch, now_of(i));
+            store.release(
+                consumed.release.expect("every call is given back"),
+                now_of(i),
+            );
+        })
     });
     g.finish();
 }
@@ -159,8 +159,9 @@ fn mean_ns(group: &str, id: &str) -> Option<f64> {
         .chars()
         .map(|c| if c == '/' || c == ' ' { '_' } else { c })
         .collect();
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("../criterion")
+    let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).parent()?;
+    let path = target
+        .join("criterion")
         .join(group)
         .join(dir)
         .join("new/estimates.json");

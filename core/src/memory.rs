@@ -13,6 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 use crate::fixed::{self, FixedWindow};
 use crate::sliding::{self, CallLog};
@@ -22,7 +23,7 @@ type Hasher = foldhash::fast::RandomState;
 type Map<V> = IndexMap<Box<str>, V, Hasher>;
 
 /// Keys examined per operation by the incremental sweep when it finds only live ones.
-const SWEEP_LOOK: usize = 4;
+const SWEEP_LOOK: usize = 2;
 /// Most dead keys one operation removes from its own shard, bounding its latency.
 const SWEEP_REMOVE: usize = 64;
 /// Every this many operations on a shard, one other shard (in rotation) is swept too, so shards no
@@ -44,16 +45,38 @@ struct Moment {
     horizon: u64,
 }
 
+/// One key's sliding log. The expiry sits beside the map entry, not behind the log's pointer, so the
+/// sweep reads no other memory.
+#[derive(Debug)]
+struct KeyLog {
+    /// When every call has left its window and the key may be removed.
+    expires_at: u64,
+    log: CallLog,
+}
+
+impl std::ops::Deref for KeyLog {
+    type Target = CallLog;
+    fn deref(&self) -> &CallLog {
+        &self.log
+    }
+}
+
+impl std::ops::DerefMut for KeyLog {
+    fn deref_mut(&mut self) -> &mut CallLog {
+        &mut self.log
+    }
+}
+
 /// Whether a key still holds a call inside its window at `horizon`. An expiry that saturated at
 /// `u64::MAX` is past the end of time: never.
 #[inline]
-fn alive(log: &CallLog, horizon: u64) -> bool {
-    log.expires_at() > horizon || log.expires_at() == u64::MAX
+fn alive(log: &KeyLog, horizon: u64) -> bool {
+    log.expires_at > horizon || log.expires_at == u64::MAX
 }
 
 #[derive(Debug)]
 struct Shard {
-    logs: Map<CallLog>,
+    logs: Map<KeyLog>,
     windows: Map<FixedWindow>,
     log_cursor: usize,
     window_cursor: usize,
@@ -92,7 +115,7 @@ impl Shard {
     }
 
     /// The live log of `key`, untouched (for peeks).
-    fn peek_log(&self, key: &str, horizon: u64) -> Option<&CallLog> {
+    fn peek_log(&self, key: &str, horizon: u64) -> Option<&KeyLog> {
         self.logs.get(key).filter(|log| alive(log, horizon))
     }
 
@@ -116,13 +139,21 @@ impl Shard {
                 self.next_instance += 1;
                 let cap = (limit.uses() as usize).min(INITIAL_LOG_CAPACITY);
                 self.logs
-                    .insert_full(key.into(), CallLog::new(cap, instance))
+                    .insert_full(
+                        key.into(),
+                        KeyLog {
+                            expires_at: 0,
+                            log: CallLog::new(cap, instance),
+                        },
+                    )
                     .0
             }
         };
         let log = &mut self.logs[index];
         let at = log.record(now);
-        log.extend_expiry(at.max(horizon).saturating_add(window_ms));
+        log.expires_at = log
+            .expires_at
+            .max(at.max(horizon).saturating_add(window_ms));
         (log.instance(), at)
     }
 
@@ -379,19 +410,22 @@ impl MemoryStore {
         } else {
             self.horizon_at(now)
         };
-        let shard_ids: Vec<usize> = entries.iter().map(|e| self.shard_of(&e.key)).collect();
+        // Small batches (the usual: a handful of stacked limits) stay on the stack.
+        let shard_ids: SmallVec<[usize; 8]> =
+            entries.iter().map(|e| self.shard_of(&e.key)).collect();
         let mut order = shard_ids.clone();
         order.sort_unstable();
         order.dedup();
         // Locks in ascending index order: two batches can never wait on each other.
-        let mut guards: Vec<MutexGuard<'_, Shard>> = order.iter().map(|&i| self.lock(i)).collect();
+        let mut guards: SmallVec<[MutexGuard<'_, Shard>; 4]> =
+            order.iter().map(|&i| self.lock(i)).collect();
         let slot = |entry: usize| {
             order
                 .binary_search(&shard_ids[entry])
                 .expect("locked above")
         };
         // The first entry naming each key stands for the key.
-        let first: Vec<usize> = (0..entries.len())
+        let first: SmallVec<[usize; 8]> = (0..entries.len())
             .map(|i| {
                 (0..i)
                     .find(|&j| entries[j].key == entries[i].key)

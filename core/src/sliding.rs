@@ -12,11 +12,11 @@ pub fn in_window(t: u64, now: u64, window_ms: u64) -> bool {
     now < t || now - t < window_ms
 }
 
-/// Slots before the ring in a log's allocation: its expiry and its life.
-const HEADER: usize = 2;
+/// Slots before the ring in a log's allocation: which life of the key this is.
+const HEADER: usize = 1;
 
-/// One key's calls in one allocation: a header (when the key expires, and which life of the key this
-/// is), then a ring of call times in ascending order. 24 bytes inline, `8 * (2 + capacity)` on the heap.
+/// One key's calls in one allocation: a header (which life of the key this is), then a ring of call
+/// times in ascending order. 24 bytes inline, `8 * (1 + capacity)` on the heap.
 ///
 /// A key never holds more than `u32::MAX` calls: a call is recorded only while fewer than `uses`
 /// (at most `u32::MAX`) are inside its window, and everything outside it is trimmed first.
@@ -31,7 +31,7 @@ impl CallLog {
     /// An empty log with room for `capacity` calls (at least 1), in its `instance`-th life.
     pub fn new(capacity: usize, instance: u64) -> CallLog {
         let mut buf = vec![0; HEADER + capacity.max(1)].into_boxed_slice();
-        buf[1] = instance;
+        buf[0] = instance;
         CallLog {
             buf,
             head: 0,
@@ -73,22 +73,10 @@ impl CallLog {
         self.len == 0
     }
 
-    /// When every call has left its window and the key may be removed.
-    #[inline]
-    pub fn expires_at(&self) -> u64 {
-        self.buf[0]
-    }
-
-    /// Moves the expiry later (never earlier).
-    #[inline]
-    pub fn extend_expiry(&mut self, expires_at: u64) {
-        self.buf[0] = self.buf[0].max(expires_at);
-    }
-
     /// Which life of the key this log is: a release recorded in another life is ignored.
     #[inline]
     pub fn instance(&self) -> u64 {
-        self.buf[1]
+        self.buf[0]
     }
 
     /// The newest call time.
