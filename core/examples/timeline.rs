@@ -53,7 +53,7 @@ fn main() -> Result<(), ratewindow_core::LimitError> {
         everyone.uses(),
         everyone.window_ms() / 1000
     );
-    println!("{:>8}  {:<5} {:<8} {}", "time", "user", "verdict", "detail");
+    println!("{:>8}  {:<5} {:<8} detail", "time", "user", "verdict");
     let (mut allowed, mut refused) = (0, 0);
     while let Some(user) = users
         .iter_mut()
