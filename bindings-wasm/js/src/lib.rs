@@ -79,7 +79,10 @@ fn start() {
 /// The message of the last panic (and forgets it); `undefined` when there was none.
 #[wasm_bindgen(js_name = takePanicMessage)]
 pub fn take_panic_message() -> Option<String> {
-    PANIC_MESSAGE.try_with(|m| m.try_borrow_mut().ok().and_then(|mut slot| slot.take())).ok().flatten()
+    PANIC_MESSAGE
+        .try_with(|m| m.try_borrow_mut().ok().and_then(|mut slot| slot.take()))
+        .ok()
+        .flatten()
 }
 
 /// One core `MemoryStore`, its pending batch and the releases of its allowed batches: the
@@ -116,12 +119,20 @@ impl WasmStore {
 
     /// `0` when allowed (and recorded), else the refusal's retry timestamp.
     pub fn consume(&self, key: &str, uses: f64, window_ms: f64, now: f64) -> Result<f64, JsValue> {
-        Ok(encode(self.store.consume(key, limit(uses, window_ms)?, ms(now)).retry_timestamp))
+        Ok(encode(
+            self.store
+                .consume(key, limit(uses, window_ms)?, ms(now))
+                .retry_timestamp,
+        ))
     }
 
     /// Like `consume`, recording and creating nothing.
     pub fn peek(&self, key: &str, uses: f64, window_ms: f64, now: f64) -> Result<f64, JsValue> {
-        Ok(encode(self.store.peek(key, limit(uses, window_ms)?, ms(now)).retry_timestamp))
+        Ok(encode(
+            self.store
+                .peek(key, limit(uses, window_ms)?, ms(now))
+                .retry_timestamp,
+        ))
     }
 
     /// Appends an entry to the pending batch; an invalid limit clears the batch.

@@ -1,0 +1,83 @@
+// Headless Chromium smoke test of @ratewindow/wasm: serves bindings-wasm/js/ over HTTP, opens
+// browser/index.html (which imports dist/index.js and awaits init()), and checks what the page posts
+// back. Needs `chromium` (Debian) and a built package (scripts/build-wasm-js.sh).
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { tmpdir } from 'node:os';
+import { extname, join, normalize, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import assert from 'node:assert/strict';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const types = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.map': 'application/json' };
+
+let resolveResult;
+const result = new Promise((r) => (resolveResult = r));
+const server = createServer((req, res) => {
+  const url = new URL(req.url, 'http://localhost');
+  if (req.method === 'POST' && url.pathname === '/result') {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      res.end('ok');
+      resolveResult(JSON.parse(body));
+    });
+    return;
+  }
+  const file = normalize(join(root, decodeURIComponent(url.pathname)));
+  if (!file.startsWith(root) || file.includes(`${sep}node_modules${sep}`)) return res.writeHead(403).end();
+  try {
+    if (!statSync(file).isFile()) throw new Error('not a file');
+    res.writeHead(200, { 'content-type': types[extname(file)] ?? 'application/octet-stream' });
+    res.end(readFileSync(file));
+  } catch {
+    res.writeHead(404).end();
+  }
+});
+await new Promise((r) => server.listen(0, '127.0.0.1', r));
+const { port } = server.address();
+
+const profile = mkdtempSync(join(tmpdir(), 'ratewindow-chromium-'));
+const chromium = spawn(
+  process.env.CHROMIUM ?? 'chromium',
+  [
+    '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-dev-shm-usage',
+    `--user-data-dir=${profile}`, '--remote-debugging-port=0',
+    `http://127.0.0.1:${port}/browser/index.html`,
+  ],
+  { stdio: ['ignore', 'ignore', 'pipe'] },
+);
+let stderr = '';
+chromium.stderr.on('data', (c) => (stderr += c));
+const exited = new Promise((r) => chromium.on('exit', (code, signal) => r({ code, signal })));
+
+let timer;
+try {
+  const outcome = await Promise.race([
+    result,
+    exited.then(({ code, signal }) => ({ ok: false, error: `chromium exited early (${code ?? signal}): ${stderr.slice(-2000)}` })),
+    new Promise((r) => (timer = setTimeout(() => r({ ok: false, error: `no result in 60 s: ${stderr.slice(-2000)}` }), 60_000))),
+  ]);
+  assert.ok(outcome.ok, outcome.error);
+  const out = outcome.out;
+  assert.deepEqual(out.consume, [
+    { allowed: true, retryAfterMs: 0 },
+    { allowed: true, retryAfterMs: 0 },
+    { allowed: false, retryAfterMs: 1000, retryTimestamp: 1000 },
+  ]);
+  assert.equal(out.afterRelease, true);
+  assert.deepEqual(out.nan, { invalidLimit: true, code: 'ERR_RATEWINDOW_INVALID_LIMIT', field: 'uses' });
+  assert.equal(out.panic, 'panic');
+  assert.equal(out.stillWorks, true);
+  assert.deepEqual(out.attempt, ['ran', false]);
+  console.log(`chromium smoke test passed (${out.userAgent.match(/(?:Headless)?Chrome\/[\d.]+/)?.[0]}): consume ${out.nsPerConsume} ns/call in the page`);
+} finally {
+  clearTimeout(timer);
+  chromium.kill('SIGTERM');
+  await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
+  if (chromium.exitCode === null && chromium.signalCode === null) chromium.kill('SIGKILL');
+  server.close();
+  rmSync(profile, { recursive: true, force: true });
+}

@@ -1,0 +1,106 @@
+// The raw backend boundary under hostile numbers: the module must answer or throw a coded error, and
+// never trap. The TypeScript layer filters most of these first; the engine must not rely on it.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { createBackend } from '../backend.mjs';
+
+const backend = createBackend();
+
+const HOSTILE = [NaN, Infinity, -Infinity, -0, -1, 0.5, 1.5, 2 ** 53, 2 ** 64, 1e308, -1e308, 4_320_000_000_000_001, Number.MIN_VALUE];
+const numbers = [0, 1, 1000, ...HOSTILE];
+
+/** Runs `f`; it may return a number or throw an `invalid_limit:*` error, and nothing else. */
+function answers(f, what) {
+  try {
+    const r = f();
+    assert.ok(r === undefined || typeof r === 'number', `${what} returned ${r}`);
+  } catch (e) {
+    assert.ok(!(e instanceof WebAssembly.RuntimeError), `${what} trapped: ${e}`);
+    assert.match(String(e.code), /^invalid_limit:(uses|window_ms)$/, `${what} threw ${e}`);
+  }
+}
+
+test('no hostile number traps any store method', () => {
+  const store = backend.createStore();
+  const keys = ['', 'k', '\u{1F600}', '\uD800', 'x'.repeat(10_000)];
+  let calls = 0;
+  for (const a of numbers) {
+    for (const b of numbers) {
+      for (const key of keys) {
+        answers(() => store.consume(key, a, b, a), `consume(${a}, ${b})`);
+        answers(() => store.peek(key, a, b, b), `peek(${a}, ${b})`);
+        answers(() => store.hit(key, a, b, b), `hit(${a}, ${b})`);
+        answers(() => store.tooManyAttempts(key, a, b), 'tooManyAttempts');
+        answers(() => store.remaining(key, a, b), 'remaining');
+        answers(() => store.availableIn(key, a), 'availableIn');
+        answers(() => store.availableInMs(key, b), 'availableInMs');
+        answers(() => store.attempts(key, a), 'attempts');
+        answers(() => store.resetAttempts(key, a), 'resetAttempts');
+        calls += 9;
+      }
+      answers(() => store.batchPush('k', a, b), 'batchPush');
+      answers(() => store.batchPush('j', b, a), 'batchPush');
+      answers(() => store.batchConsume(a), 'batchConsume');
+      answers(() => store.release(a, b), 'release');
+      answers(() => store.dropRelease(b), 'dropRelease');
+      answers(() => store.batchPeek(b), 'batchPeek');
+      answers(() => store.purge(a), 'purge');
+      answers(() => backend.checkLimit(a, b), 'checkLimit');
+    }
+  }
+  assert.ok(calls > 1000);
+  assert.equal(typeof store.size(), 'number');
+});
+
+test('an invalid limit throws the core\'s coded error and records nothing', () => {
+  const store = backend.createStore();
+  assert.throws(() => store.consume('k', NaN, 1000, 0), { code: 'invalid_limit:uses', message: /invalid uses: NaN/ });
+  assert.throws(() => store.consume('k', 1, NaN, 0), { code: 'invalid_limit:window_ms', message: /invalid window_ms: NaN/ });
+  assert.throws(() => store.hit('k', 0, 1, 0), { code: 'invalid_limit:window_ms' });
+  assert.throws(() => backend.checkLimit(0, 1), { code: 'invalid_limit:uses' });
+  assert.equal(store.size(), 0);
+  // A refused push clears the pending batch: the next batch starts empty.
+  store.batchPush('a', 1, 1000);
+  assert.throws(() => store.batchPush('b', -1, 1000), { code: 'invalid_limit:uses' });
+  assert.ok(store.batchConsume(0) > 0);
+  assert.equal(store.size(), 0, 'the cleared batch recorded nothing');
+});
+
+test('a panic is an error with code "panic", many times over, and the module keeps working', () => {
+  const store = backend.createStore();
+  assert.equal(store.consume('before', 1, 60_000, 0), 0);
+  // Each trap leaves the aborted frames' shadow stack behind unless the wrapper resets it: 20000 of
+  // them would run the 1 MiB stack out.
+  for (let i = 0; i < 20_000; i++) {
+    try {
+      backend.panicForTest(`panic ${i}`);
+      assert.fail('no throw');
+    } catch (e) {
+      if (e.code !== 'panic' || !e.message.includes(`panic ${i}`)) assert.fail(`${i}: ${e}`);
+      if (!(e.cause instanceof WebAssembly.RuntimeError)) assert.fail(`${i}: cause ${e.cause}`);
+    }
+  }
+  assert.equal(store.consume('before', 1, 60_000, 1), 60_000, 'the store kept its state');
+  assert.equal(backend.createStore().consume('after', 1, 1000, 0), 0);
+  assert.equal(backend.noop(), 0);
+});
+
+test('release handles are held until released or dropped', () => {
+  const store = backend.createStore();
+  store.batchPush('a', 2, 1000);
+  const h1 = store.batchConsume(0);
+  store.batchPush('a', 2, 1000);
+  const h2 = store.batchConsume(1);
+  assert.ok(h1 > 0 && h2 > h1);
+  assert.equal(store.releaseHandles(), 2);
+  store.batchPush('a', 2, 1000);
+  assert.equal(store.batchConsume(2), -1000);
+  assert.equal(store.batchBlocked(), 0);
+  store.release(h1, 3);
+  store.release(h1, 3);
+  store.dropRelease(h2);
+  assert.equal(store.releaseHandles(), 0);
+  store.batchPush('a', 2, 1000);
+  assert.ok(store.batchConsume(4) > 0, 'the released call gave its use back');
+});

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Tests @ratewindow/wasm (bindings-wasm/js/): sets up, builds (crate -> wasm-bindgen -> TypeScript), then
+#   1. the crate's lints: cargo fmt --check, and clippy -D warnings for wasm32 (rustup toolchain only:
+#      Debian's rustc-web has no clippy);
+#   2. the Node package's own test suite (bindings-node/test/: vectors, the conformance kit on
+#      MemoryStore, RateLimiter, errors, panics) with RATEWINDOW_BACKEND=wasm, unchanged;
+#   3. this package's tests (bindings-wasm/js/test/: the entry points, hostile numbers at the boundary,
+#      traps, the size budget);
+#   4. a smoke test in headless Chromium (Debian's `chromium`, installed by the setup);
+#      RATEWINDOW_WASM_BROWSER=0 skips it.
+# Exits non-zero on any failure.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PATH="$HOME/.cargo/bin:$PATH"
+
+"$ROOT/scripts/setup-wasm-js.sh"
+"$ROOT/scripts/build-wasm-js.sh"
+
+echo "== ratewindow-wasm: fmt, clippy"
+(cd "$ROOT" && cargo fmt --check -p ratewindow-wasm)
+eval "$("$ROOT/scripts/wasm-toolchain.sh" env)"
+if [ "$WASM_TOOLCHAIN" = rustup ]; then
+  # shellcheck disable=SC2086 # WASM_CARGO_ARGS is a list of words
+  (cd "$ROOT" && CARGO_TARGET_DIR="${WASM_TARGET_DIR:-$ROOT/target-wasm-js}" \
+    cargo clippy -q -p ratewindow-wasm --all-targets $WASM_CARGO_ARGS -- -D warnings)
+else
+  echo "(clippy skipped: the $WASM_TOOLCHAIN toolchain has none)"
+fi
+
+echo "== the Node package's suite on the wasm backend"
+(cd "$ROOT/bindings-node" && npm run -s build:ts)
+(cd "$ROOT/bindings-node" && RATEWINDOW_BACKEND=wasm node --test --test-reporter=dot test/)
+
+echo "== @ratewindow/wasm's own tests"
+(cd "$ROOT/bindings-wasm/js" && node --test --test-reporter=dot test/)
+
+if [ "${RATEWINDOW_WASM_BROWSER:-1}" = 1 ]; then
+  echo "== headless Chromium smoke test"
+  node "$ROOT/bindings-wasm/js/browser/smoke.mjs"
+else
+  echo "(headless Chromium smoke test skipped: RATEWINDOW_WASM_BROWSER=0)"
+fi
+echo "@ratewindow/wasm: all tests passed"
