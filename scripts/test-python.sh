@@ -28,7 +28,11 @@ echo "== pytest"
 echo "== mypy --strict"
 (cd "$root/bindings-python/python" && "$py" -m mypy --strict -p ratewindow)
 (cd "$root/bindings-python" && "$py" -m mypy --strict tests)
+"$py" -m mypy --strict "$root/examples/python/service.py" "$root/bench/python/bench.py"
 
 echo "== stubtest (installed module against its stubs)"
 (cd /tmp && "$py" -m mypy.stubtest ratewindow)
+echo "== demo and benchmark (smoke runs)"
+"$py" "$root/examples/python/service.py" > /dev/null
+"$py" "$root/bench/python/bench.py" --rounds 1 --ops 2000 > /dev/null
 echo "python: all checks passed"

@@ -41,7 +41,8 @@ class PerKeyBuckets(BucketFactory):
         self.clock = InMemoryBucket(self.rates)
 
     def wrap_item(self, name: str, weight: int = 1) -> RateItem:
-        return RateItem(name, self.clock.now(), weight=weight)
+        now: int = self.clock.now()  # type: ignore[no-untyped-call]  # untyped in pyrate-limiter
+        return RateItem(name, now, weight=weight)
 
     def get(self, item: RateItem) -> InMemoryBucket:
         bucket = self.buckets.get(item.name)
