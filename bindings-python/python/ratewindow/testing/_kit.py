@@ -103,6 +103,16 @@ def _ms() -> float:
     return time.time() * 1000
 
 
+class _TooSlow(Exception):
+    """The machine stalled so long that a timing premise of a check no longer holds: run it again."""
+
+
+def _within(start: float, budget_ms: float) -> None:
+    """Raises :class:`_TooSlow` when more than ``budget_ms`` has passed since ``start``."""
+    if _ms() - start > budget_ms:
+        raise _TooSlow(f"took over {budget_ms} ms")
+
+
 async def _sleep_until(t_ms: float) -> None:
     delay = (t_ms - _ms()) / 1000
     if delay > 0:
@@ -120,6 +130,7 @@ async def check_allows_uses_within_window(s: _Store) -> None:
     for i in range(3):
         assert (await s.consume(key, limit)).allowed, f"call {i + 1} of 3 must be allowed"
     refused = await s.consume(key, limit)
+    _within(start, 400 - 50)
     assert not refused.allowed, "the 4th call within the window must be refused"
     await _sleep_until(start + 400 + 60)
     assert (await s.consume(key, limit)).allowed, "once the oldest call has left, a call is allowed"
@@ -163,6 +174,7 @@ async def check_retry_counts_from_oldest_call(s: _Store) -> None:
         before = _ms()
         refused = await s.consume(key, limit)
         after = _ms()
+        _within(t0, window - 50)
         assert not refused.allowed, "a third call within the window must be refused"
         low, high = t0 + window - after, t1 + window - before
         assert math.floor(low) - tol <= refused.retry_after_ms <= math.ceil(high) + tol, (
@@ -210,15 +222,18 @@ async def check_concurrent_calls_at_limit(s: _Store) -> None:
 async def check_batch_counts_all_and_names_longest_wait(s: _Store) -> None:
     """A batch is counted against all its entries at once, and a refusal names the longest wait."""
     short, long_ = Entry(s.key("short"), Limit(1, 300)), Entry(s.key("long"), Limit(1, 900))
+    start = _ms()
     assert (await s.consume_many([short, long_])).allowed
     refused = await s.consume_many([short, long_])
+    short_again = await s.consume(short.key, short.limit)
+    _within(start, 300 - 50)
     assert not refused.allowed
     if s.default_consume_many:
         assert refused.blocked == 0, "the default consume_many stops at the first refusal"
     else:
         assert refused.blocked == 1, f"a refusal names the entry with the longest wait, got {refused!r}"
         assert refused.retry_after_ms > 300, f"and gives its wait, got {refused!r}"
-    assert not (await s.consume(short.key, short.limit)).allowed, "the batch counted against every entry"
+    assert not short_again.allowed, "the batch counted against every entry"
     assert not (await s.consume(long_.key, long_.limit)).allowed, "the batch counted against every entry"
 
 
@@ -248,16 +263,18 @@ async def check_peek_records_nothing(s: _Store) -> None:
     """A peek records nothing, answers a refusal with the wait consume gives, and names a batch's
     longest wait (the default ``peek_many`` allows every call)."""
     one, two = Entry(s.key("p1"), Limit(1, 300)), Entry(s.key("p2"), Limit(1, 900))
+    start = _ms()
     for _ in range(3):
         assert (await s.peek_many([one, two])).allowed, "a fresh key's peek is allowed"
     assert (await s.consume_many([one])).allowed, "peeks must record nothing"
     assert (await s.consume_many([two])).allowed, "peeks must record nothing"
     peeked = await s.peek_many([one, two])
+    consumed = await s.consume_many([two])
+    _within(start, 300 - 50)
     if s.default_peek_many:
         assert peeked.allowed, "the default peek_many allows every call"
         return
     assert not peeked.allowed and peeked.blocked == 1, f"a peek names the longest wait, got {peeked!r}"
-    consumed = await s.consume_many([two])
     assert not consumed.allowed
     if peeked.retry_timestamp is not None:
         assert peeked.retry_timestamp == consumed.retry_timestamp, (
@@ -298,6 +315,7 @@ async def check_fixed_window(s: _Store) -> None:
     assert await s.call("remaining", key, 5) == 2
     assert await s.call("remaining", key, 2) == 0
     assert await s.call("available_in", key) == 1
+    _within(start, decay - 200)
     await asyncio.sleep(0.1)
     assert await s.call("hit", key, decay) == 4, "a hit inside the window does not move it"
     if hasattr(s.store, "available_in_ms"):
@@ -306,6 +324,7 @@ async def check_fixed_window(s: _Store) -> None:
     await s.call("reset_attempts", key)
     assert await s.call("attempts", key) == 0
     assert await s.call("hit", key, decay, -1) == -1, "a negative amount gives hits back"
+    _within(start, decay - 100)
     await _sleep_until(start + decay + 60)
     assert await s.call("attempts", key) == 0, "an ended window counts from zero"
     assert await s.call("too_many_attempts", key, 1) is False
@@ -332,14 +351,25 @@ CHECKS: dict[str, Callable[[_Store], Awaitable[None]]] = {
 """Every check, by name."""
 
 
+_ATTEMPTS = 3
+
+
 def _run_one(factory: StoreFactory, name: str, tolerance_ms: int) -> None:
+    """Runs one check on a fresh store; a run the machine stalled through is run again (3 at most)."""
+
     async def main() -> None:
         store = factory()
         if inspect.isawaitable(store):
             store = await store
         await CHECKS[name](_Store(store, tolerance_ms))
 
-    asyncio.run(main())
+    for attempt in range(_ATTEMPTS):
+        try:
+            asyncio.run(main())
+            return
+        except _TooSlow:
+            if attempt == _ATTEMPTS - 1:
+                raise
 
 
 def run_checks(
