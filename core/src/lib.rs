@@ -51,6 +51,11 @@ mod memory;
 pub mod sliding;
 mod verdict;
 
+/// The README's Rust example runs as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{LimitError, LimitField, MAX_WINDOW_MS};
 pub use fixed::FixedWindow;

@@ -11,6 +11,7 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use indexmap::map::raw_entry_v1::{RawEntryApiV1, RawEntryMut};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
@@ -43,6 +44,13 @@ static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
 struct Moment {
     now: u64,
     horizon: u64,
+}
+
+/// A key and its hash, computed once per call: the hash picks the shard and finds the key in it.
+#[derive(Debug, Clone, Copy)]
+struct Key<'a> {
+    text: &'a str,
+    hash: u64,
 }
 
 /// One key's sliding log. The expiry sits beside the map entry, not behind the log's pointer, so the
@@ -99,8 +107,8 @@ impl Shard {
 
     /// The index of `key`'s live log, trimmed at `now` to `trim_ms`. A log that expired by `horizon`
     /// or that trimming emptied is removed.
-    fn live_log(&mut self, key: &str, now: u64, horizon: u64, trim_ms: u64) -> Option<usize> {
-        let index = self.logs.get_index_of(key)?;
+    fn live_log(&mut self, key: Key<'_>, now: u64, horizon: u64, trim_ms: u64) -> Option<usize> {
+        let index = self.log_index(key)?;
         let log = &mut self.logs[index];
         if alive(log, horizon) {
             log.trim(now, trim_ms);
@@ -115,8 +123,19 @@ impl Shard {
     }
 
     /// The live log of `key`, untouched (for peeks).
-    fn peek_log(&self, key: &str, horizon: u64) -> Option<&KeyLog> {
-        self.logs.get(key).filter(|log| alive(log, horizon))
+    fn peek_log(&self, key: Key<'_>, horizon: u64) -> Option<&KeyLog> {
+        let (_, log) = self
+            .logs
+            .raw_entry_v1()
+            .from_hash(key.hash, |k| &**k == key.text)?;
+        Some(log).filter(|log| alive(log, horizon))
+    }
+
+    #[inline]
+    fn log_index(&self, key: Key<'_>) -> Option<usize> {
+        self.logs
+            .raw_entry_v1()
+            .index_from_hash(key.hash, |k| &**k == key.text)
     }
 
     /// Records a call to `key` (whose log is at `index`, if known) at `now`, or at its newest call if
@@ -125,28 +144,35 @@ impl Shard {
     /// while the clock lags is not dead on arrival.
     fn record(
         &mut self,
-        key: &str,
+        key: Key<'_>,
         index: Option<usize>,
         limit: Limit,
         window_ms: u64,
         at: Moment,
     ) -> (u64, u64) {
         let Moment { now, horizon } = at;
-        let index = match index.or_else(|| self.logs.get_index_of(key)) {
+        let index = match index.or_else(|| self.log_index(key)) {
             Some(i) => i,
             None => {
                 let instance = self.next_instance;
                 self.next_instance += 1;
                 let cap = (limit.uses() as usize).min(INITIAL_LOG_CAPACITY);
-                self.logs
-                    .insert_full(
-                        key.into(),
-                        KeyLog {
-                            expires_at: 0,
-                            log: CallLog::new(cap, instance),
-                        },
-                    )
-                    .0
+                let log = KeyLog {
+                    expires_at: 0,
+                    log: CallLog::new(cap, instance),
+                };
+                match self
+                    .logs
+                    .raw_entry_mut_v1()
+                    .from_hash(key.hash, |k| &**k == key.text)
+                {
+                    RawEntryMut::Occupied(entry) => entry.index(),
+                    RawEntryMut::Vacant(entry) => {
+                        let index = entry.index();
+                        entry.insert_hashed_nocheck(key.hash, key.text.into(), log);
+                        index
+                    }
+                }
             }
         };
         let log = &mut self.logs[index];
@@ -157,8 +183,11 @@ impl Shard {
         (log.instance(), at)
     }
 
-    fn live_window(&mut self, key: &str, horizon: u64) -> Option<&mut FixedWindow> {
-        let index = self.windows.get_index_of(key)?;
+    fn live_window(&mut self, key: Key<'_>, horizon: u64) -> Option<&mut FixedWindow> {
+        let index = self
+            .windows
+            .raw_entry_v1()
+            .index_from_hash(key.hash, |k| &**k == key.text)?;
         if self.windows[index].is_live(horizon) {
             Some(&mut self.windows[index])
         } else {
@@ -279,7 +308,7 @@ pub struct MemoryStore {
     id: u64,
     horizon: AtomicU64,
     foreign_cursor: AtomicUsize,
-    shard_hasher: Hasher,
+    hasher: Hasher,
     shards: Box<[Mutex<Shard>]>,
 }
 
@@ -298,21 +327,23 @@ impl MemoryStore {
     /// An empty store with `shards` shards (rounded up to a power of two, at least 1).
     pub fn with_shards(shards: usize) -> MemoryStore {
         let n = shards.max(1).next_power_of_two();
-        let map_hasher = Hasher::default();
+        let hasher = Hasher::default();
         MemoryStore {
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
             horizon: AtomicU64::new(0),
             foreign_cursor: AtomicUsize::new(0),
-            shard_hasher: Hasher::default(),
-            shards: (0..n)
-                .map(|_| Mutex::new(Shard::new(&map_hasher)))
-                .collect(),
+            hasher: hasher.clone(),
+            shards: (0..n).map(|_| Mutex::new(Shard::new(&hasher))).collect(),
         }
     }
 
     #[inline]
-    fn shard_of(&self, key: &str) -> usize {
-        (self.shard_hasher.hash_one(key) as usize) & (self.shards.len() - 1)
+    fn key<'a>(&self, text: &'a str) -> (usize, Key<'a>) {
+        let hash = self.hasher.hash_one(text);
+        // The maps find buckets by the low bits and tag them by the top 7: the shard takes bits from
+        // the middle, so keys of one shard still spread over their map.
+        let shard = (hash >> 32) as usize & (self.shards.len() - 1);
+        (shard, Key { text, hash })
     }
 
     #[inline]
@@ -352,7 +383,8 @@ impl MemoryStore {
     /// Counts one call to `key` under `limit` at `now`: allowed and recorded, or refused with the wait.
     pub fn consume(&self, key: &str, limit: Limit, now: u64) -> Verdict {
         let horizon = self.advance(now);
-        let mut shard = self.lock(self.shard_of(key));
+        let (shard, key) = self.key(key);
+        let mut shard = self.lock(shard);
         let index = shard.live_log(key, now, horizon, limit.window_ms());
         let wait = index.and_then(|i| shard.logs[i].wait_until(limit, now));
         let verdict = match wait {
@@ -379,7 +411,8 @@ impl MemoryStore {
     /// nothing.
     pub fn peek(&self, key: &str, limit: Limit, now: u64) -> Verdict {
         let horizon = self.horizon_at(now);
-        let shard = self.lock(self.shard_of(key));
+        let (shard, key) = self.key(key);
+        let shard = self.lock(shard);
         match shard
             .peek_log(key, horizon)
             .and_then(|log| log.wait_until(limit, now))
@@ -411,8 +444,10 @@ impl MemoryStore {
             self.horizon_at(now)
         };
         // Small batches (the usual: a handful of stacked limits) stay on the stack.
-        let shard_ids: SmallVec<[usize; 8]> =
-            entries.iter().map(|e| self.shard_of(&e.key)).collect();
+        let located: SmallVec<[(usize, Key<'_>); 8]> =
+            entries.iter().map(|e| self.key(&e.key)).collect();
+        let shard_ids: SmallVec<[usize; 8]> = located.iter().map(|&(shard, _)| shard).collect();
+        let key = |entry: usize| located[entry].1;
         let mut order = shard_ids.clone();
         order.sort_unstable();
         order.dedup();
@@ -443,13 +478,13 @@ impl MemoryStore {
 
         if record {
             for i in keys() {
-                guards[slot(i)].live_log(&entries[i].key, now, horizon, longest(i));
+                guards[slot(i)].live_log(key(i), now, horizon, longest(i));
             }
         }
         let mut blocked: Option<(usize, u64)> = None;
         for (i, entry) in entries.iter().enumerate() {
             let wait = guards[slot(i)]
-                .peek_log(&entry.key, horizon)
+                .peek_log(key(i), horizon)
                 .and_then(|log| log.wait_until(entry.limit, now));
             if let Some(until) = wait {
                 if blocked.is_none_or(|(_, longest)| until > longest) {
@@ -472,13 +507,12 @@ impl MemoryStore {
         let release = (record && verdict.allowed).then(|| {
             let calls = keys()
                 .map(|i| {
-                    let key = &entries[i].key;
                     let window_ms = longest(i);
                     let moment = Moment { now, horizon };
                     let (instance, at) =
-                        guards[slot(i)].record(key, None, entries[i].limit, window_ms, moment);
+                        guards[slot(i)].record(key(i), None, entries[i].limit, window_ms, moment);
                     RecordedCall {
-                        key: key.clone(),
+                        key: entries[i].key.clone(),
                         instance,
                         at,
                         window_ms,
@@ -514,8 +548,9 @@ impl MemoryStore {
             if !sliding::in_window(call.at, now, call.window_ms) {
                 continue;
             }
-            let mut shard = self.lock(self.shard_of(&call.key));
-            let Some(i) = shard.logs.get_index_of(call.key.as_str()) else {
+            let (shard, key) = self.key(&call.key);
+            let mut shard = self.lock(shard);
+            let Some(i) = shard.log_index(key) else {
                 continue;
             };
             let log = &mut shard.logs[i];
@@ -532,7 +567,8 @@ impl MemoryStore {
     /// the count starts from zero. Counts saturate at the `i64` bounds.
     pub fn hit(&self, key: &str, decay: Window, amount: i64, now: u64) -> i64 {
         let horizon = self.advance(now);
-        let mut shard = self.lock(self.shard_of(key));
+        let (shard, key) = self.key(key);
+        let mut shard = self.lock(shard);
         let count = match shard.live_window(key, horizon) {
             Some(window) => {
                 window.count = window.count.saturating_add(amount);
@@ -542,7 +578,7 @@ impl MemoryStore {
                 // Opened at the horizon when the clock lags it, so it is not dead on arrival.
                 let mut window = FixedWindow::open(now.max(horizon), decay);
                 window.count = amount;
-                shard.windows.insert(key.into(), window);
+                shard.windows.insert(key.text.into(), window);
                 amount
             }
         };
@@ -556,10 +592,13 @@ impl MemoryStore {
     /// `key`'s live window at `now`, if any.
     pub fn window(&self, key: &str, now: u64) -> Option<FixedWindow> {
         let horizon = self.horizon_at(now);
-        let shard = self.lock(self.shard_of(key));
+        let (shard, key) = self.key(key);
+        let shard = self.lock(shard);
         shard
             .windows
-            .get(key)
+            .raw_entry_v1()
+            .from_hash(key.hash, |k| &**k == key.text)
+            .map(|(_, w)| w)
             .filter(|w| w.is_live(horizon))
             .copied()
     }
@@ -593,7 +632,8 @@ impl MemoryStore {
     /// Sets `key`'s count to zero, keeping its window running.
     pub fn reset_attempts(&self, key: &str, now: u64) {
         let horizon = self.advance(now);
-        let mut shard = self.lock(self.shard_of(key));
+        let (shard, key) = self.key(key);
+        let mut shard = self.lock(shard);
         if let Some(window) = shard.live_window(key, horizon) {
             window.count = 0;
         }
@@ -601,8 +641,8 @@ impl MemoryStore {
 
     /// Removes `key`'s count and window; its next hit opens a new window.
     pub fn clear(&self, key: &str) {
-        let mut shard = self.lock(self.shard_of(key));
-        shard.windows.swap_remove(key);
+        let (shard, key) = self.key(key);
+        self.lock(shard).windows.swap_remove(key.text);
     }
 
     /// Removes every key expired at `now` at once, in O(keys), and gives back the memory. Never needed
