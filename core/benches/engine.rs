@@ -155,10 +155,7 @@ fn governor(c: &mut Criterion) {
 
 /// Mean time per iteration of one benchmark, from Criterion's saved estimates.
 fn mean_ns(group: &str, id: &str) -> Option<f64> {
-    let dir: String = id
-        .chars()
-        .map(|c| if c == '/' || c == ' ' { '_' } else { c })
-        .collect();
+    let dir: String = id.chars().map(|c| if c == '/' { '_' } else { c }).collect();
     let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).parent()?;
     let path = target
         .join("criterion")
