@@ -1,7 +1,9 @@
 //! `Entry`: one entry of a batch, a key and the limit it is counted against.
 
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
+use pyo3::PyTraverseError;
 
 use crate::limit::Limit;
 
@@ -20,6 +22,11 @@ impl Entry {
             key: key.unbind(),
             limit: limit.unbind(),
         }
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.key)?;
+        visit.call(&self.limit)
     }
 
     /// The key counted.

@@ -3,24 +3,40 @@
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
+use pyo3::PyTraverseError;
 use ratewindow_core::{Clock, Entry, SystemClock};
 
 use crate::errors::guard;
 use crate::limit::{core_window, whole, Limit};
 use crate::verdict::Verdict;
 
-/// What a store and the verdicts it gave share: the core store and its clock.
+/// A handle on a store: the core store (shared with every verdict it gave) and this holder's own
+/// reference to the clock, so each Python object reports exactly the references it holds to the GC.
 pub(crate) struct Shared {
-    pub(crate) store: ratewindow_core::MemoryStore,
+    pub(crate) store: Arc<ratewindow_core::MemoryStore>,
     /// A callable returning Unix ms; `None` reads the system clock (the same as
     /// `time.time_ns() // 1_000_000`).
     clock: Option<Py<PyAny>>,
 }
 
 impl Shared {
+    /// Another handle on the same store and clock.
+    pub(crate) fn clone_ref(&self, py: Python<'_>) -> Shared {
+        Shared {
+            store: Arc::clone(&self.store),
+            clock: self.clock.as_ref().map(|c| c.clone_ref(py)),
+        }
+    }
+
+    /// Reports the clock to the garbage collector.
+    pub(crate) fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.clock)
+    }
+
     pub(crate) fn now(&self, py: Python<'_>) -> PyResult<u64> {
         match &self.clock {
             None => Ok(SystemClock.now_ms()),
@@ -43,7 +59,7 @@ impl Shared {
 /// or timer is started.
 #[pyclass(frozen, module = "ratewindow._ratewindow", name = "MemoryStore")]
 pub(crate) struct MemoryStore {
-    shared: Arc<Shared>,
+    shared: Shared,
 }
 
 /// A batch's entries: `ratewindow.Entry`, a `(key, limit)` pair, or any object with `key` and `limit`
@@ -96,12 +112,16 @@ impl MemoryStore {
                 return Err(PyValueError::new_err("shards must be from 1 to 65536"));
             }
             Ok(MemoryStore {
-                shared: Arc::new(Shared {
-                    store: ratewindow_core::MemoryStore::with_shards(shards),
+                shared: Shared {
+                    store: Arc::new(ratewindow_core::MemoryStore::with_shards(shards)),
                     clock,
-                }),
+                },
             })
         })
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        self.shared.traverse(&visit)
     }
 
     /// The store's clock now, in Unix ms.
@@ -141,7 +161,7 @@ impl MemoryStore {
             let consumed = self.shared.store.consume_many(&entries, now);
             Ok(Verdict::batch(
                 consumed.verdict,
-                consumed.release.map(|r| (Arc::clone(&self.shared), r)),
+                consumed.release.map(|r| (self.shared.clone_ref(py), r)),
             ))
         })
     }

@@ -1,8 +1,10 @@
 //! `Verdict`: plain data, with `release()` on an allowed batch verdict.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
+use pyo3::PyTraverseError;
 use ratewindow_core::{BatchVerdict, Release};
 
 use crate::errors::guard;
@@ -13,7 +15,7 @@ enum Releaser {
     /// Nothing to give back (a refusal, a single consume, a peek).
     Nothing,
     /// A memory store's release: the store and the core's `Release`.
-    Native(Mutex<Option<(Arc<Shared>, Release)>>),
+    Native(Mutex<Option<(Shared, Release)>>),
     /// A Python store's release: a callable (which may return an awaitable, for asyncio stores).
     Python(Mutex<Option<Py<PyAny>>>),
 }
@@ -43,7 +45,7 @@ impl Verdict {
         }
     }
 
-    pub(crate) fn batch(v: BatchVerdict, release: Option<(Arc<Shared>, Release)>) -> Verdict {
+    pub(crate) fn batch(v: BatchVerdict, release: Option<(Shared, Release)>) -> Verdict {
         Verdict {
             allowed: v.allowed,
             retry_after_ms: v.retry_after_ms,
@@ -149,6 +151,23 @@ impl Verdict {
                 None => Ok(py.None()),
             },
         })
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // try_lock: the collector must never block; a verdict being released right now is skipped.
+        match &self.releaser {
+            Releaser::Nothing => Ok(()),
+            Releaser::Native(slot) => match slot.try_lock() {
+                Ok(held) => held
+                    .as_ref()
+                    .map_or(Ok(()), |(shared, _)| shared.traverse(&visit)),
+                Err(_) => Ok(()),
+            },
+            Releaser::Python(slot) => match slot.try_lock() {
+                Ok(held) => visit.call(held.as_ref()),
+                Err(_) => Ok(()),
+            },
+        }
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {

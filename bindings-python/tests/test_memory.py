@@ -187,3 +187,27 @@ def test_entry_is_an_immutable_value() -> None:
         Entry(1, limit)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         Entry("k", (1, 1_000))  # type: ignore[arg-type]
+
+
+def test_a_cycle_through_the_clock_is_collected() -> None:
+    """The native store and verdicts report the clock they hold to the GC (``__traverse__``), so a
+    clock that refers back to its store does not leak."""
+    freed: list[bool] = []
+
+    class Clock:
+        def __init__(self) -> None:
+            self.held: list[object] = []
+
+        def __call__(self) -> int:
+            return 0
+
+        def __del__(self) -> None:
+            freed.append(True)
+
+    clock = Clock()
+    store = MemoryStore(clock)
+    verdict = store.consume_many([Entry("a", Limit(1, 10))])
+    clock.held += [store, verdict, Verdict(True, release=clock.__call__)]
+    del clock, store, verdict
+    gc.collect()
+    assert freed == [True]

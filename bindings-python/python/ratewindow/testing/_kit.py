@@ -138,25 +138,34 @@ async def check_allows_uses_within_window(s: _Store) -> None:
 
 async def check_never_more_than_uses_in_any_window(s: _Store) -> None:
     """No window of ``window_ms`` ever holds more than ``uses`` allowed calls: a store counting in
-    fixed buckets lets a burst through at a bucket's edge, a sliding log never does."""
-    key, window, uses = s.key("slide"), 250, 2
-    allowed: list[tuple[float, float]] = []
-    end = _ms() + 2.2 * window
+    fixed buckets lets a burst through at a bucket's edge, a sliding log never does.
+
+    Three keys start a third of a window apart, so whatever a bucketed store aligns its buckets to,
+    at least two of them start well inside a bucket and meet its edge."""
+    window, uses, starts = 300, 2, 3
+    limit = Limit(uses, window)
+    keys = [s.key(f"slide{j}") for j in range(starts)]
+    allowed: list[list[tuple[float, float]]] = [[] for _ in keys]
+    begin = _ms()
+    end = begin + (starts / 3 + 1.3) * window
     while _ms() < end:
-        before = _ms()
-        verdict = await s.consume(key, Limit(uses, window))
-        after = _ms()
-        if verdict.allowed:
-            allowed.append((before, after))
-        await asyncio.sleep(0.005)
-    assert len(allowed) >= uses, "calls spaced over two windows must be allowed again"
-    for i in range(len(allowed) - uses):
-        first_start = allowed[i][0]
-        last_end = allowed[i + uses][1]
-        assert last_end - first_start >= window - s.tolerance_ms, (
-            f"{uses + 1} calls were allowed within {last_end - first_start:.1f} ms, "
-            f"inside one window of {window} ms"
-        )
+        for j, key in enumerate(keys):
+            if _ms() < begin + j * window / 3:
+                continue
+            before = _ms()
+            verdict = await s.consume(key, limit)
+            after = _ms()
+            if verdict.allowed:
+                allowed[j].append((before, after))
+        await asyncio.sleep(0.004)
+    for calls in allowed:
+        assert len(calls) >= uses, "calls spaced over more than a window must be allowed"
+        for i in range(len(calls) - uses):
+            first_start, last_end = calls[i][0], calls[i + uses][1]
+            assert last_end - first_start >= window - s.tolerance_ms, (
+                f"{uses + 1} calls were allowed within {last_end - first_start:.1f} ms, "
+                f"inside one window of {window} ms"
+            )
 
 
 async def check_retry_counts_from_oldest_call(s: _Store) -> None:
