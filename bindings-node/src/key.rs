@@ -8,7 +8,7 @@ use napi::bindgen_prelude::{FromNapiValue, Result, TypeName, ValidateNapiValue, 
 use napi::{sys, Error, Status};
 
 /// Bytes a key may take without a heap allocation.
-const INLINE: usize = 256;
+const INLINE: usize = 128;
 
 /// A key argument: `&str` through [`Key::as_str`].
 pub struct Key {

@@ -39,6 +39,9 @@ describe('the backend', () => {
     assert.equal(store.releaseHandles(), 0);
     assert.throws(() => store.consume('k', 0, 1000, 0), (e) => e.code === 'invalid_limit:uses');
     assert.throws(() => store.hit('k', 0.5, 1, 0), (e) => e.code === 'invalid_limit:window_ms');
+    // Called directly with a wrong type, the boundary throws (it never reads garbage or panics).
+    assert.throws(() => store.consume(5, 1, 1000, 0), Error);
+    assert.throws(() => store.attempts({}, 0), Error);
   });
 });
 
