@@ -1,6 +1,9 @@
 // The ESM entry point: re-exports the CommonJS build, so `import` and `require` share one module
 // instance (one MemoryStore class, one set of error classes: instanceof works across both).
-import cjs from '../dist/index.js';
+import { createRequire } from 'node:module';
+
+// Loaded with Node's own require, so bundling test runners (Vitest) get the same instance too.
+const cjs = createRequire(import.meta.url)('../dist/index.js');
 
 export const {
   CooldownStore,
