@@ -2,7 +2,8 @@
 # Builds @ratewindow/wasm (bindings-wasm/js/):
 #   1. the crate ratewindow-wasm for wasm32-unknown-unknown (scripts/wasm-toolchain.sh picks rustup or
 #      Debian's build-std toolchain), in its own target dir (target-wasm-js/ unless WASM_TARGET_DIR);
-#   2. wasm-bindgen --target web into bindings-wasm/js/pkg/ (ESM glue that every runtime can load;
+#   2. wasm-bindgen --target web into bindings-wasm/js/pkg/ (ESM glue that every runtime can load; no
+#      name or producers section;
 #      `--keep-lld-exports` keeps `__stack_pointer`, which the JS wrapper resets after a trap);
 #   3. the Node package's TypeScript layer (bindings-node/ts/, minus its addon loader native.ts) staged
 #      with this package's entry points into bindings-wasm/js/build/, relative imports given their `.js`
@@ -22,7 +23,7 @@ export CARGO_PROFILE_RELEASE_OPT_LEVEL="${RATEWINDOW_WASM_OPT_LEVEL:-3}" CARGO_P
 module="$WASM_TARGET_DIR/$WASM_OUT_SUBDIR/release/ratewindow_wasm.wasm"
 
 rm -rf "$PKG/pkg"
-wasm-bindgen --target web --keep-lld-exports --out-dir "$PKG/pkg" "$module"
+wasm-bindgen --target web --keep-lld-exports --remove-name-section --remove-producers-section --out-dir "$PKG/pkg" "$module"
 
 # Stage the TypeScript layer: theirs under build/layer/ (with our native.ts), ours at build/.
 rm -rf "$PKG/build" "$PKG/dist"

@@ -1,23 +1,32 @@
 //! The wasm-bindgen build of ratewindow: `ratewindow-core` for JavaScript runtimes where a native addon
 //! cannot load (edge workers, Deno, browsers).
 //!
-//! It implements the same `Backend` / `BackendStore` boundary as the napi addon
-//! (`bindings-node/ts/backend.ts`), so the Node package's TypeScript layer runs on it unchanged: only
-//! strings and numbers cross, milliseconds are JS numbers (never `BigInt`), verdicts are encoded as one
-//! number, and an invalid limit is thrown as a JS `Error` whose `code` is `invalid_limit:<field>`.
+//! It backs the same `Backend` / `BackendStore` boundary as the napi addon
+//! (`bindings-node/ts/backend.ts`) through the thin wrapper `ts/wasm.ts`, so the Node package's
+//! TypeScript layer runs on it unchanged. Milliseconds are JS numbers (`f64`), never `BigInt`.
 //!
-//! Nothing here panics on bad input: every host number is validated by the core (`Limit::from_f64`,
-//! `Window::from_f64`) or converted with a saturating cast. On `wasm32-unknown-unknown` a panic aborts
-//! (there is no unwinding to catch), so the JS wrapper (`js/backend.mjs`) turns the trap into an error with
-//! code `panic`; [`take_panic_message`] gives it the message the panic hook kept.
+//! ## The protocol with `ts/wasm.ts`
+//!
+//! The hot calls take and return numbers only, so a call allocates nothing on either side:
+//! - **Keys** are written by the wrapper as UTF-8 into this module's key buffer ([`key_buffer`]) and
+//!   passed as their byte length.
+//! - **Invalid limits** are answered with `NaN` (no verdict, count or flag is ever `NaN`); the wrapper
+//!   then calls [`check_limit`] / [`check_window`], which throw the core's error as a JS `Error` with
+//!   `code` `invalid_limit:uses` or `invalid_limit:window_ms`. A call that fails changes nothing.
+//!
+//! Nothing here panics on host input: every limit is validated by the core (`Limit::from_f64`,
+//! `Window::from_f64`), every other number is converted with a saturating cast, and a key that is not
+//! UTF-8 (the wrapper never writes one) is refused like an invalid limit. On `wasm32-unknown-unknown` a
+//! panic aborts (there is no unwinding to catch), so the wrapper turns a trap into an error with code
+//! `panic`; [`take_panic_message`] gives it the message the panic hook kept.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use ratewindow_core::{Entry, Limit, LimitError, MemoryStore, Release, Window};
+use ratewindow_core::{Entry, Limit, LimitError, LimitField, MemoryStore, Release, Window};
 use wasm_bindgen::prelude::*;
 
-/// A JS `Error` with `code` set: what every failing export throws.
+/// A JS `Error` with `code` set: what the checking exports throw.
 fn coded(code: &str, message: &str) -> JsValue {
     let error = js_sys::Error::new(message);
     // Setting a property on a fresh Error object cannot fail; ignore the Result rather than unwrap it.
@@ -29,8 +38,8 @@ fn coded(code: &str, message: &str) -> JsValue {
 #[cold]
 fn limit_error(e: LimitError) -> JsValue {
     let code = match e.field {
-        ratewindow_core::LimitField::Uses => "invalid_limit:uses",
-        ratewindow_core::LimitField::WindowMs => "invalid_limit:window_ms",
+        LimitField::Uses => "invalid_limit:uses",
+        LimitField::WindowMs => "invalid_limit:window_ms",
     };
     coded(code, &e.to_string())
 }
@@ -42,20 +51,44 @@ fn ms(v: f64) -> u64 {
     v as u64
 }
 
-#[inline(always)]
-fn limit(uses: f64, window_ms: f64) -> Result<Limit, JsValue> {
-    Limit::from_f64(uses, window_ms).map_err(limit_error)
-}
-
 /// Encodes a single verdict: `0` when allowed, else the retry timestamp (>= 1).
 #[inline(always)]
 fn encode(retry_timestamp: Option<u64>) -> f64 {
     retry_timestamp.map_or(0.0, |t| t as f64)
 }
 
+/// What a hot call answers when its limit (or key) is refused: the wrapper then asks for the error.
+const REFUSED: f64 = f64::NAN;
+
 thread_local! {
+    /// Where the wrapper writes each call's key (UTF-8); it only grows.
+    static KEY: RefCell<Vec<u8>> = RefCell::new(vec![0; 256]);
     /// The message of the last panic, kept by the hook for the JS side to read after the trap.
     static PANIC_MESSAGE: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` on the key the wrapper wrote (its first `len` bytes); `None` if they are not UTF-8 or out
+/// of the buffer.
+#[inline(always)]
+fn with_key<T>(len: u32, f: impl FnOnce(&str) -> T) -> Option<T> {
+    KEY.with(|buffer| {
+        let buffer = buffer.try_borrow().ok()?;
+        let key = std::str::from_utf8(buffer.get(..len as usize)?).ok()?;
+        Some(f(key))
+    })
+}
+
+/// Makes the key buffer hold at least `capacity` bytes and returns its address in linear memory. The
+/// address changes only when this grows it.
+#[wasm_bindgen(js_name = keyBuffer)]
+pub fn key_buffer(capacity: u32) -> u32 {
+    KEY.with(|buffer| {
+        let mut buffer = buffer.borrow_mut();
+        if buffer.len() < capacity as usize {
+            buffer.resize(capacity as usize, 0);
+        }
+        buffer.as_mut_ptr() as u32
+    })
 }
 
 /// Installs the panic hook that keeps the message (runs once, when the module is instantiated).
@@ -85,8 +118,9 @@ pub fn take_panic_message() -> Option<String> {
         .flatten()
 }
 
-/// One core `MemoryStore`, its pending batch and the releases of its allowed batches: the
-/// `BackendStore` of `bindings-node/ts/backend.ts`.
+/// One core `MemoryStore`, its pending batch and the releases of its allowed batches. Each method is
+/// one `BackendStore` method of `bindings-node/ts/backend.ts`, with the key passed as its length in
+/// the key buffer and refusals answered as described in the crate docs.
 #[wasm_bindgen]
 pub struct WasmStore {
     store: MemoryStore,
@@ -104,7 +138,7 @@ impl Default for WasmStore {
 
 #[wasm_bindgen]
 impl WasmStore {
-    /// An empty store (`MemoryStore::new()`).
+    /// An empty store.
     #[wasm_bindgen(constructor)]
     pub fn new() -> WasmStore {
         WasmStore {
@@ -117,35 +151,43 @@ impl WasmStore {
         }
     }
 
-    /// `0` when allowed (and recorded), else the refusal's retry timestamp.
-    pub fn consume(&self, key: &str, uses: f64, window_ms: f64, now: f64) -> Result<f64, JsValue> {
-        Ok(encode(
-            self.store
-                .consume(key, limit(uses, window_ms)?, ms(now))
-                .retry_timestamp,
-        ))
+    /// `0` when allowed (and recorded), else the refusal's retry timestamp; `NaN` for an invalid limit.
+    pub fn consume(&self, key_len: u32, uses: f64, window_ms: f64, now: f64) -> f64 {
+        let Ok(limit) = Limit::from_f64(uses, window_ms) else {
+            return REFUSED;
+        };
+        with_key(key_len, |key| {
+            encode(self.store.consume(key, limit, ms(now)).retry_timestamp)
+        })
+        .unwrap_or(REFUSED)
     }
 
     /// Like `consume`, recording and creating nothing.
-    pub fn peek(&self, key: &str, uses: f64, window_ms: f64, now: f64) -> Result<f64, JsValue> {
-        Ok(encode(
-            self.store
-                .peek(key, limit(uses, window_ms)?, ms(now))
-                .retry_timestamp,
-        ))
+    pub fn peek(&self, key_len: u32, uses: f64, window_ms: f64, now: f64) -> f64 {
+        let Ok(limit) = Limit::from_f64(uses, window_ms) else {
+            return REFUSED;
+        };
+        with_key(key_len, |key| {
+            encode(self.store.peek(key, limit, ms(now)).retry_timestamp)
+        })
+        .unwrap_or(REFUSED)
     }
 
-    /// Appends an entry to the pending batch; an invalid limit clears the batch.
+    /// Appends an entry to the pending batch: `0`, or `NaN` for an invalid limit (which clears the
+    /// pending batch).
     #[wasm_bindgen(js_name = batchPush)]
-    pub fn batch_push(&mut self, key: String, uses: f64, window_ms: f64) -> Result<(), JsValue> {
-        match limit(uses, window_ms) {
-            Ok(l) => {
-                self.batch.push(Entry::new(key, l));
-                Ok(())
+    pub fn batch_push(&mut self, key_len: u32, uses: f64, window_ms: f64) -> f64 {
+        let entry = Limit::from_f64(uses, window_ms)
+            .ok()
+            .and_then(|limit| with_key(key_len, |key| Entry::new(key, limit)));
+        match entry {
+            Some(entry) => {
+                self.batch.push(entry);
+                0.0
             }
-            Err(e) => {
+            None => {
                 self.batch.clear();
-                Err(e)
+                REFUSED
             }
         }
     }
@@ -215,49 +257,76 @@ impl WasmStore {
         self.releases.len() as u32
     }
 
-    /// Fixed window: adds `amount` hits (negative gives back) and returns the count.
-    pub fn hit(&self, key: &str, decay_ms: f64, amount: f64, now: f64) -> Result<f64, JsValue> {
-        let decay = Window::from_f64(decay_ms).map_err(limit_error)?;
-        Ok(self.store.hit(key, decay, amount as i64, ms(now)) as f64)
+    /// Fixed window: adds `amount` hits (negative gives back) and returns the count; `NaN` for an
+    /// invalid decay.
+    pub fn hit(&self, key_len: u32, decay_ms: f64, amount: f64, now: f64) -> f64 {
+        let Ok(decay) = Window::from_f64(decay_ms) else {
+            return REFUSED;
+        };
+        with_key(key_len, |key| {
+            self.store.hit(key, decay, amount as i64, ms(now)) as f64
+        })
+        .unwrap_or(REFUSED)
     }
 
     /// Hits counted in the current window.
-    pub fn attempts(&self, key: &str, now: f64) -> f64 {
-        self.store.attempts(key, ms(now)) as f64
+    pub fn attempts(&self, key_len: u32, now: f64) -> f64 {
+        with_key(key_len, |key| self.store.attempts(key, ms(now)) as f64).unwrap_or(REFUSED)
     }
 
     /// `1` when `max` or more hits are counted in a live window, else `0`.
     #[wasm_bindgen(js_name = tooManyAttempts)]
-    pub fn too_many_attempts(&self, key: &str, max: f64, now: f64) -> u32 {
-        self.store.too_many_attempts(key, max as i64, ms(now)) as u32
+    pub fn too_many_attempts(&self, key_len: u32, max: f64, now: f64) -> f64 {
+        with_key(key_len, |key| {
+            f64::from(u8::from(self.store.too_many_attempts(
+                key,
+                max as i64,
+                ms(now),
+            )))
+        })
+        .unwrap_or(REFUSED)
     }
 
     /// `max` minus the hits, floored at 0.
-    pub fn remaining(&self, key: &str, max: f64, now: f64) -> f64 {
-        self.store.remaining(key, max as i64, ms(now)) as f64
+    pub fn remaining(&self, key_len: u32, max: f64, now: f64) -> f64 {
+        with_key(key_len, |key| {
+            self.store.remaining(key, max as i64, ms(now)) as f64
+        })
+        .unwrap_or(REFUSED)
     }
 
     /// Whole seconds until the window ends, rounded up; 0 when none.
     #[wasm_bindgen(js_name = availableIn)]
-    pub fn available_in(&self, key: &str, now: f64) -> f64 {
-        self.store.available_in(key, ms(now)) as f64
+    pub fn available_in(&self, key_len: u32, now: f64) -> f64 {
+        with_key(key_len, |key| self.store.available_in(key, ms(now)) as f64).unwrap_or(REFUSED)
     }
 
     /// Milliseconds until the window ends; 0 when none.
     #[wasm_bindgen(js_name = availableInMs)]
-    pub fn available_in_ms(&self, key: &str, now: f64) -> f64 {
-        self.store.available_in_ms(key, ms(now)) as f64
+    pub fn available_in_ms(&self, key_len: u32, now: f64) -> f64 {
+        with_key(key_len, |key| {
+            self.store.available_in_ms(key, ms(now)) as f64
+        })
+        .unwrap_or(REFUSED)
     }
 
-    /// Zeroes the count, keeping the window.
+    /// Zeroes the count, keeping the window (`0`, or `NaN` for a key that is not UTF-8).
     #[wasm_bindgen(js_name = resetAttempts)]
-    pub fn reset_attempts(&self, key: &str, now: f64) {
-        self.store.reset_attempts(key, ms(now));
+    pub fn reset_attempts(&self, key_len: u32, now: f64) -> f64 {
+        with_key(key_len, |key| {
+            self.store.reset_attempts(key, ms(now));
+            0.0
+        })
+        .unwrap_or(REFUSED)
     }
 
-    /// Removes the count and the window.
-    pub fn clear(&self, key: &str) {
-        self.store.clear(key);
+    /// Removes the count and the window (`0`, or `NaN` for a key that is not UTF-8).
+    pub fn clear(&self, key_len: u32) -> f64 {
+        with_key(key_len, |key| {
+            self.store.clear(key);
+            0.0
+        })
+        .unwrap_or(REFUSED)
     }
 
     /// Removes every expired key.
@@ -274,7 +343,15 @@ impl WasmStore {
 /// Validates a limit with `Limit::from_f64`; throws `invalid_limit:<field>` when it cannot be built.
 #[wasm_bindgen(js_name = checkLimit)]
 pub fn check_limit(uses: f64, window_ms: f64) -> Result<(), JsValue> {
-    limit(uses, window_ms).map(|_| ())
+    Limit::from_f64(uses, window_ms)
+        .map(|_| ())
+        .map_err(limit_error)
+}
+
+/// Validates a fixed window's decay with `Window::from_f64`; throws `invalid_limit:window_ms`.
+#[wasm_bindgen(js_name = checkWindow)]
+pub fn check_window(decay_ms: f64) -> Result<(), JsValue> {
+    Window::from_f64(decay_ms).map(|_| ()).map_err(limit_error)
 }
 
 /// Does nothing and returns `0`: the bare cost of a call into the module.

@@ -104,3 +104,20 @@ test('release handles are held until released or dropped', () => {
   store.batchPush('a', 2, 1000);
   assert.ok(store.batchConsume(4) > 0, 'the released call gave its use back');
 });
+
+test('keys cross exactly: non-ASCII, long ones, and after the memory grows', () => {
+  const store = backend.createStore();
+  const keys = [
+    'a', 'A', ' a', 'é', 'e\u0301', '\u{1F600}', '\u{1F600}x', 'x\u{1F600}', '日本', 'ß'.repeat(70_000),
+    'ß'.repeat(69_999) + 's', 'k'.repeat(300_000), '',
+  ];
+  for (const key of keys) assert.equal(store.consume(key, 1, 60_000, 0), 0, `first call to ${key.slice(0, 9)}`);
+  for (const key of keys) assert.equal(store.consume(key, 1, 60_000, 1), 60_000, `second call to ${key.slice(0, 9)}`);
+  // Enough keys to grow the module's memory several times: each must still be read as written.
+  const many = 60_000;
+  for (let i = 0; i < many; i++) assert.equal(store.consume(`user:${i}:\u00e9`, 1, 60_000, 2), 0);
+  for (let i = 0; i < many; i += 7) assert.equal(store.consume(`user:${i}:\u00e9`, 1, 60_000, 3), 60_002);
+  assert.equal(store.size(), keys.length + many);
+  assert.equal(store.hit('ß'.repeat(70_000), 1_000, 2, 4), 2);
+  assert.equal(store.attempts('ß'.repeat(70_000), 5), 2);
+});

@@ -6,6 +6,15 @@
  * The glue (`pkg/ratewindow_wasm.js`, made by wasm-bindgen `--target web`) needs its module
  * instantiated first; {@link createWasmBackend} takes the instance's exports as proof that it is.
  *
+ * ## Calls that allocate nothing
+ *
+ * A key is written as UTF-8 straight into the module's key buffer (ASCII byte by byte, the rest by
+ * `TextEncoder.encodeInto`, which writes U+FFFD for a lone surrogate, as Node's own string conversion
+ * for the napi addon does) and crosses as its length; verdicts and counts come back as one number, and
+ * an invalid limit as `NaN`, upon which the wrapper asks the module for the core's error
+ * (`checkLimit` / `checkWindow`) and throws it. So the hot path creates no JS object and no Rust
+ * allocation for the key.
+ *
  * ## Panics
  *
  * The engine never panics on input (every host number is validated by the core or cast with
@@ -57,7 +66,53 @@ export function createWasmBackend(exports: WasmExports): Backend {
     throw translate(error, stackBase, exports);
   };
 
-  /** One engine store; every method enters the module once. */
+  // The key buffer: its view is remade when the buffer grows, or when the memory grows, which detaches
+  // the old ArrayBuffer and leaves the view empty (cheaper to test than reading `memory.buffer`).
+  const encoder = new TextEncoder();
+  let capacity = 256;
+  const remake = (): Uint8Array => {
+    const address = glue.keyBuffer(capacity); // first: growing the buffer may grow the memory
+    return new Uint8Array(exports.memory.buffer, address, capacity);
+  };
+  let view = remake();
+  const reserve = (bytes: number): Uint8Array => {
+    if (bytes > capacity) {
+      capacity = Math.max(bytes, 2 * capacity);
+      view = remake();
+    } else if (view.byteLength === 0) {
+      view = remake();
+    }
+    return view;
+  };
+  /** Writes `key` as UTF-8 into the key buffer and returns its length in bytes. */
+  const writeKey = (key: string): number => {
+    const n = key.length;
+    // A UTF-16 code unit never takes more than 3 bytes of UTF-8.
+    const out = reserve(3 * n);
+    let i = 0;
+    for (; i < n; i++) {
+      const c = key.charCodeAt(i);
+      if (c > 0x7f) break;
+      out[i] = c;
+    }
+    if (i === n) return n;
+    return i + encoder.encodeInto(i === 0 ? key : key.slice(i), out.subarray(i)).written;
+  };
+  /** What a hot call's `NaN` means: the core's error for the limit, or an unreadable key. */
+  const refusedLimit = (uses: number, windowMs: number): never => {
+    glue.checkLimit(uses, windowMs);
+    throw new Error('ratewindow (wasm): the engine could not read the key');
+  };
+  const refusedWindow = (decayMs: number): never => {
+    glue.checkWindow(decayMs);
+    throw new Error('ratewindow (wasm): the engine could not read the key');
+  };
+  const unreadableKey = (): never => {
+    throw new Error('ratewindow (wasm): the engine could not read the key');
+  };
+  const orKeyError = (result: number): number => (result === result ? result : unreadableKey());
+
+  /** One engine store; every method enters the module once (plus once more to explain a refusal). */
   class WasmBackendStore implements BackendStore {
     #inner: glue.WasmStore | undefined = new glue.WasmStore();
     #poison: unknown;
@@ -80,21 +135,24 @@ export function createWasmBackend(exports: WasmExports): Backend {
 
     consume(key: string, uses: number, windowMs: number, now: number): number {
       try {
-        return this.#store().consume(key, uses, windowMs, now);
+        const result = this.#store().consume(writeKey(key), uses, windowMs, now);
+        return result === result ? result : refusedLimit(uses, windowMs);
       } catch (e) {
         return this.#fail(e);
       }
     }
     peek(key: string, uses: number, windowMs: number, now: number): number {
       try {
-        return this.#store().peek(key, uses, windowMs, now);
+        const result = this.#store().peek(writeKey(key), uses, windowMs, now);
+        return result === result ? result : refusedLimit(uses, windowMs);
       } catch (e) {
         return this.#fail(e);
       }
     }
     batchPush(key: string, uses: number, windowMs: number): void {
       try {
-        this.#store().batchPush(key, uses, windowMs);
+        const result = this.#store().batchPush(writeKey(key), uses, windowMs);
+        if (result !== result) refusedLimit(uses, windowMs);
       } catch (e) {
         this.#fail(e);
       }
@@ -150,56 +208,57 @@ export function createWasmBackend(exports: WasmExports): Backend {
     }
     hit(key: string, decayMs: number, amount: number, now: number): number {
       try {
-        return this.#store().hit(key, decayMs, amount, now);
+        const result = this.#store().hit(writeKey(key), decayMs, amount, now);
+        return result === result ? result : refusedWindow(decayMs);
       } catch (e) {
         return this.#fail(e);
       }
     }
     attempts(key: string, now: number): number {
       try {
-        return this.#store().attempts(key, now);
+        return orKeyError(this.#store().attempts(writeKey(key), now));
       } catch (e) {
         return this.#fail(e);
       }
     }
     tooManyAttempts(key: string, max: number, now: number): number {
       try {
-        return this.#store().tooManyAttempts(key, max, now);
+        return orKeyError(this.#store().tooManyAttempts(writeKey(key), max, now));
       } catch (e) {
         return this.#fail(e);
       }
     }
     remaining(key: string, max: number, now: number): number {
       try {
-        return this.#store().remaining(key, max, now);
+        return orKeyError(this.#store().remaining(writeKey(key), max, now));
       } catch (e) {
         return this.#fail(e);
       }
     }
     availableIn(key: string, now: number): number {
       try {
-        return this.#store().availableIn(key, now);
+        return orKeyError(this.#store().availableIn(writeKey(key), now));
       } catch (e) {
         return this.#fail(e);
       }
     }
     availableInMs(key: string, now: number): number {
       try {
-        return this.#store().availableInMs(key, now);
+        return orKeyError(this.#store().availableInMs(writeKey(key), now));
       } catch (e) {
         return this.#fail(e);
       }
     }
     resetAttempts(key: string, now: number): void {
       try {
-        this.#store().resetAttempts(key, now);
+        orKeyError(this.#store().resetAttempts(writeKey(key), now));
       } catch (e) {
         this.#fail(e);
       }
     }
     clear(key: string): void {
       try {
-        this.#store().clear(key);
+        orKeyError(this.#store().clear(writeKey(key)));
       } catch (e) {
         this.#fail(e);
       }
