@@ -48,6 +48,7 @@ mod error;
 pub mod fixed;
 mod limit;
 mod memory;
+pub mod redis;
 pub mod sliding;
 mod verdict;
 

@@ -1,0 +1,41 @@
+//! Redis (and Valkey, KeyDB): Lua scripts, the plans that run them, and the decoders of their replies.
+//! Still no I/O: the host runs a [`Plan`] with its own client and hands the reply back.
+//!
+//! Each call is **one script, one round trip**, however many entries it carries: the sliding-log script
+//! trims, counts and records every key of the call together, all or nothing, timed by the server's
+//! `TIME`, so hosts with skewed clocks agree. Calls in the same millisecond stay distinct (each call's
+//! member is its own id). Every key written gets a `PEXPIRE` no longer than the longest window it was
+//! counted under; a peek writes nothing.
+//!
+//! The order of a call, for a host:
+//! 1. [`plan_consume_many`] (with a fresh random call id) → a [`Plan`] and a [`RedisRelease`];
+//! 2. run it: `EVALSHA plan.script.sha1` with `plan.keys` and `plan.args`, or `EVAL plan.script.source`
+//!    (send the source only when the server answers `NOSCRIPT`; never resend after any other error);
+//! 3. [`decode_batch`] the reply into a [`BatchVerdict`]; on an allowed one, keep the `RedisRelease` and
+//!    run [`plan_release`] if the call must be given back.
+//!
+//! ```
+//! use ratewindow_core::{Entry, Limit};
+//! use ratewindow_core::redis::{self, RedisOptions, Reply};
+//!
+//! let options = RedisOptions::default();
+//! let entries = [Entry::new("click:alice", Limit::new(3, 10_000)?)];
+//! let (plan, release) = redis::plan_consume_many(&entries, &options, "f3a9c2")?;
+//! assert_eq!(plan.keys, ["ratewindow:log:click:alice"]);
+//! // ... the host runs the plan; the server answers:
+//! let reply = Reply::Array(vec![Reply::Int(0), Reply::Int(700), Reply::Int(1_700_000_010_000), Reply::Int(0), Reply::Int(1_700_000_009_300)]);
+//! let verdict = redis::decode_batch(&reply, entries.len())?;
+//! assert_eq!((verdict.allowed, verdict.retry_after_ms, verdict.blocked), (false, 700, Some(0)));
+//! # let _ = release;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod plan;
+mod reply;
+
+pub use plan::{
+    decode_batch, decode_release, decode_window, plan_clear, plan_consume_many, plan_get_window,
+    plan_hit, plan_peek_many, plan_release, plan_reset_attempts, EmptyCallId, HashTag, Plan,
+    RedisOptions, RedisRelease, Script, WindowState, FIXED, SLIDING,
+};
+pub use reply::{Reply, ReplyError};

@@ -1,0 +1,315 @@
+//! Plans (script, keys, args) and the decoders of their replies.
+
+use std::sync::LazyLock;
+
+use crate::redis::reply::{ints, Reply, ReplyError};
+use crate::{BatchVerdict, Entry, Window};
+
+/// A consume planned without a call id: the id is what keeps calls apart, so it cannot be empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a call id must not be empty: pass a fresh random id for every call")]
+pub struct EmptyCallId;
+
+/// A Lua script and its SHA1, for `EVALSHA` first and `EVAL` only on `NOSCRIPT`.
+#[derive(Debug)]
+pub struct Script {
+    /// What the script is for.
+    pub name: &'static str,
+    /// The Lua source.
+    pub source: &'static str,
+    /// The SHA1 of the source, lowercase hex, as `SCRIPT LOAD` answers it.
+    pub sha1: String,
+}
+
+impl Script {
+    fn new(name: &'static str, source: &'static str) -> Script {
+        Script {
+            name,
+            source,
+            sha1: sha1_smol::Sha1::from(source).digest().to_string(),
+        }
+    }
+}
+
+/// The sliding-log script: consume, peek and release, every key of a call in one step.
+pub static SLIDING: LazyLock<Script> =
+    LazyLock::new(|| Script::new("sliding", include_str!("sliding.lua")));
+/// The fixed-window script: hit, get, reset and clear of one key.
+pub static FIXED: LazyLock<Script> =
+    LazyLock::new(|| Script::new("fixed", include_str!("fixed.lua")));
+
+/// What to run: a script, its keys and its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a plan does nothing until the host runs it"]
+pub struct Plan {
+    /// The script to run.
+    pub script: &'static Script,
+    /// `KEYS`.
+    pub keys: Vec<String>,
+    /// `ARGV`.
+    pub args: Vec<String>,
+}
+
+impl PartialEq for Script {
+    fn eq(&self, other: &Script) -> bool {
+        self.sha1 == other.sha1
+    }
+}
+impl Eq for Script {}
+
+/// How keys are put into Redis Cluster slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashTag {
+    /// The part of a key before the first `separator` is its hash tag (the whole key if it has none),
+    /// so `click:alice` and `click` share the slot of `{click}`: a handler's stacked cooldowns are one
+    /// step again on a cluster. Every call to that handler then lands on that slot.
+    Before(String),
+}
+
+/// Where a store's keys live: the prefix, and the hash tag for Redis Cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisOptions {
+    prefix: String,
+    hash_tag: Option<HashTag>,
+}
+
+impl Default for RedisOptions {
+    /// Keys start with `ratewindow:`; no hash tag.
+    fn default() -> Self {
+        RedisOptions {
+            prefix: "ratewindow:".to_owned(),
+            hash_tag: None,
+        }
+    }
+}
+
+impl RedisOptions {
+    /// Keys start with `prefix` (e.g. `mybot:` to keep two bots on one server apart).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> RedisOptions {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Tags each key with the part before `separator`, so a call's keys share a Cluster slot when they
+    /// share that part. An empty separator is refused.
+    pub fn with_hash_tag_before(
+        mut self,
+        separator: impl Into<String>,
+    ) -> Result<RedisOptions, String> {
+        let separator = separator.into();
+        if separator.is_empty() {
+            return Err("the hash tag separator must not be empty".to_owned());
+        }
+        self.hash_tag = Some(HashTag::Before(separator));
+        Ok(self)
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The hash tag rule, if any.
+    pub fn hash_tag(&self) -> Option<&HashTag> {
+        self.hash_tag.as_ref()
+    }
+
+    /// The Redis key of a user's key in a namespace (`log:` or `win:`).
+    fn key(&self, namespace: &str, key: &str) -> String {
+        let mut out = String::with_capacity(self.prefix.len() + namespace.len() + key.len() + 2);
+        out.push_str(&self.prefix);
+        out.push_str(namespace);
+        match &self.hash_tag {
+            None => out.push_str(key),
+            Some(HashTag::Before(separator)) => {
+                let (tag, rest) = key.split_at(key.find(separator.as_str()).unwrap_or(key.len()));
+                out.push('{');
+                out.push_str(tag);
+                out.push('}');
+                out.push_str(rest);
+            }
+        }
+        out
+    }
+
+    /// The Redis key holding `key`'s sliding log.
+    pub fn log_key(&self, key: &str) -> String {
+        self.key("log:", key)
+    }
+
+    /// The Redis key holding `key`'s fixed window.
+    pub fn window_key(&self, key: &str) -> String {
+        self.key("win:", key)
+    }
+}
+
+/// What an allowed consume needs to give its call back: the keys it recorded under and its id.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RedisRelease {
+    /// The Redis keys the call was recorded under.
+    pub keys: Vec<String>,
+    /// The call's id, its member in each key.
+    pub call_id: String,
+}
+
+fn sliding_plan(mode: &str, entries: &[Entry], options: &RedisOptions, call_id: &str) -> Plan {
+    let mut keys: Vec<String> = Vec::new();
+    let mut args = Vec::with_capacity(2 + 3 * entries.len());
+    args.push(mode.to_owned());
+    args.push(call_id.to_owned());
+    for entry in entries {
+        let key = options.log_key(&entry.key);
+        let index = match keys.iter().position(|k| *k == key) {
+            Some(i) => i,
+            None => {
+                keys.push(key);
+                keys.len() - 1
+            }
+        };
+        args.push((index + 1).to_string());
+        args.push(entry.limit.uses().to_string());
+        args.push(entry.limit.window_ms().to_string());
+    }
+    Plan {
+        script: &SLIDING,
+        keys,
+        args,
+    }
+}
+
+/// Counts one call against every entry, all or nothing, in one script. `call_id` must be unique to
+/// this call (e.g. 16 random bytes in hex): it is the call's member in every key, which keeps calls in
+/// the same millisecond apart and lets [`plan_release`] remove exactly this call.
+pub fn plan_consume_many(
+    entries: &[Entry],
+    options: &RedisOptions,
+    call_id: &str,
+) -> Result<(Plan, RedisRelease), EmptyCallId> {
+    if call_id.is_empty() {
+        return Err(EmptyCallId);
+    }
+    let plan = sliding_plan("c", entries, options, call_id);
+    let release = RedisRelease {
+        keys: plan.keys.clone(),
+        call_id: call_id.to_owned(),
+    };
+    Ok((plan, release))
+}
+
+/// The verdict [`plan_consume_many`] would give, writing nothing: no key, no expiry changed.
+pub fn plan_peek_many(entries: &[Entry], options: &RedisOptions) -> Plan {
+    sliding_plan("p", entries, options, "-")
+}
+
+/// Gives back exactly the call `release` recorded (its member in each key). A call that has left its
+/// window was trimmed already, or leaves nothing a count can see.
+pub fn plan_release(release: &RedisRelease) -> Plan {
+    Plan {
+        script: &SLIDING,
+        keys: release.keys.clone(),
+        args: vec!["r".to_owned(), release.call_id.clone()],
+    }
+}
+
+/// Decodes a consume or peek reply of a call with `entries` entries.
+pub fn decode_batch(reply: &Reply, entries: usize) -> Result<BatchVerdict, ReplyError> {
+    const EXPECTED: &str =
+        "[allowed 0|1, retry_after_ms >= 0, retry_timestamp, blocked index, server time]";
+    let err = || ReplyError::new("sliding", EXPECTED, reply);
+    let [allowed, retry_after, retry_ts, blocked, now] = ints::<5>(reply).ok_or_else(err)?;
+    match allowed {
+        1 if retry_after == 0 && retry_ts == -1 && blocked == -1 && now >= 0 => {
+            Ok(BatchVerdict::ALLOWED)
+        }
+        0 if retry_after >= 1
+            && retry_ts > now
+            && now >= 0
+            && blocked >= 0
+            && (blocked as usize) < entries =>
+        {
+            Ok(BatchVerdict {
+                allowed: false,
+                retry_after_ms: retry_after as u64,
+                retry_timestamp: Some(retry_ts as u64),
+                blocked: Some(blocked as usize),
+            })
+        }
+        _ => Err(err()),
+    }
+}
+
+/// Decodes a release reply: how many of the call's members were removed.
+pub fn decode_release(reply: &Reply) -> Result<u64, ReplyError> {
+    match ints::<1>(reply) {
+        Some([removed]) if removed >= 0 => Ok(removed as u64),
+        _ => Err(ReplyError::new("sliding", "[members removed >= 0]", reply)),
+    }
+}
+
+fn fixed_plan(key: &str, options: &RedisOptions, args: Vec<String>) -> Plan {
+    Plan {
+        script: &FIXED,
+        keys: vec![options.window_key(key)],
+        args,
+    }
+}
+
+/// Adds `amount` hits to `key`'s fixed window (opening one of `decay` if none runs).
+pub fn plan_hit(key: &str, decay: Window, amount: i64, options: &RedisOptions) -> Plan {
+    fixed_plan(
+        key,
+        options,
+        vec![
+            "hit".to_owned(),
+            decay.as_ms().to_string(),
+            amount.to_string(),
+        ],
+    )
+}
+
+/// Reads `key`'s fixed window.
+pub fn plan_get_window(key: &str, options: &RedisOptions) -> Plan {
+    fixed_plan(key, options, vec!["get".to_owned()])
+}
+
+/// Sets `key`'s count to zero, keeping its window running.
+pub fn plan_reset_attempts(key: &str, options: &RedisOptions) -> Plan {
+    fixed_plan(key, options, vec!["reset".to_owned()])
+}
+
+/// Removes `key`'s count and window.
+pub fn plan_clear(key: &str, options: &RedisOptions) -> Plan {
+    fixed_plan(key, options, vec!["clear".to_owned()])
+}
+
+/// A fixed window as the server holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WindowState {
+    /// Hits in the window.
+    pub count: i64,
+    /// Milliseconds until the window ends.
+    pub ms_left: u64,
+}
+
+impl WindowState {
+    /// Whole seconds until the window ends, rounded up.
+    pub fn available_in_secs(&self) -> u64 {
+        self.ms_left.div_ceil(1000)
+    }
+}
+
+/// Decodes any fixed-window reply: the window, or `None` when the key has none.
+pub fn decode_window(reply: &Reply) -> Result<Option<WindowState>, ReplyError> {
+    match ints::<2>(reply) {
+        Some([_, 0]) => Ok(None),
+        Some([count, ms_left]) if ms_left > 0 => Ok(Some(WindowState {
+            count,
+            ms_left: ms_left as u64,
+        })),
+        _ => Err(ReplyError::new(
+            "fixed",
+            "[count, ms until the window ends >= 0]",
+            reply,
+        )),
+    }
+}

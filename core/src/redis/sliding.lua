@@ -1,0 +1,64 @@
+-- ratewindow: the sliding window log for every key of one call, in one step, on the server's clock.
+--
+-- KEYS    the call's distinct keys (sorted sets: score = call time in ms, member = the call's id)
+-- ARGV[1] mode: 'c' consume, 'p' peek (writes nothing), 'r' release (removes this call's member)
+-- ARGV[2] the call's id, unique per call, so calls in the same millisecond stay distinct
+-- ARGV[3..] per entry, three at a time: key index (1-based into KEYS), uses, window_ms
+--
+-- Reply (consume, peek): {allowed (1|0), retry_after_ms, retry_timestamp (-1 if allowed),
+--                         blocked (0-based entry index, -1 if allowed), server time in ms}
+-- Reply (release): {members removed}
+if redis.replicate_commands then redis.replicate_commands() end
+local mode, id = ARGV[1], ARGV[2]
+-- Numbers go to the server as integer text: Lua's default formatting would round 16-digit values.
+local function int(x) return string.format('%.0f', x) end
+
+if mode == 'r' then
+  local removed = 0
+  for k = 1, #KEYS do removed = removed + redis.call('ZREM', KEYS[k], id) end
+  return {removed}
+end
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local entries = (#ARGV - 2) / 3
+local longest = {}
+for i = 0, entries - 1 do
+  local k, w = tonumber(ARGV[3 + 3 * i]), tonumber(ARGV[5 + 3 * i])
+  if (longest[k] or 0) < w then longest[k] = w end
+end
+
+-- A call drops the times that have left its (longest) window: now - t >= w.
+if mode == 'c' then
+  for k = 1, #KEYS do redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', int(now - longest[k])) end
+end
+
+-- Every entry is checked before anything is recorded; the longest wait blocks (ties keep the first).
+local blocked, until_ = -1, -1
+for i = 0, entries - 1 do
+  local k, uses, w = tonumber(ARGV[3 + 3 * i]), tonumber(ARGV[4 + 3 * i]), tonumber(ARGV[5 + 3 * i])
+  local inside = redis.call('ZCOUNT', KEYS[k], int(now - w + 1), '+inf')
+  if inside >= uses then
+    -- The oldest of the newest `uses` calls decides the wait.
+    local call = redis.call('ZREVRANGE', KEYS[k], int(uses - 1), int(uses - 1), 'WITHSCORES')
+    local u = tonumber(call[2]) + w
+    if u > until_ then blocked, until_ = i, u end
+  end
+end
+if blocked >= 0 then
+  return {0, math.max(1, until_ - now), until_, blocked, now}
+end
+
+if mode == 'c' then
+  for k = 1, #KEYS do
+    -- A clock that stepped back records at the newest call, keeping the log in order.
+    local newest = redis.call('ZRANGE', KEYS[k], -1, -1, 'WITHSCORES')
+    local at = now
+    if newest[2] and tonumber(newest[2]) > at then at = tonumber(newest[2]) end
+    redis.call('ZADD', KEYS[k], int(at), id)
+    -- The key lives until its newest call leaves the longest window it was counted under.
+    local ttl = longest[k] + at - now
+    if redis.call('PTTL', KEYS[k]) < ttl then redis.call('PEXPIRE', KEYS[k], int(ttl)) end
+  end
+end
+return {1, 0, -1, -1, now}
