@@ -100,6 +100,12 @@ impl Verdict {
         }
     }
 
+    /// The fields a positional `case Verdict(...)` pattern matches, in order.
+    #[classattr]
+    fn __match_args__() -> (&'static str, &'static str, &'static str, &'static str) {
+        ("allowed", "retry_after_ms", "retry_timestamp", "blocked")
+    }
+
     /// Whether the call was allowed (and, for a consume, recorded).
     #[getter]
     fn allowed(&self) -> bool {

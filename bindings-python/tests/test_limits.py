@@ -128,3 +128,12 @@ def test_no_panic_crosses_into_python() -> None:
     assert isinstance(caught.value, RateWindowError)
     assert "deliberate panic" in str(caught.value)
     assert caught.value.code == "internal"
+
+
+def test_limits_pickle_and_copy() -> None:
+    import copy
+    import pickle
+
+    for limit in (Limit(2, 1000, "k"), GlobalLimit(5), Unlimited()):
+        assert pickle.loads(pickle.dumps(limit)) == limit
+        assert copy.deepcopy(limit) == limit and type(copy.copy(limit)) is type(limit)

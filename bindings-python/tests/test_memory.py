@@ -211,3 +211,11 @@ def test_a_cycle_through_the_clock_is_collected() -> None:
     del clock, store, verdict
     gc.collect()
     assert freed == [True]
+
+
+def test_verdict_matches_positionally() -> None:
+    match Verdict(False, 5, 10, 1):
+        case Verdict(False, wait, at, blocked):
+            assert (wait, at, blocked) == (5, 10, 1)
+        case _:
+            raise AssertionError("no match")

@@ -94,6 +94,9 @@ class Limit(_ratewindow.Limit):
         """The window in seconds."""
         return self.window_ms / 1000
 
+    def __reduce__(self) -> tuple[type[Limit], tuple[int, int, str]]:
+        return (type(self), (self.uses, self.window_ms, self.key))
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, _ratewindow.Limit):
             return NotImplemented

@@ -44,6 +44,7 @@ class Entry:
 class Verdict:
     """What a call gets back."""
 
+    __match_args__: Final = ("allowed", "retry_after_ms", "retry_timestamp", "blocked")
     def __new__(
         cls,
         allowed: bool,
