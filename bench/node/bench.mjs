@@ -100,6 +100,7 @@ for (let r = 0; r < ROUNDS; r++) {
 const [noopOps, nativeOps] = [median(results.noop), median(results.nativeOnly)];
 
 const [sync, awaited, rlf] = [median(results.oursSync), median(results.oursAwait), median(results.theirs)];
+if (quick) console.log('(BENCH_QUICK=1: a smoke run, too short to warm up; the numbers below mean nothing)');
 console.log(`workload: ${KEYS.length} keys round-robin, ${LIMIT.uses} uses per ${LIMIT.windowMs / 1000} s, ` +
   `${ROUNDS} interleaved rounds of ${RUN_MS} ms (median); answers: ${fmt(answers.allowed)} allowed, ${fmt(answers.refused)} refused`);
 console.log(`ratewindow MemoryStore.consume (sync)      ${fmt(sync).padStart(12)} ops/s  ${(1e9 / sync).toFixed(0).padStart(5)} ns/op`);

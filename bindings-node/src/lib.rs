@@ -118,8 +118,11 @@ impl NativeStore {
     #[napi]
     pub fn batch_consume(&mut self, now: f64) -> Result<f64, String> {
         guard(|| {
-            let consumed = self.store.consume_many(&self.batch, ms(now));
-            self.batch.clear();
+            // Taken out first, so even a panic cannot leave entries behind for the next batch.
+            let mut batch = std::mem::take(&mut self.batch);
+            let consumed = self.store.consume_many(&batch, ms(now));
+            batch.clear();
+            self.batch = batch;
             match consumed.release {
                 Some(release) => {
                     let handle = self.next_handle;
@@ -138,8 +141,10 @@ impl NativeStore {
     #[napi]
     pub fn batch_peek(&mut self, now: f64) -> Result<f64, String> {
         guard(|| {
-            let verdict = self.store.peek_many(&self.batch, ms(now));
-            self.batch.clear();
+            let mut batch = std::mem::take(&mut self.batch);
+            let verdict = self.store.peek_many(&batch, ms(now));
+            batch.clear();
+            self.batch = batch;
             Ok(if verdict.allowed {
                 0.0
             } else {

@@ -246,11 +246,12 @@ export class MemoryStore extends CooldownStore {
     let pending = handle;
     const release = (): void => {
       if (pending === 0) return;
+      const now = this.now();
       const h = pending;
       pending = 0;
       releases.unregister(release);
       try {
-        native.release(h, this.now());
+        native.release(h, now);
       } catch (e) {
         throw fromBackend(e);
       }
