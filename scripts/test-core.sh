@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 source scripts/rust-env.sh
 source scripts/services.sh
 redis_up
+postgres_up
 cargo test -p ratewindow-core
 cargo run -q -p ratewindow-core --example timeline > /dev/null

@@ -50,6 +50,7 @@ mod limit;
 mod memory;
 pub mod redis;
 pub mod sliding;
+pub mod sql;
 mod verdict;
 
 /// The README's Rust example runs as a doc test.

@@ -1,0 +1,204 @@
+//! PostgreSQL and SQLite: schemas, the statements that count, and the decoders of the rows that come
+//! back. Still no I/O: the host runs each [`Statement`] with its own driver and hands the rows back.
+//!
+//! - [`Postgres`]: one statement, one round trip, one transaction per call, however many entries —
+//!   functions installed by the schema take each key's advisory lock in ascending lock order (two
+//!   batches never deadlock) and time the call by the server's `clock_timestamp()`.
+//! - [`Sqlite`]: `BEGIN IMMEDIATE` takes the write lock before reading, so processes sharing one file
+//!   cannot both take the last use; the host's clock (one host, one clock). The host runs the
+//!   statements of [`SqliteCall`] in order and hands the rows of the last one back.
+//!
+//! Rows leave as keys are used; [`Postgres::plan_purge`] and [`Sqlite::plan_purge`] clear the rest
+//! (schedule one, e.g. every hour).
+
+mod postgres;
+mod sqlite;
+
+pub use postgres::Postgres;
+pub use sqlite::{Decided, Sqlite, SqliteCall, SqliteWindowCall};
+
+use serde::{Deserialize, Serialize};
+
+use crate::redis::WindowState;
+
+/// A parameter or a column value, as the host's driver gives and takes it.
+///
+/// Untagged in JSON: `null`, a boolean, an integer, a string, an array of integers or of strings.
+/// Integers may come back as text (node-postgres returns `bigint` as a string); decoders accept both.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SqlValue {
+    /// SQL NULL.
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// Text.
+    Text(String),
+    /// An array of integers (PostgreSQL `bigint[]`).
+    Ints(Vec<i64>),
+    /// An array of text (PostgreSQL `text[]`).
+    Texts(Vec<String>),
+}
+
+impl SqlValue {
+    fn int(&self) -> Option<i64> {
+        match self {
+            SqlValue::Int(i) => Some(*i),
+            SqlValue::Text(s) => s.parse().ok(),
+            _ => None,
+        }
+    }
+
+    fn bool(&self) -> Option<bool> {
+        match self {
+            SqlValue::Bool(b) => Some(*b),
+            SqlValue::Int(0) => Some(false),
+            SqlValue::Int(1) => Some(true),
+            SqlValue::Text(s) if s == "t" || s == "true" => Some(true),
+            SqlValue::Text(s) if s == "f" || s == "false" => Some(false),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for SqlValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SqlValue::Null => f.write_str("NULL"),
+            SqlValue::Bool(b) => write!(f, "{b}"),
+            SqlValue::Int(i) => write!(f, "{i}"),
+            SqlValue::Text(s) => write!(f, "{s:?}"),
+            SqlValue::Ints(v) => write!(f, "{v:?}"),
+            SqlValue::Texts(v) => write!(f, "{v:?}"),
+        }
+    }
+}
+
+/// A statement and its parameters, in the dialect's placeholder style (`$1` for PostgreSQL, `?` for
+/// SQLite).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[must_use = "a statement does nothing until the host runs it"]
+pub struct Statement {
+    /// The SQL text.
+    pub sql: String,
+    /// Its parameters, in order.
+    pub params: Vec<SqlValue>,
+}
+
+impl Statement {
+    fn new(sql: impl Into<String>, params: Vec<SqlValue>) -> Statement {
+        Statement {
+            sql: sql.into(),
+            params,
+        }
+    }
+}
+
+/// Rows of the wrong shape: never decoded into a verdict.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[error("unexpected rows from {statement}: expected {expected}, got {got}")]
+pub struct RowError {
+    /// Which statement's rows.
+    pub statement: &'static str,
+    /// What the rows should have been.
+    pub expected: &'static str,
+    /// What came, rendered briefly.
+    pub got: String,
+}
+
+impl RowError {
+    fn new(statement: &'static str, expected: &'static str, rows: &[Vec<SqlValue>]) -> RowError {
+        let shown: Vec<String> = rows
+            .iter()
+            .take(4)
+            .map(|row| {
+                format!(
+                    "({})",
+                    row.iter()
+                        .map(|v| v.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })
+            .collect();
+        let more = if rows.len() > 4 {
+            format!(", … ({} rows)", rows.len())
+        } else {
+            String::new()
+        };
+        RowError {
+            statement,
+            expected,
+            got: format!("[{}{more}]", shown.join(", ")),
+        }
+    }
+}
+
+/// A name prefix for the tables and functions: `[a-z_][a-z0-9_]*`, at most 40 characters. The
+/// objects are `{prefix}_calls`, `{prefix}_windows` (and on PostgreSQL `{prefix}_consume`,
+/// `{prefix}_window`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqlNames(String);
+
+impl Default for SqlNames {
+    /// `ratewindow`.
+    fn default() -> Self {
+        SqlNames("ratewindow".to_owned())
+    }
+}
+
+impl SqlNames {
+    /// A prefix, checked so it can be spliced into SQL safely.
+    pub fn new(prefix: &str) -> Result<SqlNames, String> {
+        let mut chars = prefix.chars();
+        let ok = matches!(chars.next(), Some('a'..='z' | '_'))
+            && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
+            && prefix.len() <= 40;
+        if ok {
+            Ok(SqlNames(prefix.to_owned()))
+        } else {
+            Err(format!(
+                "invalid name prefix {prefix:?}: expected [a-z_][a-z0-9_]*, at most 40 characters"
+            ))
+        }
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        &self.0
+    }
+
+    fn apply(&self, sql: &str) -> String {
+        sql.replace("{p}", &self.0)
+    }
+}
+
+/// What an allowed consume needs to give its call back: the keys it recorded and its id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SqlRelease {
+    /// The keys the call was recorded under.
+    pub keys: Vec<String>,
+    /// The call's id, in each of its rows.
+    pub call_id: String,
+}
+
+/// The distinct keys of a call, in first-seen order, with the longest window each is counted under.
+fn distinct_keys(entries: &[crate::Entry]) -> Vec<(&str, u64)> {
+    let mut keys: Vec<(&str, u64)> = Vec::new();
+    for entry in entries {
+        match keys.iter_mut().find(|(k, _)| *k == entry.key) {
+            Some((_, w)) => *w = (*w).max(entry.limit.window_ms()),
+            None => keys.push((&entry.key, entry.limit.window_ms())),
+        }
+    }
+    keys
+}
+
+fn window_state(hits: i64, ms_left: i64) -> Option<WindowState> {
+    (ms_left > 0).then_some(WindowState {
+        count: hits,
+        ms_left: ms_left as u64,
+    })
+}

@@ -1,0 +1,429 @@
+//! SQLite: `BEGIN IMMEDIATE`, so processes sharing one file cannot both take the last use; the host's
+//! clock, passed as `now`.
+
+use crate::redis::{EmptyCallId, WindowState};
+use crate::sliding::in_window;
+use crate::sql::{
+    distinct_keys, window_state, RowError, SqlNames, SqlRelease, SqlValue, Statement,
+};
+use crate::{BatchVerdict, Entry, Limit, Verdict, Window};
+
+const SCHEMA: &str = include_str!("sqlite_schema.sql");
+
+/// Plans and decoders for SQLite (better-sqlite3, node:sqlite, Python's sqlite3), under one name
+/// prefix. Run [`schema`](Self::schema) once per file, and [`CONNECTION_SETUP`](Self::CONNECTION_SETUP)
+/// on every connection.
+#[derive(Debug, Clone)]
+pub struct Sqlite {
+    names: SqlNames,
+}
+
+impl Default for Sqlite {
+    fn default() -> Self {
+        Sqlite::new(SqlNames::default())
+    }
+}
+
+impl Sqlite {
+    /// Run on every connection: another process's write is waited for up to 5 s rather than failing
+    /// the call at once.
+    pub const CONNECTION_SETUP: &'static str = "PRAGMA busy_timeout = 5000";
+
+    /// Statements for the tables named by `names`.
+    pub fn new(names: SqlNames) -> Sqlite {
+        Sqlite { names }
+    }
+
+    /// The names in use.
+    pub fn names(&self) -> &SqlNames {
+        &self.names
+    }
+
+    /// The schema (tables and indexes). Idempotent.
+    pub fn schema(&self) -> String {
+        self.names.apply(SCHEMA)
+    }
+
+    fn begin(&self, entries: &[Entry], now: u64, call_id: Option<&str>) -> SqliteCall {
+        let keys = distinct_keys(entries);
+        let mut statements = Vec::new();
+        if call_id.is_some() {
+            statements.push(Statement::new("BEGIN IMMEDIATE", vec![]));
+            for &(key, longest) in &keys {
+                // A call drops the times that have left its (longest) window: now - at >= window.
+                let cutoff = now as i128 - longest as i128;
+                if cutoff >= i64::MIN as i128 {
+                    statements.push(Statement::new(
+                        self.names
+                            .apply("DELETE FROM {p}_calls WHERE key = ? AND at <= ?"),
+                        vec![
+                            SqlValue::Text(key.to_owned()),
+                            SqlValue::Int(cutoff.min(i64::MAX as i128) as i64),
+                        ],
+                    ));
+                }
+            }
+        }
+        let marks = vec!["?"; keys.len()].join(", ");
+        statements.push(Statement::new(
+            self.names.apply(&format!(
+                "SELECT key, at FROM {{p}}_calls WHERE key IN ({marks}) ORDER BY key, at"
+            )),
+            keys.iter()
+                .map(|&(k, _)| SqlValue::Text(k.to_owned()))
+                .collect(),
+        ));
+        SqliteCall {
+            entries: entries.iter().map(|e| (e.key.clone(), e.limit)).collect(),
+            now,
+            call_id: call_id.map(str::to_owned),
+            insert: self
+                .names
+                .apply("INSERT INTO {p}_calls (key, at, id, expires_at) VALUES (?, ?, ?, ?)"),
+            statements,
+        }
+    }
+
+    /// Starts counting one call against every entry at `now` (the host's clock, ms), all or nothing.
+    /// `call_id` must be unique to this call: it marks the call's rows for a release.
+    pub fn begin_consume(
+        &self,
+        entries: &[Entry],
+        now: u64,
+        call_id: &str,
+    ) -> Result<SqliteCall, EmptyCallId> {
+        if call_id.is_empty() {
+            return Err(EmptyCallId);
+        }
+        Ok(self.begin(entries, now, Some(call_id)))
+    }
+
+    /// Starts a peek: one `SELECT`, writing nothing.
+    pub fn begin_peek(&self, entries: &[Entry], now: u64) -> SqliteCall {
+        self.begin(entries, now, None)
+    }
+
+    /// Removes exactly the rows of the call `release` recorded.
+    pub fn plan_release(&self, release: &SqlRelease) -> Statement {
+        let marks = vec!["?"; release.keys.len()].join(", ");
+        let mut params = vec![SqlValue::Text(release.call_id.clone())];
+        params.extend(release.keys.iter().map(|k| SqlValue::Text(k.clone())));
+        Statement::new(
+            self.names.apply(&format!(
+                "DELETE FROM {{p}}_calls WHERE id = ? AND key IN ({marks})"
+            )),
+            params,
+        )
+    }
+
+    fn begin_window(&self, op: WindowOp, key: &str, now: u64) -> SqliteWindowCall {
+        let mut statements = Vec::new();
+        if op != WindowOp::Get {
+            statements.push(Statement::new("BEGIN IMMEDIATE", vec![]));
+        }
+        statements.push(Statement::new(
+            self.names
+                .apply("SELECT hits, ends_at FROM {p}_windows WHERE key = ?"),
+            vec![SqlValue::Text(key.to_owned())],
+        ));
+        SqliteWindowCall {
+            op,
+            key: key.to_owned(),
+            now,
+            names: self.names.clone(),
+            statements,
+        }
+    }
+
+    /// Starts adding `amount` hits to `key`'s fixed window at `now`, opening one of `decay` if none runs.
+    pub fn begin_hit(&self, key: &str, decay: Window, amount: i64, now: u64) -> SqliteWindowCall {
+        self.begin_window(WindowOp::Hit { decay, amount }, key, now)
+    }
+
+    /// Starts reading `key`'s fixed window at `now`.
+    pub fn begin_get_window(&self, key: &str, now: u64) -> SqliteWindowCall {
+        self.begin_window(WindowOp::Get, key, now)
+    }
+
+    /// Starts setting `key`'s count to zero at `now`, keeping its window.
+    pub fn begin_reset_attempts(&self, key: &str, now: u64) -> SqliteWindowCall {
+        self.begin_window(WindowOp::Reset, key, now)
+    }
+
+    /// Removes `key`'s count and window.
+    pub fn plan_clear(&self, key: &str) -> Statement {
+        Statement::new(
+            self.names.apply("DELETE FROM {p}_windows WHERE key = ?"),
+            vec![SqlValue::Text(key.to_owned())],
+        )
+    }
+
+    /// Deletes every row whose calls have left their windows at `now`, and every window ended by then.
+    pub fn plan_purge(&self, now: u64) -> Vec<Statement> {
+        let now = SqlValue::Int(now.min(i64::MAX as u64) as i64);
+        vec![
+            Statement::new(
+                self.names
+                    .apply("DELETE FROM {p}_calls WHERE expires_at <= ?"),
+                vec![now.clone()],
+            ),
+            Statement::new(
+                self.names
+                    .apply("DELETE FROM {p}_windows WHERE ends_at <= ?"),
+                vec![now],
+            ),
+        ]
+    }
+}
+
+/// One sliding-log call on SQLite. Run [`statements`](Self::statements) in order on one connection,
+/// hand the rows of the last (`key, at`) to [`decide`](Self::decide), then run the statements it
+/// returns. On any error after `BEGIN IMMEDIATE`, run [`ROLLBACK`](Self::ROLLBACK).
+#[derive(Debug, Clone)]
+#[must_use = "a call does nothing until the host runs its statements"]
+pub struct SqliteCall {
+    entries: Vec<(String, Limit)>,
+    now: u64,
+    /// `Some` for a consume, `None` for a peek.
+    call_id: Option<String>,
+    insert: String,
+    statements: Vec<Statement>,
+}
+
+/// What a SQLite call decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    /// The verdict.
+    pub verdict: BatchVerdict,
+    /// The statements still to run: the call's rows and `COMMIT` for an allowed consume, `COMMIT`
+    /// for a refused one, nothing for a peek.
+    pub statements: Vec<Statement>,
+    /// For an allowed consume, what gives the call back.
+    pub release: Option<SqlRelease>,
+}
+
+impl SqliteCall {
+    /// Undoes a call whose statements failed after `BEGIN IMMEDIATE`.
+    pub const ROLLBACK: &'static str = "ROLLBACK";
+
+    /// The statements to run first, in order; the last one's rows go to [`decide`](Self::decide).
+    pub fn statements(&self) -> &[Statement] {
+        &self.statements
+    }
+
+    /// Whether the statements open a transaction (a consume does; a peek does not).
+    pub fn in_transaction(&self) -> bool {
+        self.call_id.is_some()
+    }
+
+    /// Decides the call from the rows (`key TEXT, at INTEGER`) of the last statement.
+    pub fn decide(self, rows: &[Vec<SqlValue>]) -> Result<Decided, RowError> {
+        let err = || RowError::new("the calls select", "rows (key of this call, at >= 0)", rows);
+        let keys = distinct_keys_owned(&self.entries);
+        let mut times: Vec<Vec<u64>> = vec![Vec::new(); keys.len()];
+        for row in rows {
+            let [SqlValue::Text(key), at] = row.as_slice() else {
+                return Err(err());
+            };
+            let at = at.int().filter(|&t| t >= 0).ok_or_else(err)? as u64;
+            let index = keys.iter().position(|(k, _)| k == key).ok_or_else(err)?;
+            times[index].push(at);
+        }
+        for log in &mut times {
+            log.sort_unstable();
+        }
+        let times_of = |key: &str| {
+            &times[keys
+                .iter()
+                .position(|(k, _)| k == key)
+                .expect("a key of this call")]
+        };
+
+        let mut blocked: Option<(usize, u64)> = None;
+        for (i, (key, limit)) in self.entries.iter().enumerate() {
+            if let Some(until) = wait_until(times_of(key), *limit, self.now) {
+                if blocked.is_none_or(|(_, longest)| until > longest) {
+                    blocked = Some((i, until));
+                }
+            }
+        }
+        let commit = || Statement::new("COMMIT", vec![]);
+        let Some(call_id) = self.call_id.clone() else {
+            let verdict = verdict(blocked, self.now);
+            return Ok(Decided {
+                verdict,
+                statements: vec![],
+                release: None,
+            });
+        };
+        if blocked.is_some() {
+            return Ok(Decided {
+                verdict: verdict(blocked, self.now),
+                statements: vec![commit()],
+                release: None,
+            });
+        }
+        let mut statements: Vec<Statement> = keys
+            .iter()
+            .map(|(key, longest)| {
+                // A clock that stepped back records at the newest call, keeping the log in order.
+                let at = times_of(key)
+                    .last()
+                    .map_or(self.now, |&newest| newest.max(self.now));
+                let expires_at = at.saturating_add(*longest).min(i64::MAX as u64);
+                Statement::new(
+                    self.insert.clone(),
+                    vec![
+                        SqlValue::Text(key.clone()),
+                        SqlValue::Int(at.min(i64::MAX as u64) as i64),
+                        SqlValue::Text(call_id.clone()),
+                        SqlValue::Int(expires_at as i64),
+                    ],
+                )
+            })
+            .collect();
+        statements.push(commit());
+        let release = SqlRelease {
+            keys: keys.into_iter().map(|(k, _)| k).collect(),
+            call_id,
+        };
+        Ok(Decided {
+            verdict: BatchVerdict::ALLOWED,
+            statements,
+            release: Some(release),
+        })
+    }
+}
+
+fn distinct_keys_owned(entries: &[(String, Limit)]) -> Vec<(String, u64)> {
+    let entries: Vec<Entry> = entries
+        .iter()
+        .map(|(k, l)| Entry::new(k.clone(), *l))
+        .collect();
+    distinct_keys(&entries)
+        .into_iter()
+        .map(|(k, w)| (k.to_owned(), w))
+        .collect()
+}
+
+/// The sliding-log rule over sorted times (as the memory store applies it).
+fn wait_until(times: &[u64], limit: Limit, now: u64) -> Option<u64> {
+    let uses = limit.uses() as usize;
+    let inside = times
+        .iter()
+        .filter(|&&t| in_window(t, now, limit.window_ms()))
+        .count();
+    (inside >= uses).then(|| times[times.len() - uses].saturating_add(limit.window_ms()))
+}
+
+fn verdict(blocked: Option<(usize, u64)>, now: u64) -> BatchVerdict {
+    match blocked {
+        None => BatchVerdict::ALLOWED,
+        Some((index, until)) => {
+            let v = Verdict::refused(now, until);
+            BatchVerdict {
+                allowed: false,
+                retry_after_ms: v.retry_after_ms,
+                retry_timestamp: v.retry_timestamp,
+                blocked: Some(index),
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WindowOp {
+    Hit { decay: Window, amount: i64 },
+    Get,
+    Reset,
+}
+
+/// One fixed-window call on SQLite: run [`statements`](Self::statements), hand the rows of the last
+/// (`hits, ends_at`) to [`decide`](Self::decide), run what it returns; `ROLLBACK` on any error.
+#[derive(Debug, Clone)]
+#[must_use = "a call does nothing until the host runs its statements"]
+pub struct SqliteWindowCall {
+    op: WindowOp,
+    key: String,
+    now: u64,
+    names: SqlNames,
+    statements: Vec<Statement>,
+}
+
+impl SqliteWindowCall {
+    /// The statements to run first, in order; the last one's rows go to [`decide`](Self::decide).
+    pub fn statements(&self) -> &[Statement] {
+        &self.statements
+    }
+
+    /// Whether the statements open a transaction (everything but a read does).
+    pub fn in_transaction(&self) -> bool {
+        self.op != WindowOp::Get
+    }
+
+    /// Decides from the rows of the last statement: the window after the call (or `None`), and the
+    /// statements still to run.
+    pub fn decide(
+        self,
+        rows: &[Vec<SqlValue>],
+    ) -> Result<(Option<WindowState>, Vec<Statement>), RowError> {
+        let err = || {
+            RowError::new(
+                "the window select",
+                "no row, or one row (hits, ends_at)",
+                rows,
+            )
+        };
+        let live = match rows {
+            [] => None,
+            [row] => {
+                let [hits, ends_at] = row.as_slice() else {
+                    return Err(err());
+                };
+                let (hits, ends_at) = (hits.int().ok_or_else(err)?, ends_at.int().ok_or_else(err)?);
+                (ends_at > self.now as i64).then_some((hits, ends_at))
+            }
+            _ => return Err(err()),
+        };
+        let key = SqlValue::Text(self.key.clone());
+        let commit = Statement::new("COMMIT", vec![]);
+        let ms_left = |ends_at: i64| ends_at.saturating_sub(self.now as i64);
+        Ok(match (self.op, live) {
+            (WindowOp::Get, live) => (live.and_then(|(h, e)| window_state(h, ms_left(e))), vec![]),
+            (WindowOp::Reset, None) => (None, vec![commit]),
+            (WindowOp::Reset, Some((_, ends_at))) => {
+                let update = self
+                    .names
+                    .apply("UPDATE {p}_windows SET hits = 0 WHERE key = ?");
+                (
+                    window_state(0, ms_left(ends_at)),
+                    vec![Statement::new(update, vec![key]), commit],
+                )
+            }
+            (WindowOp::Hit { amount, .. }, Some((hits, ends_at))) => {
+                let hits = hits.saturating_add(amount);
+                let update = self
+                    .names
+                    .apply("UPDATE {p}_windows SET hits = ? WHERE key = ?");
+                (
+                    window_state(hits, ms_left(ends_at)),
+                    vec![
+                        Statement::new(update, vec![SqlValue::Int(hits), key]),
+                        commit,
+                    ],
+                )
+            }
+            (WindowOp::Hit { decay, amount }, None) => {
+                let ends_at = self.now.saturating_add(decay.as_ms()).min(i64::MAX as u64) as i64;
+                let upsert = self.names.apply(
+                    "INSERT OR REPLACE INTO {p}_windows (key, hits, ends_at) VALUES (?, ?, ?)",
+                );
+                let params = vec![key, SqlValue::Int(amount), SqlValue::Int(ends_at)];
+                (
+                    window_state(amount, ms_left(ends_at)),
+                    vec![Statement::new(upsert, params), commit],
+                )
+            }
+        })
+    }
+}

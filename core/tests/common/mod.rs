@@ -1,0 +1,152 @@
+//! The conformance vectors (`tests/vectors/*.json`), run against any engine of the core's: the memory
+//! store, and SQLite through its plans. Format: `tests/vectors/README.md`.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use ratewindow_core::{Entry, Limit, LimitError, Window};
+use serde_json::{json, Value};
+
+/// An engine the vectors can drive: every op at an explicit `now`.
+pub trait Engine {
+    /// The release handle an allowed batch gives.
+    type Release;
+    fn consume(&mut self, key: &str, limit: Limit, now: u64) -> Value;
+    fn peek(&mut self, key: &str, limit: Limit, now: u64) -> Value;
+    fn consume_many(&mut self, entries: &[Entry], now: u64) -> (Value, Option<Self::Release>);
+    fn peek_many(&mut self, entries: &[Entry], now: u64) -> Value;
+    fn release(&mut self, release: Self::Release, now: u64);
+    fn hit(&mut self, key: &str, decay: Window, amount: i64, now: u64) -> i64;
+    fn attempts(&mut self, key: &str, now: u64) -> i64;
+    fn too_many_attempts(&mut self, key: &str, max: i64, now: u64) -> bool;
+    fn remaining(&mut self, key: &str, max: i64, now: u64) -> i64;
+    fn available_in(&mut self, key: &str, now: u64) -> u64;
+    fn available_in_ms(&mut self, key: &str, now: u64) -> u64;
+    fn reset_attempts(&mut self, key: &str, now: u64);
+    fn clear(&mut self, key: &str);
+}
+
+pub struct Case {
+    pub file: String,
+    pub name: String,
+    pub ops: Vec<Value>,
+}
+
+/// Every case of every vector file, in file order.
+pub fn cases() -> Vec<Case> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("tests/vectors")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let doc: Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("JSON");
+        for case in doc["cases"].as_array().expect("cases") {
+            out.push(Case {
+                file: file.file_name().unwrap().to_string_lossy().into_owned(),
+                name: case["name"].as_str().expect("name").to_owned(),
+                ops: case["ops"].as_array().expect("ops").clone(),
+            });
+        }
+    }
+    out
+}
+
+fn num(op: &Value, field: &str) -> f64 {
+    op[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("`{field}` must be a number in {op}"))
+}
+
+fn limit(value: &Value) -> Result<Limit, LimitError> {
+    Limit::from_f64(num(value, "uses"), num(value, "window_ms"))
+}
+
+fn entries(op: &Value) -> Result<Vec<Entry>, LimitError> {
+    op["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| {
+            Ok(Entry::new(
+                e["key"].as_str().expect("key"),
+                limit(&e["limit"])?,
+            ))
+        })
+        .collect()
+}
+
+/// Runs one case on a fresh engine; returns the mismatches.
+pub fn run_case<E: Engine>(engine: &mut E, case: &Case) -> Vec<String> {
+    let mut releases: std::collections::HashMap<String, Option<E::Release>> = Default::default();
+    let mut failures = Vec::new();
+    for (i, op) in case.ops.iter().enumerate() {
+        let now = op["now"].as_u64().expect("now: a whole number");
+        let key = || op["key"].as_str().expect("key");
+        let max = || op["max"].as_i64().expect("max");
+        let result: Result<Value, LimitError> = (|| {
+            Ok(match op["op"].as_str().expect("op") {
+                "consume" => engine.consume(key(), limit(&op["limit"])?, now),
+                "peek" => engine.peek(key(), limit(&op["limit"])?, now),
+                "consume_many" => {
+                    let (verdict, release) = engine.consume_many(&entries(op)?, now);
+                    if let Some(id) = op["id"].as_str() {
+                        releases.insert(id.to_owned(), release);
+                    }
+                    verdict
+                }
+                "peek_many" => engine.peek_many(&entries(op)?, now),
+                "release" => {
+                    let id = op["id"].as_str().expect("id");
+                    if let Some(release) = releases
+                        .get_mut(id)
+                        .expect("a consume_many with this id")
+                        .take()
+                    {
+                        engine.release(release, now);
+                    }
+                    Value::Null
+                }
+                "hit" => json!(engine.hit(
+                    key(),
+                    Window::from_f64(num(op, "decay_ms"))?,
+                    op["amount"].as_i64().expect("amount"),
+                    now
+                )),
+                "attempts" => json!(engine.attempts(key(), now)),
+                "too_many_attempts" => json!(engine.too_many_attempts(key(), max(), now)),
+                "remaining" => json!(engine.remaining(key(), max(), now)),
+                "available_in" => json!(engine.available_in(key(), now)),
+                "available_in_ms" => json!(engine.available_in_ms(key(), now)),
+                "reset_attempts" => {
+                    engine.reset_attempts(key(), now);
+                    Value::Null
+                }
+                "clear" => {
+                    engine.clear(key());
+                    Value::Null
+                }
+                "limit" => {
+                    Limit::from_f64(num(op, "uses"), num(op, "window_ms"))?;
+                    json!({ "ok": true })
+                }
+                other => panic!("unknown op {other}"),
+            })
+        })();
+        let got =
+            result.unwrap_or_else(|e| json!({ "error": "invalid_limit", "field": e.field.name() }));
+        let want = op.get("expect").cloned().unwrap_or(Value::Null);
+        if got != want {
+            failures.push(format!(
+                "{} / {} / op {i} {}:\n    want {want}\n    got  {got}",
+                case.file, case.name, op["op"]
+            ));
+        }
+    }
+    failures
+}
