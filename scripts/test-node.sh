@@ -18,9 +18,10 @@ step "cargo fmt and clippy (ratewindow-node)"
 (cd "$ROOT" && cargo fmt -p ratewindow-node -- --check)
 (cd "$ROOT" && cargo clippy -p ratewindow-node --all-targets -- -D warnings)
 
-step "tsc --noEmit (package and examples)"
+step "tsc --noEmit (package, examples, the addon against the backend interface)"
 (cd "$PKG" && npx tsc --noEmit -p tsconfig.json)
 (cd "$PKG" && npx tsc --noEmit -p ../examples/node/tsconfig.json)
+(cd "$PKG" && npx tsc -p test/types/tsconfig.json)  # the addon's generated types implement ts/backend.ts
 
 step "node:test suites (backend: ${RATEWINDOW_BACKEND:-native})"
 (cd "$PKG" && node --test --test-reporter=spec test/*.test.mjs)
