@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["RateWindowError", "InvalidLimitError", "InternalError"]
+__all__ = ["RateWindowError", "InvalidLimitError", "InternalError", "StoreError", "StoreReplyError"]
 
 
 class RateWindowError(Exception):
@@ -29,3 +29,51 @@ class InternalError(RateWindowError):
     """A bug inside the native engine (a Rust panic), caught before it reached Python."""
 
     code = "internal"
+
+
+class StoreError(RateWindowError):
+    """A networked store's client failed (connection refused, timeout, server error...): the call was
+    not counted by ratewindow. The client's own exception is ``__cause__``, unchanged."""
+
+    code = "store_error"
+
+
+class StoreReplyError(StoreError):
+    """The server answered something the script never answers: never turned into a verdict.
+
+    ``script`` names the script, ``expected`` what its reply should have been, ``got`` what came.
+    """
+
+    code = "store_reply"
+
+    def __init__(self, message: str, script: str, expected: str, got: str) -> None:
+        super().__init__(message)
+        self.script = script
+        self.expected = expected
+        self.got = got
+
+
+class StoreError(RateWindowError):
+    """A store's backend failed a call: a lost connection, a statement or script error, a timeout.
+
+    The driver's own exception is ``__cause__``. The call was not counted: stores run each call as one
+    transaction (or one script) that the backend rolls back when it fails, so nothing is half-recorded.
+    """
+
+    code = "store_error"
+
+
+class StoreReplyError(StoreError):
+    """A store's backend answered with a reply (or rows) of the wrong shape; it never becomes a verdict.
+
+    ``source`` names the script or statement that answered, ``expected`` what its reply should have
+    been, ``got`` what came (rendered briefly).
+    """
+
+    code = "store_reply"
+
+    def __init__(self, message: str, source: str, expected: str, got: str) -> None:
+        super().__init__(message)
+        self.source = source
+        self.expected = expected
+        self.got = got
