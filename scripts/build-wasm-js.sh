@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds @ratewindow/wasm (bindings-wasm/js/):
 #   1. the crate ratewindow-wasm for wasm32-unknown-unknown (scripts/wasm-toolchain.sh picks rustup or
-#      Debian's build-std toolchain), in its own target dir (target-wasm-js/ unless WASM_TARGET_DIR);
+#      Debian's build-std toolchain), in its own target dir (target-wasm-js-<toolchain>/ unless WASM_TARGET_DIR);
 #   2. wasm-bindgen --target web into bindings-wasm/js/pkg/ (ESM glue that every runtime can load; no
 #      name or producers section;
 #      `--keep-lld-exports` keeps `__stack_pointer`, which the JS wrapper resets after a trap);
@@ -12,8 +12,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PKG="$ROOT/bindings-wasm/js"
-export WASM_TARGET_DIR="${WASM_TARGET_DIR:-$ROOT/target-wasm-js}"
+USER_TARGET_DIR="${WASM_TARGET_DIR:-}"
 eval "$("$ROOT/scripts/wasm-toolchain.sh" env)"
+# A target dir of our own per toolchain: the component's builds use other profile settings.
+export WASM_TARGET_DIR="${USER_TARGET_DIR:-$ROOT/target-wasm-js-$WASM_TOOLCHAIN}"
 
 # Speed first (this package is what a hot path calls); panics abort on wasm32 and the crate never
 # panics on host input.
