@@ -4,8 +4,9 @@
 #      Debian's rustc-web has no clippy);
 #   2. the Node package's own test suite (bindings-node/test/: vectors, the conformance kit on
 #      MemoryStore, RateLimiter, errors, panics) with RATEWINDOW_BACKEND=wasm, unchanged;
-#   3. this package's tests (bindings-wasm/js/test/: the entry points, hostile numbers at the boundary,
-#      traps, the size budget);
+#   3. this package's typings (a consumer type-checked with bundler and node16 resolution) and its tests
+#      (bindings-wasm/js/test/: the entry points, hostile numbers at the boundary, keys, traps, the size
+#      budget);
 #   4. a smoke test in headless Chromium (Debian's `chromium`, installed by the setup);
 #      RATEWINDOW_WASM_BROWSER=0 skips it.
 # Exits non-zero on any failure.
@@ -39,6 +40,9 @@ if ! compgen -G "$ROOT/bindings-node/ratewindow.*.node" >/dev/null; then
   (cd "$ROOT/bindings-node" && npm run -s build:native)
 fi
 (cd "$ROOT/bindings-node" && RATEWINDOW_BACKEND=wasm node --test --test-reporter=dot test/)
+
+echo "== @ratewindow/wasm's typings, as a user's tsc sees them (bundler and node16 resolution)"
+(cd "$ROOT/bindings-wasm/js" && for res in bundler node16; do node_modules/.bin/tsc -p "test/types/tsconfig.$res.json"; done)
 
 echo "== @ratewindow/wasm's own tests"
 (cd "$ROOT/bindings-wasm/js" && node --test --test-reporter=dot test/)
