@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tests @ratewindow/wasm (bindings-wasm/js/): sets up, builds (crate -> wasm-bindgen -> TypeScript), then
-#   1. the crate's lints: cargo fmt --check, and clippy -D warnings for wasm32 (rustup toolchain only:
-#      Debian's rustc-web has no clippy);
+#   1. the crate's unit tests on the host, cargo fmt --check, and clippy -D warnings for wasm32 (rustup
+#      toolchain only: Debian's rustc-web has no clippy);
 #   2. the Node package's own test suite (bindings-node/test/: vectors, the conformance kit on
 #      MemoryStore, RateLimiter, errors, panics) with RATEWINDOW_BACKEND=wasm, unchanged;
 #   3. this package's typings (a consumer type-checked with bundler and node16 resolution) and its tests
@@ -17,7 +17,8 @@ export PATH="$HOME/.cargo/bin:$PATH"
 "$ROOT/scripts/setup-wasm-js.sh"
 "$ROOT/scripts/build-wasm-js.sh"
 
-echo "== ratewindow-wasm: fmt, clippy"
+echo "== ratewindow-wasm: fmt, clippy, its host unit tests"
+(cd "$ROOT" && cargo test -q -p ratewindow-wasm)
 if cargo fmt --version >/dev/null 2>&1; then
   (cd "$ROOT" && cargo fmt --check -p ratewindow-wasm)
 else

@@ -366,3 +366,107 @@ pub fn noop() -> u32 {
 pub fn panic_for_test(message: &str) {
     panic!("{message}");
 }
+
+#[cfg(test)]
+mod tests {
+    //! The parts that touch no JS value run on the host too: hostile numbers and keys never panic.
+    use super::*;
+
+    const HOSTILE: [f64; 12] = [
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        -0.0,
+        -1.0,
+        0.5,
+        1.5,
+        9_007_199_254_740_992.0,
+        1.8446744073709552e19,
+        1e308,
+        -1e308,
+        4_320_000_000_000_001.0,
+    ];
+
+    fn write_key(key: &[u8]) -> u32 {
+        key_buffer(key.len() as u32);
+        KEY.with(|b| b.borrow_mut()[..key.len()].copy_from_slice(key));
+        key.len() as u32
+    }
+
+    #[test]
+    fn verdicts_counts_and_refusals() {
+        let store = WasmStore::new();
+        let k = write_key(b"user:1");
+        assert_eq!(store.consume(k, 1.0, 1000.0, 0.0), 0.0);
+        assert_eq!(store.consume(k, 1.0, 1000.0, 10.0), 1000.0);
+        assert!(store.consume(k, f64::NAN, 1000.0, 10.0).is_nan());
+        assert!(store.consume(k, 1.0, 0.0, 10.0).is_nan());
+        let fixed = WasmStore::new();
+        assert!(fixed.hit(k, -5.0, 1.0, 0.0).is_nan());
+        assert_eq!(fixed.hit(k, 1000.0, 3.0, 0.0), 3.0);
+        assert_eq!(fixed.attempts(k, 999.0), 3.0);
+        assert_eq!(fixed.attempts(k, 1000.0), 0.0);
+    }
+
+    #[test]
+    fn a_key_that_is_not_utf8_or_past_the_buffer_is_refused() {
+        let store = WasmStore::new();
+        let bad = write_key(&[0x66, 0xff, 0x6f]);
+        assert!(store.consume(bad, 1.0, 1000.0, 0.0).is_nan());
+        assert!(store.attempts(bad, 0.0).is_nan());
+        let mut batch = WasmStore::new();
+        assert!(batch.batch_push(bad, 1.0, 1000.0).is_nan());
+        assert!(store.consume(u32::MAX, 1.0, 1000.0, 0.0).is_nan());
+        assert_eq!(store.size(), 0.0);
+    }
+
+    #[test]
+    fn hostile_numbers_never_panic() {
+        let mut store = WasmStore::new();
+        let k = write_key("é\u{1F600}".as_bytes());
+        let numbers: Vec<f64> = [0.0, 1.0, 1000.0].into_iter().chain(HOSTILE).collect();
+        for &a in &numbers {
+            for &b in &numbers {
+                store.consume(k, a, b, a);
+                store.peek(k, a, b, b);
+                store.hit(k, a, b, b);
+                store.too_many_attempts(k, a, b);
+                store.remaining(k, a, b);
+                store.available_in(k, a);
+                store.available_in_ms(k, b);
+                store.reset_attempts(k, a);
+                store.batch_push(k, a, b);
+                store.batch_consume(a);
+                store.release(a, b);
+                store.drop_release(b);
+                store.batch_peek(b);
+                store.purge(a);
+            }
+        }
+    }
+
+    #[test]
+    fn a_refused_push_clears_the_batch_and_a_release_is_taken_once() {
+        let mut store = WasmStore::new();
+        let k = write_key(b"a");
+        assert_eq!(store.batch_push(k, 1.0, 1000.0), 0.0);
+        assert!(store.batch_push(k, 0.0, 1000.0).is_nan());
+        let handle = store.batch_consume(0.0);
+        assert!(handle > 0.0);
+        assert_eq!(store.size(), 0.0, "the cleared batch recorded nothing");
+        store.batch_push(k, 1.0, 1000.0);
+        let handle = store.batch_consume(1.0);
+        store.batch_push(k, 1.0, 1000.0);
+        assert_eq!(store.batch_consume(2.0), -1001.0);
+        assert_eq!(store.batch_blocked(), 0);
+        store.release(handle, 3.0);
+        store.release(handle, 3.0);
+        assert_eq!(
+            store.release_handles(),
+            1,
+            "the first, empty batch's handle is still held"
+        );
+        store.batch_push(k, 1.0, 1000.0);
+        assert!(store.batch_consume(4.0) > 0.0);
+    }
+}
