@@ -8,6 +8,7 @@ the concurrency checks; asyncio stores are awaited, with ``asyncio.gather`` for 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import math
 import threading
@@ -23,7 +24,9 @@ from .._store import AsyncCooldownStore, CooldownStore, Verdict
 __all__ = ["check_store", "run_checks", "CHECKS", "StoreFactory"]
 
 StoreFactory = Callable[[], Any]
-"""Makes a fresh store (sync or asyncio; it may be a coroutine function)."""
+"""Makes a fresh store (sync or asyncio; it may be a coroutine function). It may instead return an async
+context manager that yields the store: entered and exited in the check's own event loop, e.g. to open
+and close an asyncio connection pool there."""
 
 
 class _Store:
@@ -370,6 +373,12 @@ def _run_one(factory: StoreFactory, name: str, tolerance_ms: int) -> None:
         store = factory()
         if inspect.isawaitable(store):
             store = await store
+        if isinstance(store, contextlib.AbstractAsyncContextManager):
+            # A store whose client belongs to this check's event loop (an asyncio pool): opened and
+            # closed inside it.
+            async with store as opened:
+                await CHECKS[name](_Store(opened, tolerance_ms))
+            return
         await CHECKS[name](_Store(store, tolerance_ms))
 
     for attempt in range(_ATTEMPTS):
