@@ -10,6 +10,7 @@
 mod entry;
 mod errors;
 mod limit;
+mod redis;
 mod store;
 mod verdict;
 
@@ -31,6 +32,12 @@ fn _ratewindow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<entry::Entry>()?;
     m.add_class::<verdict::Verdict>()?;
     m.add_class::<store::MemoryStore>()?;
+    m.add_class::<redis::RedisPlanner>()?;
+    m.add_function(wrap_pyfunction!(redis::redis_decode_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(redis::redis_decode_single, m)?)?;
+    m.add_function(wrap_pyfunction!(redis::redis_decode_release, m)?)?;
+    m.add_function(wrap_pyfunction!(redis::redis_decode_window, m)?)?;
+    m.add_function(wrap_pyfunction!(redis::redis_scripts, m)?)?;
     m.add_function(wrap_pyfunction!(limit::check_window, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add("MAX_WINDOW_MS", ratewindow_core::MAX_WINDOW_MS)?;

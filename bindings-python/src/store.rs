@@ -64,7 +64,7 @@ pub(crate) struct MemoryStore {
 
 /// A batch's entries: `ratewindow.Entry`, a `(key, limit)` pair, or any object with `key` and `limit`
 /// attributes.
-fn entries(items: &Bound<'_, PyAny>) -> PyResult<Vec<Entry>> {
+pub(crate) fn entries(items: &Bound<'_, PyAny>) -> PyResult<Vec<Entry>> {
     let py = items.py();
     let mut out = Vec::with_capacity(items.len().unwrap_or(0));
     for item in items.try_iter()? {

@@ -15,10 +15,11 @@ Synchronous code uses :class:`MemoryStore` and :class:`RateLimiter`; asyncio cod
 :class:`AsyncMemoryStore` and :class:`AsyncRateLimiter`. ``ratewindow.testing`` checks any store.
 """
 
-from ._errors import InternalError, InvalidLimitError, RateWindowError
+from ._errors import InternalError, InvalidLimitError, RateWindowError, StoreError, StoreReplyError
 from ._limiter import AsyncRateLimiter, RateLimiter
 from ._limits import MAX_USES, MAX_WINDOW_MS, Entry, GlobalLimit, Limit, Unlimited
 from ._memory import AsyncMemoryStore, MemoryStore
+from ._redis import AsyncRedisStore, GiveBackError, RedisStore
 from ._store import AsyncCooldownStore, AsyncFixedWindowStore, CooldownStore, FixedWindowStore, Verdict
 
 __all__ = [
@@ -26,9 +27,11 @@ __all__ = [
     "AsyncFixedWindowStore",
     "AsyncMemoryStore",
     "AsyncRateLimiter",
+    "AsyncRedisStore",
     "CooldownStore",
     "Entry",
     "FixedWindowStore",
+    "GiveBackError",
     "GlobalLimit",
     "InternalError",
     "InvalidLimitError",
@@ -38,6 +41,9 @@ __all__ = [
     "MemoryStore",
     "RateLimiter",
     "RateWindowError",
+    "RedisStore",
+    "StoreError",
+    "StoreReplyError",
     "Unlimited",
     "Verdict",
 ]

@@ -32,28 +32,6 @@ class InternalError(RateWindowError):
 
 
 class StoreError(RateWindowError):
-    """A networked store's client failed (connection refused, timeout, server error...): the call was
-    not counted by ratewindow. The client's own exception is ``__cause__``, unchanged."""
-
-    code = "store_error"
-
-
-class StoreReplyError(StoreError):
-    """The server answered something the script never answers: never turned into a verdict.
-
-    ``script`` names the script, ``expected`` what its reply should have been, ``got`` what came.
-    """
-
-    code = "store_reply"
-
-    def __init__(self, message: str, script: str, expected: str, got: str) -> None:
-        super().__init__(message)
-        self.script = script
-        self.expected = expected
-        self.got = got
-
-
-class StoreError(RateWindowError):
     """A store's backend failed a call: a lost connection, a statement or script error, a timeout.
 
     The driver's own exception is ``__cause__``. The call was not counted: stores run each call as one
