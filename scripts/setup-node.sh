@@ -18,6 +18,11 @@ if [ ! -x "$PKG/node_modules/.bin/napi" ] || [ ! -x "$PKG/node_modules/.bin/tsc"
    || [ "$PKG/package-lock.json" -nt "$PKG/node_modules/.package-lock.json" ]; then
   (cd "$PKG" && npm ci --no-audit --no-fund)
 fi
+# better-sqlite3 (SqliteStore tests and bench): npm 11 skips its install script and its prebuilt binary
+# is on GitHub, so it is compiled here against the Debian Node headers (/usr/include/node), once.
+if [ ! -f "$PKG/node_modules/better-sqlite3/build/Release/better_sqlite3.node" ]; then
+  (cd "$PKG" && npm_config_nodedir=/usr npm rebuild better-sqlite3 --no-audit --no-fund)
+fi
 
 mkdir -p "$ROOT/examples/node/node_modules"
 ln -sfn ../../../bindings-node "$ROOT/examples/node/node_modules/ratewindow"
