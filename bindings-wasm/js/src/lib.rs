@@ -78,8 +78,8 @@ fn with_key<T>(len: u32, f: impl FnOnce(&str) -> T) -> Option<T> {
     })
 }
 
-/// Makes the key buffer hold at least `capacity` bytes and returns its address in linear memory. The
-/// address changes only when this grows it.
+/// Makes the key buffer hold at least `capacity` bytes, keeping the bytes it holds, and returns its
+/// address in linear memory. The address changes only when this grows it.
 #[wasm_bindgen(js_name = keyBuffer)]
 pub fn key_buffer(capacity: u32) -> u32 {
     KEY.with(|buffer| {

@@ -121,3 +121,28 @@ test('keys cross exactly: non-ASCII, long ones, and after the memory grows', () 
   assert.equal(store.hit('ß'.repeat(70_000), 1_000, 2, 4), 2);
   assert.equal(store.attempts('ß'.repeat(70_000), 5), 2);
 });
+
+test('a key that outgrows the buffer halfway through keeps its first part', () => {
+  const store = backend.createStore();
+  // ASCII first (written byte by byte into a buffer sized for it), then enough non-ASCII to grow it.
+  const key = 'p'.repeat(400_000) + '\u00e9'.repeat(400_000);
+  const sibling = 'p'.repeat(400_000) + '\u00e9'.repeat(399_999) + 'e';
+  assert.equal(store.consume(key, 1, 60_000, 0), 0);
+  assert.equal(store.consume(sibling, 1, 60_000, 0), 0, 'a different key');
+  assert.equal(store.consume(key, 1, 60_000, 1), 60_000, 'the same key');
+});
+
+test('two backends over one module instance share its key buffer safely', async () => {
+  const { createWasmBackend } = await import('../dist/wasm.js');
+  const { initSync } = await import('../pkg/ratewindow_wasm.js');
+  const exports = initSync(); // already instantiated: returns the instance's exports
+  const one = createWasmBackend(exports).createStore();
+  const two = createWasmBackend(exports).createStore();
+  assert.equal(one.consume('a', 1, 60_000, 0), 0);
+  // `two` grows the shared buffer past anything before (so it moves); `one` must write where it now is.
+  assert.equal(two.consume('z'.repeat(16_000_000), 1, 60_000, 0), 0);
+  assert.equal(one.consume('b', 1, 60_000, 1), 0);
+  assert.equal(one.consume('a', 1, 60_000, 2), 60_000);
+  assert.equal(one.consume('b', 1, 60_000, 2), 60_001);
+  assert.equal(one.size(), 2);
+});

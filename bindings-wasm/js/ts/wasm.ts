@@ -58,16 +58,16 @@ function translate(error: unknown, stackBase: number | undefined, exports: WasmE
   return Object.assign(coded('panic', `ratewindow (wasm) panicked: ${message ?? error.message}`), { cause: error });
 }
 
-/** Builds the {@link Backend} over an instantiated glue module. */
-export function createWasmBackend(exports: WasmExports): Backend {
-  // Nothing runs in the module between calls, so this is where every call starts and ends.
-  const stackBase = exports.__stack_pointer?.value as number | undefined;
-  const fail = (error: unknown): never => {
-    throw translate(error, stackBase, exports);
-  };
+/**
+ * The writer of the module's key buffer, one per module instance (the glue is one, so this is module
+ * state): every backend over the instance must share it, or one growing the buffer would leave
+ * another writing where it used to be. Its view is remade when the buffer grows, or when the memory
+ * grows, which detaches the old ArrayBuffer and leaves the view empty (cheaper to test than reading
+ * `memory.buffer`).
+ */
+let keyWriter: ((key: string) => number) | undefined;
 
-  // The key buffer: its view is remade when the buffer grows, or when the memory grows, which detaches
-  // the old ArrayBuffer and leaves the view empty (cheaper to test than reading `memory.buffer`).
+function makeKeyWriter(exports: WasmExports): (key: string) => number {
   const encoder = new TextEncoder();
   let capacity = 256;
   const remake = (): Uint8Array => {
@@ -85,10 +85,9 @@ export function createWasmBackend(exports: WasmExports): Backend {
     return view;
   };
   /** Writes `key` as UTF-8 into the key buffer and returns its length in bytes. */
-  const writeKey = (key: string): number => {
+  return (key: string): number => {
     const n = key.length;
-    // A UTF-16 code unit never takes more than 3 bytes of UTF-8.
-    const out = reserve(3 * n);
+    let out = reserve(n);
     let i = 0;
     for (; i < n; i++) {
       const c = key.charCodeAt(i);
@@ -96,8 +95,21 @@ export function createWasmBackend(exports: WasmExports): Backend {
       out[i] = c;
     }
     if (i === n) return n;
+    // A UTF-16 code unit never takes more than 3 bytes of UTF-8; growing keeps the bytes written.
+    out = reserve(i + 3 * (n - i));
     return i + encoder.encodeInto(i === 0 ? key : key.slice(i), out.subarray(i)).written;
   };
+}
+
+/** Builds the {@link Backend} over an instantiated glue module. */
+export function createWasmBackend(exports: WasmExports): Backend {
+  // Nothing runs in the module between calls, so this is where every call starts and ends.
+  const stackBase = exports.__stack_pointer?.value as number | undefined;
+  const fail = (error: unknown): never => {
+    throw translate(error, stackBase, exports);
+  };
+
+  const writeKey = (keyWriter ??= makeKeyWriter(exports));
   /** What a hot call's `NaN` means: the core's error for the limit, or an unreadable key. */
   const refusedLimit = (uses: number, windowMs: number): never => {
     glue.checkLimit(uses, windowMs);
