@@ -11,6 +11,7 @@ mod entry;
 mod errors;
 mod limit;
 mod redis;
+mod sql;
 mod store;
 mod verdict;
 
@@ -38,6 +39,10 @@ fn _ratewindow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(redis::redis_decode_release, m)?)?;
     m.add_function(wrap_pyfunction!(redis::redis_decode_window, m)?)?;
     m.add_function(wrap_pyfunction!(redis::redis_scripts, m)?)?;
+    m.add_class::<sql::PostgresPlanner>()?;
+    m.add_class::<sql::SqlitePlanner>()?;
+    m.add_class::<sql::PySqliteCall>()?;
+    m.add_class::<sql::PySqliteWindowCall>()?;
     m.add_function(wrap_pyfunction!(limit::check_window, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add("MAX_WINDOW_MS", ratewindow_core::MAX_WINDOW_MS)?;

@@ -19,13 +19,16 @@ from ._errors import InternalError, InvalidLimitError, RateWindowError, StoreErr
 from ._limiter import AsyncRateLimiter, RateLimiter
 from ._limits import MAX_USES, MAX_WINDOW_MS, Entry, GlobalLimit, Limit, Unlimited
 from ._memory import AsyncMemoryStore, MemoryStore
+from ._postgres import AsyncPostgresStore, PostgresStore
 from ._redis import AsyncRedisStore, GiveBackError, RedisStore
+from ._sqlite import SqliteStore
 from ._store import AsyncCooldownStore, AsyncFixedWindowStore, CooldownStore, FixedWindowStore, Verdict
 
 __all__ = [
     "AsyncCooldownStore",
     "AsyncFixedWindowStore",
     "AsyncMemoryStore",
+    "AsyncPostgresStore",
     "AsyncRateLimiter",
     "AsyncRedisStore",
     "CooldownStore",
@@ -39,9 +42,11 @@ __all__ = [
     "MAX_USES",
     "MAX_WINDOW_MS",
     "MemoryStore",
+    "PostgresStore",
     "RateLimiter",
     "RateWindowError",
     "RedisStore",
+    "SqliteStore",
     "StoreError",
     "StoreReplyError",
     "Unlimited",
