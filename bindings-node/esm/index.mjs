@@ -17,4 +17,8 @@ export const {
   InvalidLimitError,
   InvalidArgumentError,
   InternalError,
+  RedisStore,
+  StoreError,
+  StoreReplyError,
+  GiveBackError,
 } = cjs;

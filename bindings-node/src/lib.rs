@@ -14,6 +14,8 @@ use ratewindow_core::{Entry, Limit, LimitError, MemoryStore, Release, Window};
 mod key;
 use key::Key;
 
+mod redis;
+
 /// What every export returns: on failure a JS `Error` whose `code` is the status string
 /// (`invalid_limit:uses`, `invalid_limit:window_ms` or `panic`, see `ts/backend.ts`).
 type Res<T> = Result<T, String>;

@@ -8,7 +8,10 @@
 export type RateWindowErrorCode =
   | 'ERR_RATEWINDOW_INVALID_LIMIT'
   | 'ERR_RATEWINDOW_INVALID_ARGUMENT'
-  | 'ERR_RATEWINDOW_INTERNAL';
+  | 'ERR_RATEWINDOW_INTERNAL'
+  | 'ERR_RATEWINDOW_STORE'
+  | 'ERR_RATEWINDOW_STORE_REPLY'
+  | 'ERR_RATEWINDOW_STORE_GIVE_BACK';
 
 /** The base class of every ratewindow error: `instanceof RateWindowError` catches them all. */
 export class RateWindowError extends Error {

@@ -21,3 +21,7 @@ export { RateLimiter } from './rate-limiter';
 export type { FixedWindowStore, LimiterCallback } from './rate-limiter';
 export { InternalError, InvalidArgumentError, InvalidLimitError, RateWindowError } from './errors';
 export type { RateWindowErrorCode } from './errors';
+export { RedisStore } from './redis';
+export type { RedisEvalSha, RedisRun, RedisStoreOptions } from './redis';
+export { GiveBackError, StoreError, StoreReplyError } from './store-errors';
+export type { StoreErrorCode } from './store-errors';

@@ -7,6 +7,7 @@ import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 
 import type { Backend, BackendStore } from './backend';
+import type { BackendRedis, RedisBackend } from './redis-backend';
 
 /** What the addon exports (see `src/lib.rs`). */
 interface NativeModule {
@@ -14,6 +15,8 @@ interface NativeModule {
   checkLimit(uses: number, windowMs: number): void;
   noop(): number;
   __panicForTest(message: string): void;
+  NativeRedis: new (prefix: string, hashTagBefore: string | null) => BackendRedis;
+  redisScripts(): string[];
 }
 
 function addonPath(): string {
@@ -32,7 +35,7 @@ function addonPath(): string {
 
 let loaded: Backend | undefined;
 
-/** The napi addon as a {@link Backend}, loaded once. */
+/** The napi addon as a {@link Backend} (with the optional {@link RedisBackend}), loaded once. */
 export function nativeBackend(): Backend {
   if (loaded) return loaded;
   // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -43,6 +46,8 @@ export function nativeBackend(): Backend {
     checkLimit: native.checkLimit,
     noop: native.noop,
     panicForTest: native.__panicForTest,
-  });
+    createRedis: (prefix: string, hashTagBefore: string | null) => new native.NativeRedis(prefix, hashTagBefore),
+    redisScripts: native.redisScripts,
+  } satisfies Backend & RedisBackend);
   return loaded;
 }
