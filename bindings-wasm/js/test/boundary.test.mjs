@@ -2,6 +2,7 @@
 // never trap. The TypeScript layer filters most of these first; the engine must not rely on it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 
 import { createBackend } from '../backend.mjs';
 
@@ -145,4 +146,35 @@ test('two backends over one module instance share its key buffer safely', async 
   assert.equal(one.consume('a', 1, 60_000, 2), 60_000);
   assert.equal(one.consume('b', 1, 60_000, 2), 60_001);
   assert.equal(one.size(), 2);
+});
+
+test('a trap inside a store call retires that store; the others and new ones carry on', () => {
+  // A real trap on a store's path: the glue's consume is swapped, in a child process, for a call that
+  // panics in the module (the engine itself has no input that panics).
+  const script = `
+    const { createBackend } = await import(${JSON.stringify(new URL('../backend.mjs', import.meta.url).href)});
+    const glue = await import(${JSON.stringify(new URL('../pkg/ratewindow_wasm.js', import.meta.url).href)});
+    const backend = createBackend();
+    const other = backend.createStore();
+    other.consume('k', 1, 60000, 0);
+    const store = backend.createStore();
+    store.hit('h', 60000, 2, 0);
+    const consume = glue.WasmStore.prototype.consume;
+    glue.WasmStore.prototype.consume = () => glue.panicForTest('inside consume');
+    const seen = [];
+    for (const call of [() => store.consume('k', 1, 1000, 1), () => store.attempts('h', 1), () => store.size()]) {
+      try { call(); seen.push('no error'); } catch (e) { seen.push(e.code + ': ' + e.message); }
+    }
+    glue.WasmStore.prototype.consume = consume;
+    seen.push(other.consume('k', 1, 60000, 2), backend.createStore().consume('k', 1, 1000, 2));
+    console.log(JSON.stringify(seen));`;
+  const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' });
+  assert.equal(child.status, 0, child.stderr);
+  assert.deepEqual(JSON.parse(child.stdout), [
+    'panic: ratewindow (wasm) panicked: inside consume',
+    'panic: ratewindow (wasm) panicked: inside consume',
+    'panic: ratewindow (wasm) panicked: inside consume',
+    60000,
+    0,
+  ]);
 });

@@ -101,6 +101,9 @@ function makeKeyWriter(exports: WasmExports): (key: string) => number {
   };
 }
 
+/** The engine stores retired by a trap: never freed (see {@link createWasmBackend}). */
+const retired: glue.WasmStore[] = [];
+
 /** Builds the {@link Backend} over an instantiated glue module. */
 export function createWasmBackend(exports: WasmExports): Backend {
   // Nothing runs in the module between calls, so this is where every call starts and ends.
@@ -138,9 +141,11 @@ export function createWasmBackend(exports: WasmExports): Backend {
     /** Handles a failure: a trap poisons this store (its last step may be half done). */
     #fail(error: unknown): never {
       const out = translate(error, stackBase, exports);
-      if (error instanceof WebAssembly.RuntimeError) {
+      if (error instanceof WebAssembly.RuntimeError && this.#inner !== undefined) {
         this.#poison = out;
-        this.#inner = undefined; // leaked on purpose: freeing it would run code on suspect state
+        // Kept alive on purpose: letting the glue's finalizer free it would run code on suspect state.
+        retired.push(this.#inner);
+        this.#inner = undefined;
       }
       throw out;
     }
