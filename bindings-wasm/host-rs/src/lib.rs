@@ -1,0 +1,579 @@
+//! A Rust host for the ratewindow component, on wasmtime's component model.
+//!
+//! [`EngineWorld`] runs the component built for the pure `engine` world (the host passes `now`);
+//! [`HostedWorld`] runs the one built for the `hosted` world, whose store reads the host's clock through
+//! the imported `clock` interface ([`HostState::clock_ms`]). Both implement [`Ops`], the operations of
+//! the conformance vectors, so one runner drives either.
+//!
+//! The components are found in `RATEWINDOW_COMPONENT_DIR`, else in `bindings-wasm/component/dist/`,
+//! where `scripts/test-wasm-component.sh` puts them.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::path::PathBuf;
+
+use wasmtime::error::Context;
+use wasmtime::Result;
+use wasmtime::component::{Component, HasSelf, Linker, ResourceAny};
+use wasmtime::{Config, Engine, Store};
+
+/// Bindings for the `engine` world (exports only).
+#[allow(missing_docs)]
+pub mod engine {
+    wasmtime::component::bindgen!({ path: "../../wit", world: "engine" });
+}
+
+/// Bindings for the `hosted` world (imports `clock` and `store-io`).
+#[allow(missing_docs)]
+pub mod hosted {
+    wasmtime::component::bindgen!({ path: "../../wit", world: "hosted" });
+}
+
+/// A limit as the host's numbers: `uses` and `window_ms`, unchecked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limit {
+    /// Calls per window.
+    pub uses: f64,
+    /// Window length, ms.
+    pub window_ms: f64,
+}
+
+/// A verdict, world-independent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// Allowed (and recorded, for a consume).
+    pub allowed: bool,
+    /// Wait in ms; 0 when allowed.
+    pub retry_after_ms: u64,
+    /// When the next call is allowed; `None` when allowed.
+    pub retry_timestamp: Option<u64>,
+    /// Batches only: the blocking entry.
+    pub blocked: Option<u32>,
+}
+
+/// The component's `error` variant, world-independent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// `invalid-limit`: the field (`uses` or `window_ms`) and the value as text.
+    InvalidLimit {
+        /// `uses` or `window_ms`.
+        field: &'static str,
+        /// The refused value, as the component rendered it.
+        value: String,
+    },
+    /// `malformed-reply`.
+    MalformedReply {
+        /// What was expected.
+        expected: String,
+        /// What came.
+        got: String,
+    },
+    /// `store-failed`.
+    StoreFailed(String),
+}
+
+/// Operations of the conformance vectors on one current store of a component instance.
+///
+/// The outer `Result` is the host's (a trap would land there and fail the test); the inner one is the
+/// component's `error` variant.
+pub trait Ops {
+    /// Replaces the current store with a fresh, empty one (dropping release tokens it handed out).
+    fn fresh_store(&mut self) -> Result<()>;
+    /// `check-limit`.
+    fn check_limit(&mut self, limit: Limit) -> Result<Result<(), Error>>;
+    /// `consume`.
+    fn consume(&mut self, key: &str, limit: Limit, now: u64) -> Result<Result<Verdict, Error>>;
+    /// `peek`.
+    fn peek(&mut self, key: &str, limit: Limit, now: u64) -> Result<Result<Verdict, Error>>;
+    /// `consume-many`; the token (when allowed) is kept under `id`, or dropped when `id` is `None`.
+    fn consume_many(&mut self, entries: &[(String, Limit)], now: u64, id: Option<&str>)
+        -> Result<Result<Verdict, Error>>;
+    /// `peek-many`.
+    fn peek_many(&mut self, entries: &[(String, Limit)], now: u64) -> Result<Result<Verdict, Error>>;
+    /// `release` of the token kept under `id`, if any (again: a no-op in the component).
+    fn release(&mut self, id: &str, now: u64) -> Result<()>;
+    /// `hit`.
+    fn hit(&mut self, key: &str, decay_ms: f64, amount: i64, now: u64) -> Result<Result<i64, Error>>;
+    /// `attempts`.
+    fn attempts(&mut self, key: &str, now: u64) -> Result<i64>;
+    /// `too-many-attempts`.
+    fn too_many_attempts(&mut self, key: &str, max: i64, now: u64) -> Result<bool>;
+    /// `remaining`.
+    fn remaining(&mut self, key: &str, max: i64, now: u64) -> Result<i64>;
+    /// `available-in`.
+    fn available_in(&mut self, key: &str, now: u64) -> Result<u64>;
+    /// `available-in-ms`.
+    fn available_in_ms(&mut self, key: &str, now: u64) -> Result<u64>;
+    /// `reset-attempts`.
+    fn reset_attempts(&mut self, key: &str, now: u64) -> Result<()>;
+    /// `clear`.
+    fn clear(&mut self, key: &str, now: u64) -> Result<()>;
+    /// `key-count`.
+    fn key_count(&mut self) -> Result<u64>;
+}
+
+/// The host side of a component instance: its clock (read by the `hosted` world) and how often the
+/// component read it.
+#[derive(Debug, Default)]
+pub struct HostState {
+    /// What `clock.now-ms` returns.
+    pub clock_ms: u64,
+    /// How many times the component called `clock.now-ms`.
+    pub clock_reads: u64,
+}
+
+impl hosted::ratewindow::engine::clock::Host for HostState {
+    fn now_ms(&mut self) -> u64 {
+        self.clock_reads += 1;
+        self.clock_ms
+    }
+}
+
+/// This host has no Redis or SQL client: it says so through the reserved `store-io` interface, which
+/// the current component does not import.
+impl hosted::ratewindow::engine::store_io::Host for HostState {
+    fn run_script(
+        &mut self,
+        _script: String,
+        _sha1: String,
+        _keys: Vec<String>,
+        _args: Vec<String>,
+    ) -> Result<hosted::ratewindow::engine::store_io::Reply, String> {
+        Err("this host has no Redis client".to_owned())
+    }
+
+    fn query(
+        &mut self,
+        _statements: Vec<hosted::ratewindow::engine::store_io::Statement>,
+    ) -> Result<hosted::ratewindow::engine::store_io::Reply, String> {
+        Err("this host has no SQL client".to_owned())
+    }
+}
+
+/// The directory holding `ratewindow-engine.wasm` and `ratewindow-hosted.wasm`.
+pub fn component_dir() -> PathBuf {
+    match std::env::var_os("RATEWINDOW_COMPONENT_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../component/dist"),
+    }
+}
+
+/// A wasmtime engine configured for the component model.
+pub fn wasmtime_engine() -> Result<Engine> {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    Engine::new(&config)
+}
+
+fn load(engine: &Engine, file: &str) -> Result<Component> {
+    let path = component_dir().join(file);
+    Component::from_file(engine, &path)
+        .with_context(|| format!("loading {} (build it with scripts/test-wasm-component.sh)", path.display()))
+}
+
+macro_rules! convert_types {
+    ($types:path, $errors:path) => {
+        use $errors as e;
+        use $types as t;
+
+        pub(crate) fn limit(l: crate::Limit) -> t::Limit {
+            t::Limit { uses: l.uses, window_ms: l.window_ms }
+        }
+
+        pub(crate) fn entries(list: &[(String, crate::Limit)]) -> Vec<t::Entry> {
+            list.iter().map(|(key, l)| t::Entry { key: key.clone(), limit: limit(*l) }).collect()
+        }
+
+        pub(crate) fn verdict(v: t::Verdict) -> crate::Verdict {
+            crate::Verdict {
+                allowed: v.allowed,
+                retry_after_ms: v.retry_after_ms,
+                retry_timestamp: v.retry_timestamp,
+                blocked: None,
+            }
+        }
+
+        pub(crate) fn batch(v: t::BatchVerdict) -> crate::Verdict {
+            crate::Verdict {
+                allowed: v.allowed,
+                retry_after_ms: v.retry_after_ms,
+                retry_timestamp: v.retry_timestamp,
+                blocked: v.blocked,
+            }
+        }
+
+        pub(crate) fn error(err: e::Error) -> crate::Error {
+            match err {
+                e::Error::InvalidLimit(i) => crate::Error::InvalidLimit {
+                    field: match i.field {
+                        e::LimitField::Uses => "uses",
+                        e::LimitField::WindowMs => "window_ms",
+                    },
+                    value: i.value,
+                },
+                e::Error::MalformedReply(m) => crate::Error::MalformedReply { expected: m.expected, got: m.got },
+                e::Error::StoreFailed(s) => crate::Error::StoreFailed(s),
+            }
+        }
+    };
+}
+
+mod engine_conv {
+    convert_types!(
+        crate::engine::exports::ratewindow::engine::types,
+        crate::engine::exports::ratewindow::engine::errors
+    );
+}
+
+mod hosted_conv {
+    convert_types!(
+        crate::hosted::exports::ratewindow::engine::types,
+        crate::hosted::exports::ratewindow::engine::errors
+    );
+}
+
+/// The current store of an instance and the release tokens it handed out, by vector `id`.
+struct Current {
+    store: Option<ResourceAny>,
+    tokens: Vec<(String, ResourceAny)>,
+}
+
+impl Current {
+    fn new() -> Current {
+        Current { store: None, tokens: Vec::new() }
+    }
+
+    fn store(&self) -> Result<ResourceAny> {
+        self.store.context("no store: call fresh_store first")
+    }
+
+    fn token(&self, id: &str) -> Option<ResourceAny> {
+        self.tokens.iter().rev().find(|(k, _)| k == id).map(|(_, t)| *t)
+    }
+
+    fn drop_all(&mut self, store: &mut Store<HostState>) -> Result<()> {
+        for (_, token) in self.tokens.drain(..) {
+            token.resource_drop(&mut *store)?;
+        }
+        if let Some(s) = self.store.take() {
+            s.resource_drop(&mut *store)?;
+        }
+        Ok(())
+    }
+}
+
+/// The component built for the `engine` world in wasmtime: the host passes `now` to every call.
+pub struct EngineWorld {
+    /// The wasmtime store (its data is unused by this world).
+    pub store: Store<HostState>,
+    bindings: engine::Engine,
+    current: Current,
+}
+
+impl EngineWorld {
+    /// Compiles and instantiates `ratewindow-engine.wasm`.
+    pub fn new() -> Result<EngineWorld> {
+        let engine = wasmtime_engine()?;
+        let component = load(&engine, "ratewindow-engine.wasm")?;
+        EngineWorld::instantiate(&engine, &component)
+    }
+
+    /// Instantiates an already compiled component (an `engine`-world component has no imports).
+    pub fn instantiate(engine: &Engine, component: &Component) -> Result<EngineWorld> {
+        let linker = Linker::<HostState>::new(engine);
+        let mut store = Store::new(engine, HostState::default());
+        let bindings = engine::Engine::instantiate(&mut store, component, &linker)?;
+        Ok(EngineWorld { store, bindings, current: Current::new() })
+    }
+
+    /// The `memory` interface's exports.
+    pub fn memory(&self) -> &engine::exports::ratewindow::engine::memory::Guest {
+        self.bindings.ratewindow_engine_memory()
+    }
+
+    /// The current store handle (after [`Ops::fresh_store`]).
+    pub fn store_handle(&self) -> Result<ResourceAny> {
+        self.current.store()
+    }
+
+    /// The wasmtime store and the `memory` exports at once, to call them directly.
+    pub fn split(&mut self) -> (&mut Store<HostState>, &engine::exports::ratewindow::engine::memory::Guest) {
+        (&mut self.store, self.bindings.ratewindow_engine_memory())
+    }
+}
+
+/// The component built for the `hosted` world in wasmtime: the store reads [`HostState::clock_ms`]
+/// through the imported clock, so each op sets the clock to its `now` and passes no time.
+pub struct HostedWorld {
+    /// The wasmtime store; its data is the host's clock.
+    pub store: Store<HostState>,
+    bindings: hosted::Hosted,
+    current: Current,
+}
+
+impl HostedWorld {
+    /// Compiles and instantiates `ratewindow-hosted.wasm`, linking this host's clock and store-io.
+    pub fn new() -> Result<HostedWorld> {
+        let engine = wasmtime_engine()?;
+        let component = load(&engine, "ratewindow-hosted.wasm")?;
+        let mut linker = Linker::<HostState>::new(&engine);
+        hosted::Hosted::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+        let mut store = Store::new(&engine, HostState::default());
+        let bindings = hosted::Hosted::instantiate(&mut store, &component, &linker)?;
+        Ok(HostedWorld { store, bindings, current: Current::new() })
+    }
+
+    /// The `clocked-memory` interface's exports.
+    pub fn clocked(&self) -> &hosted::exports::ratewindow::engine::clocked_memory::Guest {
+        self.bindings.ratewindow_engine_clocked_memory()
+    }
+
+    /// The current store handle (after [`Ops::fresh_store`]).
+    pub fn store_handle(&self) -> Result<ResourceAny> {
+        self.current.store()
+    }
+
+    /// The wasmtime store and the `clocked-memory` exports at once, to call them directly.
+    pub fn split(
+        &mut self,
+    ) -> (&mut Store<HostState>, &hosted::exports::ratewindow::engine::clocked_memory::Guest) {
+        (&mut self.store, self.bindings.ratewindow_engine_clocked_memory())
+    }
+
+    fn at(&mut self, now: u64) {
+        self.store.data_mut().clock_ms = now;
+    }
+}
+
+impl Ops for EngineWorld {
+    fn fresh_store(&mut self) -> Result<()> {
+        self.current.drop_all(&mut self.store)?;
+        let handle = self.bindings.ratewindow_engine_memory().memory_store().call_constructor(&mut self.store)?;
+        self.current.store = Some(handle);
+        Ok(())
+    }
+
+    fn check_limit(&mut self, limit: Limit) -> Result<Result<(), Error>> {
+        let r = self.bindings.ratewindow_engine_limits().call_check_limit(&mut self.store, engine_conv::limit(limit))?;
+        Ok(r.map_err(engine_conv::error))
+    }
+
+    fn consume(&mut self, key: &str, limit: Limit, now: u64) -> Result<Result<Verdict, Error>> {
+        let s = self.current.store()?;
+        let r = self.bindings.ratewindow_engine_memory().memory_store().call_consume(&mut self.store, s, key, engine_conv::limit(limit), now)?;
+        Ok(r.map(engine_conv::verdict).map_err(engine_conv::error))
+    }
+
+    fn peek(&mut self, key: &str, limit: Limit, now: u64) -> Result<Result<Verdict, Error>> {
+        let s = self.current.store()?;
+        let r = self.bindings.ratewindow_engine_memory().memory_store().call_peek(&mut self.store, s, key, engine_conv::limit(limit), now)?;
+        Ok(r.map(engine_conv::verdict).map_err(engine_conv::error))
+    }
+
+    fn consume_many(
+        &mut self,
+        entries: &[(String, Limit)],
+        now: u64,
+        id: Option<&str>,
+    ) -> Result<Result<Verdict, Error>> {
+        let s = self.current.store()?;
+        let list = engine_conv::entries(entries);
+        let r = self.bindings.ratewindow_engine_memory().memory_store().call_consume_many(&mut self.store, s, &list, now)?;
+        Ok(match r {
+            Ok(consumed) => {
+                if let Some(token) = consumed.release {
+                    match id {
+                        Some(id) => self.current.tokens.push((id.to_owned(), token)),
+                        None => token.resource_drop(&mut self.store)?,
+                    }
+                }
+                Ok(engine_conv::batch(consumed.verdict))
+            }
+            Err(e) => Err(engine_conv::error(e)),
+        })
+    }
+
+    fn peek_many(&mut self, entries: &[(String, Limit)], now: u64) -> Result<Result<Verdict, Error>> {
+        let s = self.current.store()?;
+        let list = engine_conv::entries(entries);
+        let r = self.bindings.ratewindow_engine_memory().memory_store().call_peek_many(&mut self.store, s, &list, now)?;
+        Ok(r.map(engine_conv::batch).map_err(engine_conv::error))
+    }
+
+    fn release(&mut self, id: &str, now: u64) -> Result<()> {
+        let s = self.current.store()?;
+        if let Some(token) = self.current.token(id) {
+            self.bindings.ratewindow_engine_memory().memory_store().call_release(&mut self.store, s, token, now)?;
+        }
+        Ok(())
+    }
+
+    fn hit(&mut self, key: &str, decay_ms: f64, amount: i64, now: u64) -> Result<Result<i64, Error>> {
+        let s = self.current.store()?;
+        let r = self.bindings.ratewindow_engine_memory().memory_store().call_hit(&mut self.store, s, key, decay_ms, amount, now)?;
+        Ok(r.map_err(engine_conv::error))
+    }
+
+    fn attempts(&mut self, key: &str, now: u64) -> Result<i64> {
+        let s = self.current.store()?;
+        self.bindings.ratewindow_engine_memory().memory_store().call_attempts(&mut self.store, s, key, now)
+    }
+
+    fn too_many_attempts(&mut self, key: &str, max: i64, now: u64) -> Result<bool> {
+        let s = self.current.store()?;
+        self.bindings.ratewindow_engine_memory().memory_store().call_too_many_attempts(&mut self.store, s, key, max, now)
+    }
+
+    fn remaining(&mut self, key: &str, max: i64, now: u64) -> Result<i64> {
+        let s = self.current.store()?;
+        self.bindings.ratewindow_engine_memory().memory_store().call_remaining(&mut self.store, s, key, max, now)
+    }
+
+    fn available_in(&mut self, key: &str, now: u64) -> Result<u64> {
+        let s = self.current.store()?;
+        self.bindings.ratewindow_engine_memory().memory_store().call_available_in(&mut self.store, s, key, now)
+    }
+
+    fn available_in_ms(&mut self, key: &str, now: u64) -> Result<u64> {
+        let s = self.current.store()?;
+        self.bindings.ratewindow_engine_memory().memory_store().call_available_in_ms(&mut self.store, s, key, now)
+    }
+
+    fn reset_attempts(&mut self, key: &str, now: u64) -> Result<()> {
+        let s = self.current.store()?;
+        self.bindings.ratewindow_engine_memory().memory_store().call_reset_attempts(&mut self.store, s, key, now)
+    }
+
+    fn clear(&mut self, key: &str, _now: u64) -> Result<()> {
+        let s = self.current.store()?;
+        self.bindings.ratewindow_engine_memory().memory_store().call_clear(&mut self.store, s, key)
+    }
+
+    fn key_count(&mut self) -> Result<u64> {
+        let s = self.current.store()?;
+        self.bindings.ratewindow_engine_memory().memory_store().call_key_count(&mut self.store, s)
+    }
+}
+
+impl Ops for HostedWorld {
+    fn fresh_store(&mut self) -> Result<()> {
+        self.current.drop_all(&mut self.store)?;
+        let handle = self.bindings.ratewindow_engine_clocked_memory().memory_store().call_constructor(&mut self.store)?;
+        self.current.store = Some(handle);
+        Ok(())
+    }
+
+    fn check_limit(&mut self, limit: Limit) -> Result<Result<(), Error>> {
+        let r = self.bindings.ratewindow_engine_limits().call_check_limit(&mut self.store, hosted_conv::limit(limit))?;
+        Ok(r.map_err(hosted_conv::error))
+    }
+
+    fn consume(&mut self, key: &str, limit: Limit, now: u64) -> Result<Result<Verdict, Error>> {
+        let s = self.current.store()?;
+        self.at(now);
+        let r = self.bindings.ratewindow_engine_clocked_memory().memory_store().call_consume(&mut self.store, s, key, hosted_conv::limit(limit))?;
+        Ok(r.map(hosted_conv::verdict).map_err(hosted_conv::error))
+    }
+
+    fn peek(&mut self, key: &str, limit: Limit, now: u64) -> Result<Result<Verdict, Error>> {
+        let s = self.current.store()?;
+        self.at(now);
+        let r = self.bindings.ratewindow_engine_clocked_memory().memory_store().call_peek(&mut self.store, s, key, hosted_conv::limit(limit))?;
+        Ok(r.map(hosted_conv::verdict).map_err(hosted_conv::error))
+    }
+
+    fn consume_many(
+        &mut self,
+        entries: &[(String, Limit)],
+        now: u64,
+        id: Option<&str>,
+    ) -> Result<Result<Verdict, Error>> {
+        let s = self.current.store()?;
+        self.at(now);
+        let list = hosted_conv::entries(entries);
+        let r = self.bindings.ratewindow_engine_clocked_memory().memory_store().call_consume_many(&mut self.store, s, &list)?;
+        Ok(match r {
+            Ok(consumed) => {
+                if let Some(token) = consumed.release {
+                    match id {
+                        Some(id) => self.current.tokens.push((id.to_owned(), token)),
+                        None => token.resource_drop(&mut self.store)?,
+                    }
+                }
+                Ok(hosted_conv::batch(consumed.verdict))
+            }
+            Err(e) => Err(hosted_conv::error(e)),
+        })
+    }
+
+    fn peek_many(&mut self, entries: &[(String, Limit)], now: u64) -> Result<Result<Verdict, Error>> {
+        let s = self.current.store()?;
+        self.at(now);
+        let list = hosted_conv::entries(entries);
+        let r = self.bindings.ratewindow_engine_clocked_memory().memory_store().call_peek_many(&mut self.store, s, &list)?;
+        Ok(r.map(hosted_conv::batch).map_err(hosted_conv::error))
+    }
+
+    fn release(&mut self, id: &str, now: u64) -> Result<()> {
+        let s = self.current.store()?;
+        self.at(now);
+        if let Some(token) = self.current.token(id) {
+            self.bindings.ratewindow_engine_clocked_memory().memory_store().call_release(&mut self.store, s, token)?;
+        }
+        Ok(())
+    }
+
+    fn hit(&mut self, key: &str, decay_ms: f64, amount: i64, now: u64) -> Result<Result<i64, Error>> {
+        let s = self.current.store()?;
+        self.at(now);
+        let r = self.bindings.ratewindow_engine_clocked_memory().memory_store().call_hit(&mut self.store, s, key, decay_ms, amount)?;
+        Ok(r.map_err(hosted_conv::error))
+    }
+
+    fn attempts(&mut self, key: &str, now: u64) -> Result<i64> {
+        let s = self.current.store()?;
+        self.at(now);
+        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_attempts(&mut self.store, s, key)
+    }
+
+    fn too_many_attempts(&mut self, key: &str, max: i64, now: u64) -> Result<bool> {
+        let s = self.current.store()?;
+        self.at(now);
+        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_too_many_attempts(&mut self.store, s, key, max)
+    }
+
+    fn remaining(&mut self, key: &str, max: i64, now: u64) -> Result<i64> {
+        let s = self.current.store()?;
+        self.at(now);
+        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_remaining(&mut self.store, s, key, max)
+    }
+
+    fn available_in(&mut self, key: &str, now: u64) -> Result<u64> {
+        let s = self.current.store()?;
+        self.at(now);
+        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_available_in(&mut self.store, s, key)
+    }
+
+    fn available_in_ms(&mut self, key: &str, now: u64) -> Result<u64> {
+        let s = self.current.store()?;
+        self.at(now);
+        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_available_in_ms(&mut self.store, s, key)
+    }
+
+    fn reset_attempts(&mut self, key: &str, now: u64) -> Result<()> {
+        let s = self.current.store()?;
+        self.at(now);
+        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_reset_attempts(&mut self.store, s, key)
+    }
+
+    fn clear(&mut self, key: &str, now: u64) -> Result<()> {
+        let s = self.current.store()?;
+        self.at(now);
+        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_clear(&mut self.store, s, key)
+    }
+
+    fn key_count(&mut self) -> Result<u64> {
+        let s = self.current.store()?;
+        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_key_count(&mut self.store, s)
+    }
+}

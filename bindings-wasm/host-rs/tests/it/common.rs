@@ -1,0 +1,127 @@
+//! The conformance-vector runner shared by the tests: runs one JSON op through any [`Ops`] and gives the
+//! result in the vectors' JSON shape.
+
+
+use std::path::PathBuf;
+
+use ratewindow_host_rs::{Error, Limit, Ops, Verdict};
+use serde_json::{json, Value};
+
+pub fn vector_files() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no vectors in {}", dir.display());
+    files
+}
+
+fn num(op: &Value, field: &str) -> f64 {
+    op[field].as_f64().unwrap_or_else(|| panic!("{field} in {op}"))
+}
+
+fn uint(op: &Value, field: &str) -> u64 {
+    op[field].as_u64().unwrap_or_else(|| panic!("{field} in {op}"))
+}
+
+fn int(op: &Value, field: &str) -> i64 {
+    op[field].as_i64().unwrap_or_else(|| panic!("{field} in {op}"))
+}
+
+fn key<'a>(op: &'a Value) -> &'a str {
+    op["key"].as_str().unwrap_or_else(|| panic!("key in {op}"))
+}
+
+fn limit(v: &Value) -> Limit {
+    Limit { uses: num(v, "uses"), window_ms: num(v, "window_ms") }
+}
+
+fn entries(op: &Value) -> Vec<(String, Limit)> {
+    op["entries"]
+        .as_array()
+        .unwrap_or_else(|| panic!("entries in {op}"))
+        .iter()
+        .map(|e| (key(e).to_owned(), limit(&e["limit"])))
+        .collect()
+}
+
+fn verdict(v: Verdict, batch: bool) -> Value {
+    let mut out = json!({
+        "allowed": v.allowed,
+        "retry_after_ms": v.retry_after_ms,
+        "retry_timestamp": v.retry_timestamp,
+    });
+    if batch {
+        out["blocked"] = json!(v.blocked);
+    }
+    out
+}
+
+fn error(e: Error) -> Value {
+    match e {
+        Error::InvalidLimit { field, .. } => json!({ "error": "invalid_limit", "field": field }),
+        other => panic!("unexpected error {other:?}"),
+    }
+}
+
+fn result<T>(r: Result<T, Error>, ok: impl FnOnce(T) -> Value) -> Value {
+    r.map_or_else(error, ok)
+}
+
+/// Runs one op; a trap or host failure panics (fails the test).
+pub fn run(ops: &mut dyn Ops, op: &Value) -> Value {
+    let now = uint(op, "now");
+    let name = op["op"].as_str().expect("op");
+    let host = |r: wasmtime::Result<Value>| r.unwrap_or_else(|e| panic!("{name} trapped: {e:?}"));
+    host((|| -> wasmtime::Result<Value> {
+        Ok(match name {
+            "limit" => result(ops.check_limit(limit(op))?, |()| json!({ "ok": true })),
+            "consume" => result(ops.consume(key(op), limit(&op["limit"]), now)?, |v| verdict(v, false)),
+            "peek" => result(ops.peek(key(op), limit(&op["limit"]), now)?, |v| verdict(v, false)),
+            "consume_many" => {
+                result(ops.consume_many(&entries(op), now, op["id"].as_str())?, |v| verdict(v, true))
+            }
+            "peek_many" => result(ops.peek_many(&entries(op), now)?, |v| verdict(v, true)),
+            "release" => {
+                ops.release(op["id"].as_str().expect("id"), now)?;
+                Value::Null
+            }
+            "hit" => result(ops.hit(key(op), num(op, "decay_ms"), int(op, "amount"), now)?, |n| json!(n)),
+            "attempts" => json!(ops.attempts(key(op), now)?),
+            "too_many_attempts" => json!(ops.too_many_attempts(key(op), int(op, "max"), now)?),
+            "remaining" => json!(ops.remaining(key(op), int(op, "max"), now)?),
+            "available_in" => json!(ops.available_in(key(op), now)?),
+            "available_in_ms" => json!(ops.available_in_ms(key(op), now)?),
+            "reset_attempts" => {
+                ops.reset_attempts(key(op), now)?;
+                Value::Null
+            }
+            "clear" => {
+                ops.clear(key(op), now)?;
+                Value::Null
+            }
+            other => panic!("unknown op {other}"),
+        })
+    })())
+}
+
+/// Runs every case of every vector file through `ops`; returns how many ops ran.
+pub fn run_all(ops: &mut dyn Ops) -> usize {
+    let mut count = 0;
+    for file in vector_files() {
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
+        for case in doc["cases"].as_array().expect("cases") {
+            ops.fresh_store().expect("fresh store");
+            for (i, op) in case["ops"].as_array().expect("ops").iter().enumerate() {
+                let got = run(ops, op);
+                let expect = op.get("expect").cloned().unwrap_or(Value::Null);
+                assert_eq!(got, expect, "{} / {} / op {i}: {op}", file.display(), case["name"]);
+                count += 1;
+            }
+        }
+    }
+    count
+}

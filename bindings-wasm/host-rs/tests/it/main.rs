@@ -1,0 +1,6 @@
+//! The component in wasmtime: one test binary (wasmtime is big to link), a module per surface.
+
+mod bad_input;
+mod common;
+mod hosted;
+mod vectors;
