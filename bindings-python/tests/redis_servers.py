@@ -50,7 +50,7 @@ def sync_client(connections: int = 24) -> redis.Redis:
 def cluster_client(connections: int = 24) -> redis.cluster.RedisCluster:
     """A blocking cluster client with ``connections`` connections open to every master."""
     client = redis.cluster.RedisCluster(host="127.0.0.1", port=CLUSTER_PORT)
-    for node in client.get_primaries():
+    for node in client.get_primaries():  # type: ignore[no-untyped-call]  # untyped in redis-py
         _warm(node.redis_connection.connection_pool, connections)
     return client
 

@@ -7,7 +7,7 @@ from typing_extensions import disjoint_base
 
 from ratewindow._limits import Limit as _PublicLimit
 
-__all__ = ["Limit", "Entry", "Verdict", "MemoryStore", "RedisPlanner", "PostgresPlanner", "SqlitePlanner", "SqliteCall", "SqliteWindowCall", "check_window", "_panic_for_tests", "MAX_WINDOW_MS", "MAX_USES"]
+__all__ = ["Limit", "Entry", "Verdict", "MemoryStore", "RedisPlanner", "redis_decode_batch", "redis_decode_single", "redis_decode_release", "redis_decode_window", "redis_scripts", "PostgresPlanner", "SqlitePlanner", "SqliteCall", "SqliteWindowCall", "check_window", "_panic_for_tests", "MAX_WINDOW_MS", "MAX_USES"]
 
 MAX_WINDOW_MS: Final[int]
 MAX_USES: Final[int]
