@@ -7,7 +7,9 @@
 #      `--keep-lld-exports` keeps `__stack_pointer`, which the JS wrapper resets after a trap);
 #   3. the Node package's TypeScript layer (bindings-node/ts/, minus its addon loader native.ts) staged
 #      with this package's entry points into bindings-wasm/js/build/, relative imports given their `.js`
-#      (ES modules need the full name), and compiled by tsc into bindings-wasm/js/dist/.
+#      (ES modules need the full name), and compiled by tsc into bindings-wasm/js/dist/: only what the
+#      entry points reach (tsconfig.json `files`), i.e. the memory store, the rate limiter, the errors
+#      and the kit.
 # Assumes scripts/setup-wasm-js.sh has run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

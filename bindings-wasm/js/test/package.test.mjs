@@ -142,3 +142,18 @@ test('the .wasm stays within its size budget (128 KiB)', () => {
   assert.ok(size < 128 * 1024, `${size} bytes`);
   assert.ok(WebAssembly.validate(readFileSync(wasmFile)));
 });
+
+test('the default entry reaches no node: module (it must load in a browser or a worker)', () => {
+  const seen = new Set();
+  const visit = (url) => {
+    if (seen.has(url.href)) return;
+    seen.add(url.href);
+    const source = readFileSync(url, 'utf8');
+    for (const [, spec] of source.matchAll(/(?:^|\n)\s*(?:import|export)\b[^'"]*?from\s*['"]([^'"]+)['"]/g)) {
+      assert.ok(!spec.startsWith('node:') && spec.startsWith('.'), `${url.pathname} imports ${spec}`);
+      visit(new URL(spec, url));
+    }
+  };
+  visit(new URL('../dist/index.js', import.meta.url));
+  assert.ok(seen.size >= 8, `${seen.size} modules`);
+});

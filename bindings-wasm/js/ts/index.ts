@@ -22,7 +22,17 @@ import type { Backend } from './layer/backend.js';
 import { setDefaultBackend } from './layer/store.js';
 import { createWasmBackend, type WasmExports } from './wasm.js';
 
-export * from './layer/index.js';
+// The Node package's API for the embedded store and the rate limiter (its networked stores need
+// planners this build does not carry yet, and `node:` modules, so they are not re-exported here).
+export type { Awaitable, BatchVerdict, Clock, CooldownLimit, Entry, Verdict } from './layer/types.js';
+export { CooldownStore, MemoryStore, cooldownLimit } from './layer/store.js';
+export type { MemoryStoreOptions } from './layer/store.js';
+export { GlobalLimit, Limit, Unlimited } from './layer/limit.js';
+export type { AfterCallback, ResponseCallback } from './layer/limit.js';
+export { RateLimiter } from './layer/rate-limiter.js';
+export type { FixedWindowStore, LimiterCallback } from './layer/rate-limiter.js';
+export { InternalError, InvalidArgumentError, InvalidLimitError, RateWindowError } from './layer/errors.js';
+export type { RateWindowErrorCode } from './layer/errors.js';
 export type { Backend, BackendStore } from './layer/backend.js';
 
 let ready: Backend | undefined;
