@@ -21,9 +21,10 @@ echo "== pip install ./bindings-python (maturin, release)"
 "$py" -m pip install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps \
   "$root/bindings-python"
 
-echo "== servers (Redis on 6379, the three-master Redis Cluster on 7101-7103)"
+echo "== servers (Redis on 6379, the three-master Redis Cluster on 7101-7103, PostgreSQL on 5432)"
 . "$root/scripts/services.sh"
 redis_up
+postgres_up
 if ! "$root/scripts/redis-cluster.sh" status > /dev/null 2>&1; then
   "$root/scripts/redis-cluster.sh" start
   trap '"$root/scripts/redis-cluster.sh" stop' EXIT  # stop the cluster this script started
@@ -37,7 +38,7 @@ echo "== mypy --strict"
 (cd "$root/bindings-python/python" && "$py" -m mypy --strict -p ratewindow)
 (cd "$root/bindings-python" && "$py" -m mypy --strict tests)
 "$py" -m mypy --strict "$root/examples/python/service.py" "$root/bench/python/bench.py" \
-  "$root/bench/python/bench_redis.py"
+  "$root/bench/python/bench_redis.py" "$root/bench/python/bench_sql.py"
 
 echo "== stubtest (installed module against its stubs)"
 (cd /tmp && "$py" -m mypy.stubtest ratewindow)
@@ -45,4 +46,5 @@ echo "== demo and benchmark (smoke runs)"
 "$py" "$root/examples/python/service.py" > /dev/null
 "$py" "$root/bench/python/bench.py" --rounds 1 --ops 2000 > /dev/null
 "$py" "$root/bench/python/bench_redis.py" --rounds 1 --ops 200 > /dev/null
+"$py" "$root/bench/python/bench_sql.py" --rounds 1 --ops 50 > /dev/null
 echo "python: all checks passed"

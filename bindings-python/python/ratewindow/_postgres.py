@@ -37,7 +37,7 @@ Request: TypeAlias = tuple[str, list[Any]]
 """A statement: its SQL (``$1`` placeholders) and its parameters."""
 Rows: TypeAlias = list[tuple[Any, ...]]
 """The rows a statement returned (``[]`` for one that returns none)."""
-Window: TypeAlias = "tuple[int, int] | None"
+Window: TypeAlias = tuple[int, int] | None
 Planner = _ratewindow.PostgresPlanner
 
 

@@ -25,7 +25,7 @@ from ._store import CooldownStore, Verdict
 __all__ = ["SqliteStore"]
 
 Request: TypeAlias = tuple[str, list[Any]]
-Window: TypeAlias = "tuple[int, int] | None"
+Window: TypeAlias = tuple[int, int] | None
 Planner = _ratewindow.SqlitePlanner
 
 def _now_ms() -> int:
