@@ -1,0 +1,258 @@
+"""A Python host for the ratewindow component, on the PyPI ``wasmtime`` package's component model.
+
+``EngineWorld`` runs the component built for the pure ``engine`` world (the host passes ``now``);
+``HostedWorld`` runs the one built for the ``hosted`` world, whose store reads this host's clock through
+the imported ``ratewindow:engine/clock`` (``HostedWorld.clock_ms``). Both expose the operations of the
+conformance vectors with the same signatures, so one runner drives either.
+
+Results follow wasmtime's component values: a ``result<T, error>`` comes back as ``T`` or as a
+``wasmtime.component.Variant`` (the ``error`` variant: ``tag`` ``invalid-limit`` and a record payload
+with ``field`` and ``value``); :func:`ok` turns the latter into a :class:`ComponentError`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import wasmtime
+from wasmtime import component as wc
+
+__all__ = ["ComponentError", "EngineWorld", "HostedWorld", "component_dir", "limit", "ok"]
+
+PACKAGE = "ratewindow:engine"
+VERSION = "0.1.0"
+
+
+def component_dir() -> Path:
+    """Where ``ratewindow-engine.wasm`` and ``ratewindow-hosted.wasm`` are."""
+    env = os.environ.get("RATEWINDOW_COMPONENT_DIR")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "component" / "dist"
+
+
+class ComponentError(Exception):
+    """The component's ``error`` variant, raised by :func:`ok`."""
+
+    def __init__(self, tag: str, payload: Any) -> None:
+        self.tag = tag
+        self.payload = payload
+        if tag == "invalid-limit":
+            self.field = payload.field
+            self.value = payload.value
+            super().__init__(f"invalid {payload.field}: {payload.value}")
+        else:
+            super().__init__(f"{tag}: {payload!r}")
+
+
+def ok(value: Any) -> Any:
+    """Unwraps a ``result``: the ok value, or raises the ``error`` variant as :class:`ComponentError`."""
+    if isinstance(value, wc.Variant):
+        raise ComponentError(value.tag, value.payload)
+    return value
+
+
+def limit(uses: float, window_ms: float) -> wc.Record:
+    """A WIT ``limit`` record from the host's numbers (checked by the component, not here)."""
+    r = wc.Record()
+    setattr(r, "uses", float(uses))
+    setattr(r, "window-ms", float(window_ms))
+    return r
+
+
+def entry(key: str, lim: wc.Record) -> wc.Record:
+    """A WIT ``entry`` record."""
+    r = wc.Record()
+    setattr(r, "key", key)
+    setattr(r, "limit", lim)
+    return r
+
+
+@dataclass
+class _Funcs:
+    """The exported functions of one store interface."""
+
+    constructor: wc.Func
+    methods: dict[str, wc.Func]
+
+
+def _interface(store: wasmtime.Store, instance: wc.Instance, name: str, funcs: list[str]) -> dict[str, wc.Func]:
+    iface = instance.get_export_index(store, f"{PACKAGE}/{name}@{VERSION}")
+    if iface is None:
+        raise LookupError(f"the component does not export {name}")
+    out = {}
+    for f in funcs:
+        idx = instance.get_export_index(store, f, iface)
+        func = instance.get_func(store, idx) if idx is not None else None
+        if func is None:
+            raise LookupError(f"{name} has no {f}")
+        out[f] = func
+    return out
+
+
+_METHODS = [
+    "consume", "peek", "consume-many", "peek-many", "release", "hit", "attempts", "too-many-attempts",
+    "remaining", "available-in", "available-in-ms", "reset-attempts", "clear", "purge", "key-count",
+]
+
+
+U64_MAX = 2**64 - 1
+S64_MIN, S64_MAX = -(2**63), 2**63 - 1
+
+
+def _u64(n: int) -> int:
+    # wasmtime-py stores ints through ctypes, which wraps out-of-range values silently: refuse them.
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= U64_MAX:
+        raise ValueError(f"expected a whole number of milliseconds from 0 to {U64_MAX}, got {n!r}")
+    return n
+
+
+def _s64(n: int) -> int:
+    if not isinstance(n, int) or isinstance(n, bool) or not S64_MIN <= n <= S64_MAX:
+        raise ValueError(f"expected a whole number from {S64_MIN} to {S64_MAX}, got {n!r}")
+    return n
+
+
+class _World:
+    """Shared plumbing: one instance, one current store resource, the release tokens it handed out."""
+
+    timed: bool
+
+    def __init__(self, file: str, linker_setup: Any = None) -> None:
+        self.engine = wasmtime.Engine()
+        self.store = wasmtime.Store(self.engine)
+        component = wc.Component.from_file(self.engine, str(component_dir() / file))
+        linker = wc.Linker(self.engine)
+        if linker_setup is not None:
+            linker_setup(linker)
+        self.instance = linker.instantiate(self.store, component)
+        limits = _interface(self.store, self.instance, "limits", ["check-limit", "check-window"])
+        self._check_limit = limits["check-limit"]
+        self._check_window = limits["check-window"]
+        iface = "memory" if self.timed else "clocked-memory"
+        funcs = _interface(
+            self.store, self.instance, iface,
+            ["[constructor]memory-store"] + [f"[method]memory-store.{m}" for m in _METHODS],
+        )
+        self._new = funcs["[constructor]memory-store"]
+        self._m = {m: funcs[f"[method]memory-store.{m}"] for m in _METHODS}
+        self.handle: Optional[wc.ResourceAny] = None
+        self.tokens: dict[str, wc.ResourceAny] = {}
+
+    def _at(self, now: int) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def _call(self, method: str, *args: Any, now: Optional[int] = None) -> Any:
+        assert self.handle is not None, "call fresh_store first"
+        extra = self._at(now) if now is not None else ()
+        return self._m[method](self.store, self.handle, *args, *extra)
+
+    def fresh_store(self) -> None:
+        """Replaces the current store by an empty one, dropping the old one and its tokens."""
+        for token in self.tokens.values():
+            token.drop(self.store)
+        self.tokens.clear()
+        if self.handle is not None:
+            self.handle.drop(self.store)
+        self.handle = self._new(self.store)
+
+    def check_limit(self, lim: wc.Record) -> Any:
+        return self._check_limit(self.store, lim)
+
+    def check_window(self, window_ms: float) -> Any:
+        return self._check_window(self.store, float(window_ms))
+
+    def consume(self, key: str, lim: wc.Record, now: int) -> Any:
+        return self._call("consume", key, lim, now=now)
+
+    def peek(self, key: str, lim: wc.Record, now: int) -> Any:
+        return self._call("peek", key, lim, now=now)
+
+    def consume_many(self, entries: list[wc.Record], now: int, id: Optional[str] = None) -> Any:
+        """The batch verdict (or the error variant); an allowed call's token is kept under ``id``."""
+        r = self._call("consume-many", entries, now=now)
+        if isinstance(r, wc.Variant):
+            return r
+        token = r.release
+        if token is not None:
+            if id is not None:
+                self.tokens[id] = token
+            else:
+                token.drop(self.store)
+        return r.verdict
+
+    def peek_many(self, entries: list[wc.Record], now: int) -> Any:
+        return self._call("peek-many", entries, now=now)
+
+    def release(self, id: str, now: int) -> None:
+        token = self.tokens.get(id)
+        if token is not None:
+            self._call("release", token, now=now)
+        else:
+            self._at(now)
+
+    def hit(self, key: str, decay_ms: float, amount: int, now: int) -> Any:
+        return self._call("hit", key, float(decay_ms), _s64(amount), now=now)
+
+    def attempts(self, key: str, now: int) -> int:
+        return int(self._call("attempts", key, now=now))
+
+    def too_many_attempts(self, key: str, max: int, now: int) -> bool:
+        return bool(self._call("too-many-attempts", key, _s64(max), now=now))
+
+    def remaining(self, key: str, max: int, now: int) -> int:
+        return int(self._call("remaining", key, _s64(max), now=now))
+
+    def available_in(self, key: str, now: int) -> int:
+        return int(self._call("available-in", key, now=now))
+
+    def available_in_ms(self, key: str, now: int) -> int:
+        return int(self._call("available-in-ms", key, now=now))
+
+    def reset_attempts(self, key: str, now: int) -> None:
+        self._call("reset-attempts", key, now=now)
+
+    def clear(self, key: str, now: int) -> None:
+        self._at(now)
+        self._call("clear", key)
+
+    def key_count(self) -> int:
+        return int(self._call("key-count"))
+
+
+class EngineWorld(_World):
+    """The component of the ``engine`` world: no imports; ``now`` crosses every call."""
+
+    timed = True
+
+    def __init__(self) -> None:
+        super().__init__("ratewindow-engine.wasm")
+
+    def _at(self, now: int) -> tuple[int, ...]:
+        return (_u64(now),)
+
+
+class HostedWorld(_World):
+    """The component of the ``hosted`` world: its store reads ``clock_ms`` through the imported clock."""
+
+    timed = False
+
+    def __init__(self) -> None:
+        self.clock_ms = 0
+        self.clock_reads = 0
+
+        def now_ms(_store: Any) -> int:
+            self.clock_reads += 1
+            return self.clock_ms
+
+        def setup(linker: wc.Linker) -> None:
+            with linker.root() as root:
+                with root.add_instance(f"{PACKAGE}/clock@{VERSION}") as clock:
+                    clock.add_func("now-ms", now_ms)
+
+        super().__init__("ratewindow-hosted.wasm", setup)
+
+    def _at(self, now: int) -> tuple[int, ...]:
+        self.clock_ms = _u64(now)
+        return ()

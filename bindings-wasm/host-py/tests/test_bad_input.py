@@ -1,0 +1,95 @@
+"""Bad input comes back as the component's ``error`` variant, never a trap, in both worlds."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from ratewindow_component_host import ComponentError, EngineWorld, HostedWorld, entry, limit, ok
+
+BAD = [
+    ((math.nan, 1000), "uses", "NaN"),
+    ((math.inf, 1000), "uses", "Infinity"),
+    ((-math.inf, 1000), "uses", "-Infinity"),
+    ((0, 1000), "uses", "0"),
+    ((-1, 1000), "uses", "-1"),
+    ((1.5, 1000), "uses", "1.5"),
+    ((2**32, 1000), "uses", "4294967296"),
+    ((1, math.nan), "window-ms", "NaN"),
+    ((1, 0), "window-ms", "0"),
+    ((1, -0.0), "window-ms", "-0"),
+    ((1, 2.5), "window-ms", "2.5"),
+    ((1, 4320000000000001), "window-ms", "4320000000000001"),
+    ((1, 2**80), "window-ms", "1208925819614629200000000"),  # the f64 as Rust prints it
+]
+
+
+@pytest.fixture(params=["engine", "hosted"])
+def world(request: pytest.FixtureRequest) -> Any:
+    w = EngineWorld() if request.param == "engine" else HostedWorld()
+    w.fresh_store()
+    return w
+
+
+@pytest.mark.parametrize(("args", "field", "value"), BAD, ids=[f"{a}" for a, _, _ in BAD])
+def test_every_operation_refuses_a_bad_limit(world: Any, args: tuple[float, float], field: str, value: str) -> None:
+    bad = limit(*args)
+    calls = [
+        lambda: world.check_limit(bad),
+        lambda: world.consume("k", bad, 5),
+        lambda: world.peek("k", bad, 5),
+        lambda: world.consume_many([entry("fine", limit(1, 1000)), entry("k", bad)], 5),
+        lambda: world.peek_many([entry("k", bad)], 5),
+    ]
+    if field == "window-ms":
+        calls.append(lambda: world.hit("h", args[1], 1, 5))
+        calls.append(lambda: world.check_window(args[1]))
+    for call in calls:
+        with pytest.raises(ComponentError) as info:
+            ok(call())
+        assert (info.value.tag, info.value.field, info.value.value) == ("invalid-limit", field, value)
+    # Nothing was counted, and the instance still answers.
+    assert world.key_count() == 0
+    assert ok(world.consume("fine", limit(1, 1000), 5)).allowed
+
+
+def test_wrongly_typed_host_values_fail_in_the_host_and_leave_the_instance_usable(world: Any) -> None:
+    # u64 and s64 out of range (ctypes would wrap them silently) or not numbers at all are refused by this
+    # host before the call.
+    with pytest.raises((TypeError, OverflowError, ValueError)):
+        world.attempts("k", -1)
+    with pytest.raises((TypeError, OverflowError, ValueError)):
+        world.hit("k", 1000, 2**63, 0)
+    with pytest.raises((TypeError, OverflowError, ValueError)):
+        world.consume(b"bytes-not-str", limit(1, 1000), 0)
+    assert ok(world.consume("k", limit(1, 1000), 0)).allowed
+
+
+def test_odd_but_valid_input(world: Any) -> None:
+    big = limit(2**32 - 1, 4320000000000000)
+    for key in ["", "ключ:🔑", "x" * 100_000]:
+        assert ok(world.consume(key, big, 0)).allowed
+        assert ok(world.consume(key, limit(1, 1), 2**64 - 1)).allowed
+        assert ok(world.hit(key, 1, 2**63 - 1, 2**64 - 2)) == 2**63 - 1
+        assert ok(world.hit(key, 1, 2**63 - 1, 2**64 - 2)) == 2**63 - 1  # saturates
+    assert ok(world.consume_many([], 0, "e")).allowed
+    world.release("e", 0)
+    world.release("e", 0)
+
+
+def test_hosted_store_reads_the_host_clock() -> None:
+    w = HostedWorld()
+    w.fresh_store()
+    before = w.clock_reads
+    w.clock_ms = 10_000
+    m = w._m["consume"]
+    assert ok(m(w.store, w.handle, "k", limit(1, 1000))).allowed
+    assert w.clock_reads == before + 1
+    w.clock_ms = 10_400
+    refused = ok(m(w.store, w.handle, "k", limit(1, 1000)))
+    assert (refused.allowed, getattr(refused, "retry-after-ms"), getattr(refused, "retry-timestamp")) == (
+        False, 600, 11_000)
+    w.clock_ms = 11_000
+    assert ok(m(w.store, w.handle, "k", limit(1, 1000))).allowed
