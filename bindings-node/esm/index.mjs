@@ -21,4 +21,6 @@ export const {
   StoreError,
   StoreReplyError,
   GiveBackError,
+  PostgresStore,
+  SqliteStore,
 } = cjs;

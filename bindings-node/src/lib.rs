@@ -15,6 +15,7 @@ mod key;
 use key::Key;
 
 mod redis;
+mod sql;
 
 /// What every export returns: on failure a JS `Error` whose `code` is the status string
 /// (`invalid_limit:uses`, `invalid_limit:window_ms` or `panic`, see `ts/backend.ts`).

@@ -25,3 +25,7 @@ export { RedisStore } from './redis';
 export type { RedisEvalSha, RedisRun, RedisStoreOptions } from './redis';
 export { GiveBackError, StoreError, StoreReplyError } from './store-errors';
 export type { StoreErrorCode } from './store-errors';
+export { PostgresStore } from './postgres';
+export type { PgQueryable, PostgresQuery, PostgresStoreOptions, PurgeResult } from './postgres';
+export { SqliteStore } from './sqlite';
+export type { SqliteDatabaseLike, SqlitePurgeResult, SqliteStatementLike, SqliteStoreOptions } from './sqlite';

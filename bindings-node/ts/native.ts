@@ -8,6 +8,7 @@ import { join } from 'node:path';
 
 import type { Backend, BackendStore } from './backend';
 import type { BackendRedis, RedisBackend } from './redis-backend';
+import type { BackendPostgres, BackendSqlite, SqlBackend } from './sql-backend';
 
 /** What the addon exports (see `src/lib.rs`). */
 interface NativeModule {
@@ -17,6 +18,8 @@ interface NativeModule {
   __panicForTest(message: string): void;
   NativeRedis: new (prefix: string, hashTagBefore: string | null) => BackendRedis;
   redisScripts(): string[];
+  NativePostgres: new (prefix: string) => BackendPostgres;
+  NativeSqlite: new (prefix: string) => BackendSqlite;
 }
 
 function addonPath(): string {
@@ -35,7 +38,7 @@ function addonPath(): string {
 
 let loaded: Backend | undefined;
 
-/** The napi addon as a {@link Backend} (with the optional {@link RedisBackend}), loaded once. */
+/** The napi addon as a {@link Backend} (with the optional {@link RedisBackend} and {@link SqlBackend}), loaded once. */
 export function nativeBackend(): Backend {
   if (loaded) return loaded;
   // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -48,6 +51,8 @@ export function nativeBackend(): Backend {
     panicForTest: native.__panicForTest,
     createRedis: (prefix: string, hashTagBefore: string | null) => new native.NativeRedis(prefix, hashTagBefore),
     redisScripts: native.redisScripts,
-  } satisfies Backend & RedisBackend);
+    createPostgres: (prefix: string) => new native.NativePostgres(prefix),
+    createSqlite: (prefix: string) => new native.NativeSqlite(prefix),
+  } satisfies Backend & RedisBackend & SqlBackend);
   return loaded;
 }
