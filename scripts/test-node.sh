@@ -23,6 +23,11 @@ step "tsc --noEmit (package, examples, the addon against the backend interface)"
 (cd "$PKG" && npx tsc --noEmit -p ../examples/node/tsconfig.json)
 (cd "$PKG" && npx tsc -p test/types/tsconfig.json)  # the addon's generated types implement ts/backend.ts
 
+step "services the store suites talk to (PostgreSQL on its unix socket)"
+# shellcheck source=services.sh
+source "$ROOT/scripts/services.sh"
+postgres_up
+
 step "node:test suites (backend: ${RATEWINDOW_BACKEND:-native})"
 (cd "$PKG" && node --test --test-reporter=spec test/*.test.mjs)
 
@@ -32,6 +37,7 @@ node --test --test-reporter=spec "$ROOT/examples/node/my-store.test.mjs"
 
 step "benchmark (short run)"
 (cd "$ROOT" && BENCH_QUICK=1 node bench/node/bench.mjs)
+(cd "$ROOT" && BENCH_QUICK=1 node bench/node/sql.mjs)
 
 echo
 echo "node: all passed"
