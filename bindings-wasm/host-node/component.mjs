@@ -41,6 +41,22 @@ export async function loadHosted() {
   return { exports, host };
 }
 
+// jco lowers a BigInt to u64/s64 with BigInt.asUintN/asIntN, wrapping out-of-range values silently:
+// this host refuses them instead.
+const U64_MAX = 2n ** 64n - 1n;
+const S64_MIN = -(2n ** 63n);
+const S64_MAX = 2n ** 63n - 1n;
+export function u64(n) {
+  const v = BigInt(n);
+  if (v < 0n || v > U64_MAX) throw new RangeError(`expected 0 to ${U64_MAX}, got ${n}`);
+  return v;
+}
+export function s64(n) {
+  const v = BigInt(n);
+  if (v < S64_MIN || v > S64_MAX) throw new RangeError(`expected ${S64_MIN} to ${S64_MAX}, got ${n}`);
+  return v;
+}
+
 const limit = (l) => ({ uses: l.uses, windowMs: l.window_ms });
 const entries = (list) => list.map((e) => ({ key: e.key, limit: limit(e.limit) }));
 
@@ -71,7 +87,7 @@ class Ops {
   }
 
   at(now) {
-    const n = BigInt(now);
+    const n = u64(now);
     if (!this.timed) this.setClock(n);
     return this.timed ? [n] : [];
   }
@@ -117,7 +133,7 @@ class Ops {
   }
 
   hit(key, decayMs, amount, now) {
-    return attempt(() => this.store.hit(key, decayMs, BigInt(amount), ...this.at(now)));
+    return attempt(() => this.store.hit(key, decayMs, s64(amount), ...this.at(now)));
   }
 
   attempts(key, now) {
@@ -125,11 +141,11 @@ class Ops {
   }
 
   tooManyAttempts(key, max, now) {
-    return this.store.tooManyAttempts(key, BigInt(max), ...this.at(now));
+    return this.store.tooManyAttempts(key, s64(max), ...this.at(now));
   }
 
   remaining(key, max, now) {
-    return this.store.remaining(key, BigInt(max), ...this.at(now));
+    return this.store.remaining(key, s64(max), ...this.at(now));
   }
 
   availableIn(key, now) {
@@ -145,7 +161,7 @@ class Ops {
   }
 
   clear(key, now) {
-    if (!this.timed) this.setClock(BigInt(now));
+    if (!this.timed) this.setClock(u64(now));
     return this.store.clear(key);
   }
 }

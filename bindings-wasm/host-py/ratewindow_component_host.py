@@ -256,3 +256,70 @@ class HostedWorld(_World):
     def _at(self, now: int) -> tuple[int, ...]:
         self.clock_ms = _u64(now)
         return ()
+
+
+class FastConsume:
+    """``consume`` of the ``engine`` world without wasmtime-py's generic conversion.
+
+    ``wasmtime.component.Func.__call__`` looks the function's type up through the C API on every call
+    and walks it to convert each value (about 0.6 ms a call here). This builds the C values of this one
+    signature directly (``borrow<memory-store>, string, limit, u64 -> result<verdict, error>``) and reads
+    the verdict straight from the result, using the ``wasmtime._ffi`` layer of the pinned wasmtime 50.
+    The error case falls back to the generic conversion, so it returns exactly what :meth:`consume`
+    would. Calls ``__call__(key, uses, window_ms, now)`` -> ``(allowed, retry_after_ms,
+    retry_timestamp)`` on the world's current store.
+    """
+
+    def __init__(self, world: EngineWorld) -> None:
+        from ctypes import byref
+
+        from wasmtime import _ffi as ffi
+
+        self._ffi = ffi
+        self._byref = byref
+        self.world = world
+        self.func = world._m["consume"]
+        self.result_ty = self.func.type(world.store).result
+        self.params = (ffi.wasmtime_component_val_t * 4)()
+
+    def __call__(self, key: str, uses: float, window_ms: float, now: int) -> tuple[bool, int, Optional[int]]:
+        ffi, byref, w, p = self._ffi, self._byref, self.world, self.params
+        assert w.handle is not None, "call fresh_store first"
+        p[0].kind = ffi.WASMTIME_COMPONENT_RESOURCE
+        p[0].of.resource = ffi.wasmtime_component_resource_any_clone(w.handle.ptr())
+        p[1].kind = ffi.WASMTIME_COMPONENT_STRING
+        p[1].of.string = ffi.str_to_capi(key)
+        rec = ffi.wasmtime_component_valrecord_t()
+        ffi.wasmtime_component_valrecord_new_uninit(rec, 2)
+        rec.data[0].name = ffi.str_to_capi("uses")
+        rec.data[0].val.kind = ffi.WASMTIME_COMPONENT_F64
+        rec.data[0].val.of.f64 = float(uses)
+        rec.data[1].name = ffi.str_to_capi("window-ms")
+        rec.data[1].val.kind = ffi.WASMTIME_COMPONENT_F64
+        rec.data[1].val.of.f64 = float(window_ms)
+        p[2].kind = ffi.WASMTIME_COMPONENT_RECORD
+        p[2].of.record = rec
+        p[3].kind = ffi.WASMTIME_COMPONENT_U64
+        p[3].of.u64 = _u64(now)
+        # A fresh result each call: the C API does not accept a result slot that held a deleted value.
+        result = ffi.wasmtime_component_val_t()
+        try:
+            err = ffi.wasmtime_component_func_call(
+                byref(self.func._func), w.store._context(), p, 4, byref(result), 1)
+            if err:
+                raise wasmtime.WasmtimeError._from_ptr(err)
+        finally:
+            for i in range(4):
+                ffi.wasmtime_component_val_delete(byref(p[i]))
+        r = result.of.result
+        if not r.is_ok:
+            ok(self.result_ty.convert_from_c(result))  # raises ComponentError, frees the result
+        fields = r.val.contents.of.record.data
+        retry_ts = fields[2].val.of.option
+        out = (
+            bool(fields[0].val.of.boolean),
+            int(fields[1].val.of.u64),
+            int(retry_ts.contents.of.u64) if retry_ts else None,
+        )
+        ffi.wasmtime_component_val_delete(byref(result))
+        return out

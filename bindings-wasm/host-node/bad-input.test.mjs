@@ -1,0 +1,81 @@
+// Bad input comes back as the component's `error` variant (a ComponentError carrying it), never a trap,
+// in both worlds; the hosted world reads the host's clock once per call.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { attempt, engineOps, hostedOps } from './component.mjs';
+
+const BAD = [
+  [{ uses: NaN, window_ms: 1000 }, 'uses', 'NaN'],
+  [{ uses: Infinity, window_ms: 1000 }, 'uses', 'Infinity'],
+  [{ uses: -Infinity, window_ms: 1000 }, 'uses', '-Infinity'],
+  [{ uses: 0, window_ms: 1000 }, 'uses', '0'],
+  [{ uses: -1, window_ms: 1000 }, 'uses', '-1'],
+  [{ uses: 1.5, window_ms: 1000 }, 'uses', '1.5'],
+  [{ uses: 2 ** 32, window_ms: 1000 }, 'uses', '4294967296'],
+  [{ uses: 1, window_ms: NaN }, 'window-ms', 'NaN'],
+  [{ uses: 1, window_ms: 0 }, 'window-ms', '0'],
+  [{ uses: 1, window_ms: -0 }, 'window-ms', '-0'],
+  [{ uses: 1, window_ms: 2.5 }, 'window-ms', '2.5'],
+  [{ uses: 1, window_ms: 4320000000000001 }, 'window-ms', '4320000000000001'],
+];
+
+for (const [world, make] of [['engine', engineOps], ['hosted', hostedOps]]) {
+  test(`${world}: every operation refuses a bad limit with the error variant`, async () => {
+    const ops = await make();
+    ops.freshStore();
+    for (const [bad, field, value] of BAD) {
+      const results = [
+        ops.checkLimit(bad),
+        ops.consume('k', bad, 5),
+        ops.peek('k', bad, 5),
+        ops.consumeMany([{ key: 'fine', limit: { uses: 1, window_ms: 1000 } }, { key: 'k', limit: bad }], 5),
+        ops.peekMany([{ key: 'k', limit: bad }], 5),
+      ];
+      if (field === 'window-ms') results.push(ops.hit('h', bad.window_ms, 1, 5));
+      for (const r of results) {
+        assert.deepStrictEqual(r.err, { tag: 'invalid-limit', val: { field, value } }, JSON.stringify(bad));
+      }
+    }
+    assert.equal(ops.store.keyCount(), 0n);
+    assert.equal(ops.consume('fine', { uses: 1, window_ms: 1000 }, 5).ok.allowed, true);
+  });
+
+  test(`${world}: wrongly typed host values are refused by the bindings, and the instance still works`, async () => {
+    const ops = await make();
+    ops.freshStore();
+    assert.throws(() => ops.store.consume(42, { uses: 1, windowMs: 1 }, ...(ops.timed ? [0n] : [])));
+    assert.throws(() => ops.hit('k', 1000, 2 ** 70, 0), RangeError);
+    assert.throws(() => ops.attempts('k', -1), RangeError);
+    assert.equal(ops.consume('k', { uses: 1, window_ms: 1000 }, 0).ok.allowed, true);
+  });
+
+  test(`${world}: odd but valid input`, async () => {
+    const ops = await make();
+    ops.freshStore();
+    const max = { uses: 2 ** 32 - 1, window_ms: 4320000000000000 };
+    for (const key of ['', 'ключ:🔑', 'x'.repeat(100_000)]) {
+      assert.equal(ops.consume(key, max, 0).ok.allowed, true);
+      assert.equal(ops.hit(key, 1, 2n ** 63n - 1n, 5).ok, 2n ** 63n - 1n);
+      assert.equal(ops.hit(key, 1, 2n ** 63n - 1n, 5).ok, 2n ** 63n - 1n);
+    }
+    assert.equal(ops.consumeMany([], 0, 'e').ok.allowed, true);
+    ops.release('e', 0);
+    ops.release('e', 0);
+  });
+}
+
+test('hosted: the store reads the imported clock once per call', async () => {
+  const ops = await hostedOps();
+  ops.freshStore();
+  const before = ops.host.clockReads;
+  ops.host.clockMs = 10_000n;
+  const lim = { uses: 1, windowMs: 1000 };
+  assert.equal(ops.store.consume('k', lim).allowed, true);
+  assert.equal(ops.host.clockReads, before + 1);
+  ops.host.clockMs = 10_400n;
+  const refused = ops.store.consume('k', lim);
+  assert.deepStrictEqual([refused.allowed, refused.retryAfterMs, refused.retryTimestamp], [false, 600n, 11_000n]);
+  ops.host.clockMs = 11_000n;
+  assert.equal(ops.store.consume('k', lim).allowed, true);
+});
