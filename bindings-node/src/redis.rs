@@ -18,6 +18,7 @@ use ratewindow_core::{BatchVerdict, Entry, Window};
 
 use napi::bindgen_prelude::Result;
 
+use crate::key::Key;
 use crate::{coded, guard, limit, limit_error, Res};
 
 /// A plan's keys and arguments (the script is known to the caller).
@@ -70,6 +71,22 @@ fn reply_of(numbers: Option<Vec<f64>>, json: Option<String>) -> Reply {
         (None, Some(json)) => serde_json::from_str(&json).unwrap_or(Reply::Text(json)),
         (None, None) => Reply::Nil,
     }
+}
+
+/// `parts` joined into one string led by a separator that none of them contains (`\u{1}` unless a
+/// part holds it; then the first char from U+E000 up that none holds).
+fn joined<'a>(parts: impl Iterator<Item = &'a String> + Clone) -> String {
+    let holds = |c: char| parts.clone().any(|p| p.contains(c));
+    let separator = std::iter::once('\u{1}')
+        .chain(('\u{E000}'..='\u{F8FF}').chain('\u{F0000}'..='\u{FFFFD}'))
+        .find(|&c| !holds(c))
+        .unwrap_or('\u{1}');
+    let mut out = String::new();
+    for part in parts {
+        out.push(separator);
+        out.push_str(part);
+    }
+    out
 }
 
 /// One store's key options and the details of its last decoded refusal, window or reply error.
@@ -136,20 +153,23 @@ impl NativeRedis {
         })
     }
 
-    /// [`Self::plan_consume`] of one entry (no arrays to build on the JS side).
+    /// [`Self::plan_consume`] of one entry as one string: its first character is a separator that
+    /// occurs in none of the parts, then `key`, then the args, each after that separator (one string
+    /// crosses instead of an array of six; JS splits it). Such a plan has exactly one key.
     #[napi]
     pub fn plan_consume_one(
         &self,
-        call_id: String,
-        key: String,
+        call_id: Key,
+        key: Key,
         uses: f64,
         window_ms: f64,
-    ) -> Result<RedisPlan, String> {
+    ) -> Result<String, String> {
         guard(|| {
-            let entries = [Entry::new(key, limit(uses, window_ms)?)];
-            let (plan, _release) = redis::plan_consume_many(&entries, &self.options, &call_id)
-                .map_err(|e| coded("invalid_argument:callId", e.to_string()))?;
-            Ok(plan.into())
+            let entries = [Entry::new(key.as_str(), limit(uses, window_ms)?)];
+            let (plan, _release) =
+                redis::plan_consume_many(&entries, &self.options, call_id.as_str())
+                    .map_err(|e| coded("invalid_argument:callId", e.to_string()))?;
+            Ok(joined(plan.keys.iter().chain(&plan.args)))
         })
     }
 
@@ -234,6 +254,21 @@ impl NativeRedis {
                 Err(e) => self.failed(e),
             })
         })
+    }
+
+    /// [`Self::decode_batch`] of a reply of exactly five integers, passed one by one (the shape the
+    /// script answers; no array to read across the boundary).
+    #[napi]
+    pub fn decode_batch5(
+        &mut self,
+        a: f64,
+        b: f64,
+        c: f64,
+        d: f64,
+        e: f64,
+        entries: u32,
+    ) -> Result<f64, String> {
+        self.decode_batch(Some(vec![a, b, c, d, e]), None, entries)
     }
 
     /// Decodes a release reply: members removed, or `NaN` ([`Self::reply_error`]).

@@ -32,8 +32,11 @@ export interface RedisPlanData {
 export interface BackendRedis {
   /** `plan_consume_many` of the entries given as three parallel arrays, under the call id `callId`. */
   planConsume(callId: string, keys: string[], uses: number[], windows: number[]): RedisPlanData;
-  /** {@link planConsume} of one entry. */
-  planConsumeOne(callId: string, key: string, uses: number, windowMs: number): RedisPlanData;
+  /**
+   * {@link planConsume} of one entry (such a plan has exactly one key) as one string: its first
+   * character is a separator found in no part, and each part (`key`, then the args) follows one.
+   */
+  planConsumeOne(callId: string, key: string, uses: number, windowMs: number): string;
   /** `plan_peek_many`. */
   planPeek(keys: string[], uses: number[], windows: number[]): RedisPlanData;
   /** `plan_release` of call `callId` recorded under the Redis keys `keys` (a consume plan's keys). */
@@ -49,6 +52,8 @@ export interface BackendRedis {
    * reply of the wrong shape.
    */
   decodeBatch(numbers: number[] | null | undefined, json: string | null | undefined, entries: number): number;
+  /** {@link decodeBatch} of a reply of exactly five numbers, passed one by one (the script's shape). */
+  decodeBatch5(a: number, b: number, c: number, d: number, e: number, entries: number): number;
   /** `decode_release`: members removed, or `NaN`. */
   decodeRelease(numbers: number[] | null | undefined, json: string | null | undefined): number;
   /** `decode_window`: the count (`0` without a window; {@link msLeft} the time left), or `NaN`. */

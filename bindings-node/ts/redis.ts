@@ -249,7 +249,11 @@ export class RedisStore extends CooldownStore {
   /** Decodes a consume / peek reply: `null` when allowed, else the refusal. */
   private decodeBatch(reply: unknown, entries: number): Refusal | null {
     const p = this.planner;
-    const ts = isNumbers(reply) ? p.decodeBatch(reply, null, entries) : p.decodeBatch(null, json(reply), entries);
+    const ts = !isNumbers(reply)
+      ? p.decodeBatch(null, json(reply), entries)
+      : reply.length === 5
+        ? p.decodeBatch5(reply[0]!, reply[1]!, reply[2]!, reply[3]!, reply[4]!, entries)
+        : p.decodeBatch(reply, null, entries);
     if (ts === 0) return null;
     if (!(ts > 0)) throw this.replyError();
     return { retryTimestamp: ts, retryAfterMs: p.retryAfterMs(), blocked: p.blocked() };
@@ -259,15 +263,16 @@ export class RedisStore extends CooldownStore {
   override async consume(key: string, limit: CooldownLimit): Promise<Verdict> {
     checkKey(key);
     checkLimitShape(limit);
-    let plan: RedisPlanData;
+    let flat: string[];
     try {
-      plan = this.planner.planConsumeOne(randomUUID(), key, limit.uses, limit.windowMs);
+      const joined = this.planner.planConsumeOne(randomUUID(), key, limit.uses, limit.windowMs);
+      flat = joined.slice(1).split(joined[0]!);
     } catch (e) {
       throw engineError(e, limit.uses, limit.windowMs);
     }
     let reply: unknown;
     try {
-      reply = await this.exec(this.sliding, plan);
+      reply = await this.exec(this.sliding, { keys: [flat[0]!], args: flat.slice(1) });
     } catch (e) {
       throw storeError(e);
     }
