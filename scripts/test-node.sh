@@ -23,10 +23,19 @@ step "tsc --noEmit (package, examples, the addon against the backend interface)"
 (cd "$PKG" && npx tsc --noEmit -p ../examples/node/tsconfig.json)
 (cd "$PKG" && npx tsc -p test/types/tsconfig.json)  # the addon's generated types implement ts/backend.ts
 
-step "services the store suites talk to (PostgreSQL on its unix socket)"
+step "services the store suites talk to (PostgreSQL on its unix socket, Redis, a Redis Cluster)"
 # shellcheck source=services.sh
 source "$ROOT/scripts/services.sh"
 postgres_up
+redis_up  # the shared Redis on 6379 (RedisStore suites; private servers on 6390-6394 are the tests' own)
+# A three-master Redis Cluster of the Node suites' own (ports apart from the Python suite's), stopped on exit.
+export RATEWINDOW_NODE_CLUSTER_PORTS="${RATEWINDOW_NODE_CLUSTER_PORTS:-7111 7112 7113}"
+node_cluster() {
+  RATEWINDOW_CLUSTER_PORTS="$RATEWINDOW_NODE_CLUSTER_PORTS" TMPDIR="${TMPDIR:-/tmp}/ratewindow-node" \
+    "$ROOT/scripts/redis-cluster.sh" "$@"
+}
+node_cluster start
+trap 'node_cluster stop' EXIT
 
 step "node:test suites (backend: ${RATEWINDOW_BACKEND:-native})"
 (cd "$PKG" && node --test --test-reporter=spec test/*.test.mjs)
@@ -38,6 +47,7 @@ node --test --test-reporter=spec "$ROOT/examples/node/my-store.test.mjs"
 step "benchmark (short run)"
 (cd "$ROOT" && BENCH_QUICK=1 node bench/node/bench.mjs)
 (cd "$ROOT" && BENCH_QUICK=1 node bench/node/sql.mjs)
+(cd "$ROOT" && BENCH_QUICK=1 node bench/node/redis.mjs)
 
 echo
 echo "node: all passed"

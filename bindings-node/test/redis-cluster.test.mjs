@@ -6,8 +6,7 @@ import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 
-import { backend } from './backend.mjs';
-import { clusterUp, ioredisCluster, nodeRedisCluster } from './redis-servers.mjs';
+import { clusterUp, ioredisCluster, nodeRedisCluster, redisBackend } from './redis-servers.mjs';
 
 const { RedisStore, StoreError, GiveBackError } = createRequire(import.meta.url)('../dist/index.js');
 
@@ -30,7 +29,7 @@ function faulty(c, fail = () => false) {
       if (fail(args, keys)) throw new Error('injected');
       return c.run(script, keys, args);
     },
-    { backend, prefix, onGiveBackError: (error) => reports.push(error) },
+    { backend: redisBackend, prefix, onGiveBackError: (error) => reports.push(error) },
   );
   return { store, reports, sent };
 }

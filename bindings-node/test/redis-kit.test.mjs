@@ -6,8 +6,7 @@ import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 
 import { testStore } from '../dist/testing.js';
-import { backend } from './backend.mjs';
-import { clusterUp, ioredis, ioredisCluster, nodeRedis, nodeRedisCluster, sharedRedisUp } from './redis-servers.mjs';
+import { clusterUp, ioredis, ioredisCluster, nodeRedis, nodeRedisCluster, redisBackend, sharedRedisUp } from './redis-servers.mjs';
 
 const { RedisStore, RateLimiter, Limit } = createRequire(import.meta.url)('../dist/index.js');
 
@@ -26,7 +25,7 @@ describe('RedisStore under the conformance kit', { concurrency: true }, () => {
     for (const evalsha of [true, false]) {
       for (const hashTag of cluster ? [undefined, ':'] : [undefined]) {
         const name = `RedisStore (${c.kind}, ${evalsha ? 'evalsha' : 'eval only'}${hashTag ? ', hashTag' : ''})`;
-        const options = { prefix, backend, ...(evalsha ? { evalsha: c.evalsha } : {}), ...(hashTag ? { hashTag } : {}) };
+        const options = { prefix, backend: redisBackend, ...(evalsha ? { evalsha: c.evalsha } : {}), ...(hashTag ? { hashTag } : {}) };
         testStore(name, () => RedisStore.using(c.run, options), { describe: inOrder, it });
       }
     }
@@ -36,7 +35,7 @@ describe('RedisStore under the conformance kit', { concurrency: true }, () => {
 describe('RedisStore with RateLimiter', { concurrency: true }, () => {
   for (const c of clients) {
     it(`attempt, hit and the rest run unchanged (${c.kind})`, async () => {
-      const limiter = new RateLimiter(RedisStore.using(c.run, { evalsha: c.evalsha, prefix, backend }));
+      const limiter = new RateLimiter(RedisStore.using(c.run, { evalsha: c.evalsha, prefix, backend: redisBackend }));
       const key = `limiter:${Math.random().toString(36).slice(2)}`;
       assert.equal(await limiter.attempt(key, 2, () => 'ran', 5), 'ran');
       assert.equal(await limiter.attempt(key, 2, () => undefined, 5), true);
@@ -62,13 +61,13 @@ for (const c of clients.slice(2)) it(`a cluster batch spanning slots without has
   };
   const id = Math.random().toString(36).slice(2);
   const batch = [`a${id}:x`, `b${id}:y`, `c${id}:z`].map((key) => ({ key, limit: { uses: 1, windowMs: 3000 } }));
-  const apart = RedisStore.using(spy, { prefix, backend });
+  const apart = RedisStore.using(spy, { prefix, backend: redisBackend });
   const v = await apart.consumeMany(batch);
   assert.equal(v.allowed, true);
   // One refused try (CROSSSLOT), then one script per key.
   assert.deepEqual(sent.map((keys) => keys.length), [3, 1, 1, 1]);
   sent.length = 0;
-  const tagged = RedisStore.using(spy, { prefix, backend, hashTag: ':' });
+  const tagged = RedisStore.using(spy, { prefix, backend: redisBackend, hashTag: ':' });
   const same = [`t${id}:x`, `t${id}:y`, `t${id}`].map((key) => ({ key, limit: { uses: 1, windowMs: 3000 } }));
   assert.equal((await tagged.consumeMany(same)).allowed, true);
   assert.deepEqual(sent.map((keys) => keys.length), [3]);

@@ -8,8 +8,7 @@ import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { backend } from './backend.mjs';
-import { ioredis, nodeRedis, privateServer } from './redis-servers.mjs';
+import { ioredis, nodeRedis, privateServer, redisBackend } from './redis-servers.mjs';
 
 const { RedisStore, StoreError, RateWindowError } = createRequire(import.meta.url)('../dist/index.js');
 
@@ -45,7 +44,7 @@ function counted(c) {
       return c.run(script, keys, args);
     },
     {
-      backend,
+      backend: redisBackend,
       evalsha: (sha1, keys, args) => {
         sent.evalsha++;
         return c.evalsha(sha1, keys, args);

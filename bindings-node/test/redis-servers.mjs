@@ -14,7 +14,16 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { createClient, createCluster } from 'redis';
 import IORedis from 'ioredis';
 
-import { repo } from './backend.mjs';
+import { backend, repo } from './backend.mjs';
+import { createRequire } from 'node:module';
+
+const internal = createRequire(import.meta.url)('../dist/api.js');
+
+/**
+ * The engine build the Redis suites plan with: the one under test when it has the Redis planner
+ * (ts/redis-backend.ts), else the native addon (the wasm-bindgen package has none yet).
+ */
+export const redisBackend = typeof backend.createRedis === 'function' ? backend : internal.nativeBackend();
 
 export const clusterPorts = (process.env.RATEWINDOW_NODE_CLUSTER_PORTS ?? '7111 7112 7113').split(/\s+/).filter(Boolean).map(Number);
 

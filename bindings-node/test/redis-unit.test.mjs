@@ -6,8 +6,7 @@ import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 
-import { backend } from './backend.mjs';
-import { nodeRedis, sharedRedisUp } from './redis-servers.mjs';
+import { nodeRedis, redisBackend, sharedRedisUp } from './redis-servers.mjs';
 
 const { RedisStore, StoreError, StoreReplyError, InvalidLimitError, RateWindowError } = createRequire(import.meta.url)('../dist/index.js');
 
@@ -18,7 +17,7 @@ after(() => c.close());
 const prefix = `rwtest:unit:${process.pid}:`;
 const limit = { uses: 1, windowMs: 5000 };
 const key = () => `k:${Math.random().toString(36).slice(2)}`;
-const replying = (reply) => RedisStore.using(async () => reply, { backend });
+const replying = (reply) => RedisStore.using(async () => reply, { backend: redisBackend });
 
 describe('replies of the wrong shape', () => {
   for (const [what, reply] of [
@@ -64,7 +63,7 @@ describe('failing clients', () => {
   it('a client that throws (synchronously or not): StoreError with the error as cause', async () => {
     const boom = new Error('boom');
     for (const run of [() => { throw boom; }, async () => { throw boom; }]) {
-      await assert.rejects(RedisStore.using(run, { backend }).consumeMany([{ key: key(), limit }]), (e) => {
+      await assert.rejects(RedisStore.using(run, { backend: redisBackend }).consumeMany([{ key: key(), limit }]), (e) => {
         assert.ok(e instanceof StoreError);
         assert.equal(e.code, 'ERR_RATEWINDOW_STORE');
         assert.equal(e.cause, boom);
@@ -76,7 +75,7 @@ describe('failing clients', () => {
   it('evalsha failing with anything but NOSCRIPT: never resent in full', async () => {
     let runs = 0;
     const timeout = new Error('Command timed out');
-    const store = RedisStore.using(() => { runs++; return c.run; }, { backend, evalsha: async () => { throw timeout; } });
+    const store = RedisStore.using(() => { runs++; return c.run; }, { backend: redisBackend, evalsha: async () => { throw timeout; } });
     await assert.rejects(store.consume(key(), limit), (e) => e instanceof StoreError && e.cause === timeout);
     assert.equal(runs, 0);
   });
@@ -85,7 +84,7 @@ describe('failing clients', () => {
     let runs = 0;
     const store = RedisStore.using(
       (script, keys, args) => { runs++; return c.run(script, keys, args); },
-      { backend, prefix, evalsha: (_sha, keys, args) => c.evalsha('0'.repeat(40), keys, args) },
+      { backend: redisBackend, prefix, evalsha: (_sha, keys, args) => c.evalsha('0'.repeat(40), keys, args) },
     );
     assert.equal((await store.consume(key(), limit)).allowed, true);
     assert.equal(runs, 1);
@@ -94,7 +93,7 @@ describe('failing clients', () => {
 
 describe('arguments', () => {
   const never = () => assert.fail('nothing may be sent');
-  const store = RedisStore.using(never, { backend });
+  const store = RedisStore.using(never, { backend: redisBackend });
 
   it('invalid limits: InvalidLimitError naming the field and value as given, nothing sent', async () => {
     await assert.rejects(store.consume('k', { uses: 0, windowMs: 10 }), (e) => e instanceof InvalidLimitError && e.field === 'uses' && e.value === 0);
@@ -130,7 +129,7 @@ describe('release', () => {
         if (fail && args[0] === 'r') throw new Error('connection lost');
         return c.run(script, keys, args);
       },
-      { backend, prefix },
+      { backend: redisBackend, prefix },
     );
     const k = key();
     const v = await store.consumeMany([{ key: k, limit }]);
