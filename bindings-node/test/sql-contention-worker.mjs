@@ -18,9 +18,9 @@ const entries = (i) => {
 let store;
 let close;
 if (kind === 'pg') {
-  const pool = pgPool(10);
+  const pool = pgPool(8);
   store = PostgresStore.using(pool, { prefix: target });
-  await Promise.all(Array.from({ length: 10 }, () => pool.query('SELECT 1'))); // connections open
+  await Promise.all(Array.from({ length: 8 }, () => pool.query('SELECT 1'))); // connections open
   close = () => pool.end();
 } else {
   const db = new Database(target);
