@@ -101,7 +101,9 @@ export class SqliteStore extends CooldownStore {
   private readonly plans: BackendSqlite;
   private readonly backend: Backend & SqlBackend;
   private readonly clock: Clock | undefined;
-  private readonly prepared = new Map<string, Prepared>();
+  /** Prepared statements by SQL: those whose rows are read, and those only run. */
+  private readonly readers = new Map<string, Prepared>();
+  private readonly writers = new Map<string, Prepared>();
 
   /** A store over `db` (a `better-sqlite3` `Database` or a `node:sqlite` `DatabaseSync`). */
   constructor(db: SqliteDatabaseLike, options: SqliteStoreOptions = {}) {
@@ -154,8 +156,8 @@ export class SqliteStore extends CooldownStore {
   }
 
   private prepare(sql: string, reader: boolean): Prepared {
-    const cacheKey = reader ? `r:${sql}` : `w:${sql}`;
-    let p = this.prepared.get(cacheKey);
+    const cache = reader ? this.readers : this.writers;
+    let p = cache.get(sql);
     if (p === undefined) {
       const statement = this.db.prepare(sql);
       let arrays = false;
@@ -164,8 +166,8 @@ export class SqliteStore extends CooldownStore {
         arrays = true;
       }
       p = { statement, arrays };
-      if (this.prepared.size >= CACHE_LIMIT) this.prepared.clear();
-      this.prepared.set(cacheKey, p);
+      if (cache.size >= CACHE_LIMIT) cache.clear();
+      cache.set(sql, p);
     }
     return p;
   }
