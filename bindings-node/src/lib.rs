@@ -14,7 +14,7 @@ use ratewindow_core::{Entry, Limit, LimitError, MemoryStore, Release, Window};
 mod key;
 use key::Key;
 
-mod redis;
+pub mod redis;
 mod sql;
 
 /// What every export returns: on failure a JS `Error` whose `code` is the status string
