@@ -144,14 +144,14 @@ describe('PostgresStore', () => {
     const s = PostgresStore.using(pool, { prefix: own });
     await s.installSchema();
     try {
-      await s.consumeMany([{ key: 'short', limit: l(5, 150) }, { key: 'both', limit: l(5, 150) }]);
+      await s.consumeMany([{ key: 'short', limit: l(5, 1000) }, { key: 'both', limit: l(5, 1000) }]);
       await s.consumeMany([{ key: 'long', limit: l(5, 60_000) }, { key: 'both', limit: l(5, 60_000) }]);
-      await s.consume('short', l(5, 150));
-      await s.hit('w-short', 150);
+      await s.consume('short', l(5, 1000));
+      await s.hit('w-short', 1000);
       await s.hit('w-long', 60_000);
       assert.deepEqual(await s.purge(), { calls: 0, windows: 0 });
-      await sleep(250);
-      // Left: short x2 and the first call's row of `both` (150 ms); kept: long, and both's 60 s row.
+      await sleep(1200);
+      // Left: short x2 and the first call's row of `both` (1 s); kept: long, and both's 60 s row.
       assert.deepEqual(await s.purge(), { calls: 3, windows: 1 });
       const { rows } = await pool.query(`SELECT key FROM ${own}_calls ORDER BY key`);
       assert.deepEqual(rows.map((r) => r.key), ['both', 'long']);
