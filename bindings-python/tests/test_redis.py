@@ -299,7 +299,13 @@ def test_async_cluster_release_and_peek_across_slots() -> None:
 
 
 def test_replies_of_the_wrong_shape_are_typed_errors_never_verdicts() -> None:
-    for bad in ([1, 2], "OK", None, [1, 0, -1, -1], [0, 0, 5, 0, 1], [1.5, 0, -1, -1, 1], [0, 10, 20, 3, 10]):
+    hostile: list[object] = [
+        [1, 2], "OK", None, b"\xff", [1, 0, -1, -1], [0, 0, 5, 0, 1], [1.5, 0, -1, -1, 1], [0, 10, 20, 3, 10],
+        [2**70, 0, -1, -1, 1], [1, 0, -1, -1, {"time": 1}], [1, 0, -1, -1, redis.ResponseError("ERR inside")],
+        (1, 0, -1, -1, 1),
+    ]
+    assert _ratewindow.redis_decode_batch(hostile.pop(), 2).allowed, "a tuple is an array reply"
+    for bad in hostile:
         with pytest.raises(StoreReplyError) as caught:
             _ratewindow.redis_decode_batch(bad, 2)
         assert caught.value.expected and caught.value.got, caught.value
