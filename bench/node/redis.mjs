@@ -36,11 +36,12 @@ const run = `bench:${Date.now().toString(36)}:`;
 const TRIVIAL = 'return 1';
 
 /** Runs `op(i)` with `inflight` calls in flight for `ms`; returns completed calls per second. */
-async function throughput(op, inflight, ms = RUN_MS) {
+async function throughput(op, inflight, ms = RUN_MS, usage = null) {
   let next = 0;
   let done = 0;
   const end = performance.now() + ms;
   const start = performance.now();
+  const cpu0 = process.cpuUsage();
   const worker = async () => {
     while (performance.now() < end) {
       await op(next++);
@@ -48,7 +49,21 @@ async function throughput(op, inflight, ms = RUN_MS) {
     }
   };
   await Promise.all(Array.from({ length: inflight }, worker));
+  const cpu = process.cpuUsage(cpu0);
+  if (usage) usage.push((cpu.user + cpu.system) / done);
   return (done * 1000) / (performance.now() - start);
+}
+
+/** Server time per script call (µs), from INFO commandstats: EVAL and EVALSHA together. */
+async function serverStats(c) {
+  const info = String(await c.info());
+  let calls = 0;
+  let usec = 0;
+  for (const m of info.matchAll(/cmdstat_eval(?:sha)?:calls=(\d+),usec=(\d+)/g)) {
+    calls += Number(m[1]);
+    usec += Number(m[2]);
+  }
+  return { calls, usec };
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -66,6 +81,7 @@ async function clients() {
       run: (s, keys, args) => nr.eval(s, { keys, arguments: args }),
       evalsha: (sha, keys, args) => nr.evalSha(sha, { keys, arguments: args }),
       load: (s) => nr.scriptLoad(s),
+      info: () => nr.info('commandstats'),
       close: () => nr.destroy(),
     },
     {
@@ -75,6 +91,7 @@ async function clients() {
       run: (s, keys, args) => io.eval(s, keys.length, ...keys, ...args),
       evalsha: (sha, keys, args) => io.evalsha(sha, keys.length, ...keys, ...args),
       load: (s) => io.script('LOAD', s),
+      info: () => io.info('commandstats'),
       close: () => io.disconnect(),
     },
   ];
@@ -113,11 +130,20 @@ for (const c of await clients()) {
     // Warm up (scripts loaded, connections and JIT hot), then interleave.
     for (const op of Object.values(contenders)) await throughput(op, inflight, quick ? 20 : 100);
     const samples = Object.fromEntries(Object.keys(contenders).map((k) => [k, []]));
+    const cpu = Object.fromEntries(Object.keys(contenders).map((k) => [k, []]));
+    const server = Object.fromEntries(Object.keys(contenders).map((k) => [k, []]));
     for (let r = 0; r < ROUNDS; r++) {
-      for (const [name, op] of Object.entries(contenders)) samples[name].push(await throughput(op, inflight));
+      for (const [name, op] of Object.entries(contenders)) {
+        const before = await serverStats(c);
+        samples[name].push(await throughput(op, inflight, RUN_MS, cpu[name]));
+        const after = await serverStats(c);
+        server[name].push((after.usec - before.usec) / Math.max(1, after.calls - before.calls));
+      }
     }
     const m = Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, median(xs)]));
-    results.push({ client: c.name, inflight, ...m });
+    const cpuM = Object.fromEntries(Object.entries(cpu).map(([k, xs]) => [k, median(xs)]));
+    const serverM = Object.fromEntries(Object.entries(server).map(([k, xs]) => [k, median(xs)]));
+    results.push({ client: c.name, inflight, ...m, cpu: cpuM, server: serverM });
   }
   await c.close();
 }
@@ -129,5 +155,11 @@ for (const r of results) {
     `${r.client.padEnd(11)} ${String(r.inflight).padStart(9)} ${fmt(r.ours)} ${fmt(r.bare)} ${fmt(r.rlf)} ${fmt(r.batch3)} ${fmt(r.union3)} |` +
       `     ${(r.ours / r.bare).toFixed(2)}x    ${(r.ours / r.rlf).toFixed(2)}x          ${(r.ours / r.batch3).toFixed(2)}x         ${(r.batch3 / r.union3).toFixed(2)}x`,
   );
+}
+console.log('\nCost per call, µs (median): this process\'s CPU (client + ratewindow) / the server\'s time in scripts per script run');
+console.log('client      in flight        ours        bare         rlf      batch3      union3');
+const pair = (r, k) => `${r.cpu[k].toFixed(1)}/${r.server[k].toFixed(1)}`.padStart(11);
+for (const r of results) {
+  console.log(`${r.client.padEnd(11)} ${String(r.inflight).padStart(9)} ${['ours', 'bare', 'rlf', 'batch3', 'union3'].map((k) => pair(r, k)).join(' ')}`);
 }
 console.log(`(answers: ${answers.allowed} allowed, ${answers.refused} refused)`);

@@ -146,3 +146,12 @@ describe('release', () => {
     assert.equal((await store.consume(k, limit)).allowed, false);
   });
 });
+
+it('import and require give the same RedisStore and store errors', async () => {
+  const esm = await import('ratewindow');
+  const cjs = createRequire(import.meta.url)('ratewindow');
+  for (const name of ['RedisStore', 'StoreError', 'StoreReplyError', 'GiveBackError']) {
+    assert.equal(typeof esm[name], 'function', name);
+    assert.equal(esm[name], cjs[name], name);
+  }
+});
