@@ -279,8 +279,8 @@ def test_verdicts_follow_the_servers_clock_whatever_the_hosts_say(monkeypatch: p
     after = _server_ms()
     assert all(v.allowed for v in verdicts) and not refused.allowed
     assert refused.retry_timestamp is not None
-    # The first call was made before `before` on the server's clock, within a second or so.
-    assert before - 2_000 + 10_000 <= refused.retry_timestamp <= after + 10_000
+    # The first call was made shortly before `before` on the server's clock (well within 5 s).
+    assert before - 5_000 + 10_000 <= refused.retry_timestamp <= after + 10_000
     assert refused.retry_after_ms <= 10_000
 
 
@@ -290,17 +290,20 @@ def test_purge_removes_exactly_the_calls_and_windows_that_have_ended() -> None:
         with sq.connect() as conn:
             store = PostgresStore.using(conn, prefix=prefix)
             store.install_schema()
-            short, long_ = Limit(5, 150), Limit(5, 60_000)
+            short, long_ = Limit(5, 1_000), Limit(5, 60_000)
+            start = time.monotonic()
             assert store.consume("short", short).allowed
             assert store.consume("short", short).allowed
             assert store.consume("long", long_).allowed
             # A batch's row for a key stays as long as the longest window that key was counted under.
             assert store.consume_many([Entry("both", short), Entry("both", long_)]).allowed
             assert store.consume_many([Entry("short2", short), Entry("long2", long_)]).allowed
-            store.hit("w-short", 150)
+            store.hit("w-short", 1_000)
             store.hit("w-long", 60_000)
-            assert store.purge() == (0, 0), "nothing has ended yet"
-            time.sleep(0.3)
+            purged = store.purge()
+            if time.monotonic() - start < 0.9:  # (a machine stalled for a second proves nothing here)
+                assert purged == (0, 0), "nothing has ended yet"
+            time.sleep(max(0.0, start + 1.1 - time.monotonic()))
             assert store.purge() == (3, 1)
             assert sorted(str(r[0]) for r in sq.pg_rows(prefix)) == ["both", "long", "long2"]
             assert [r[0] for r in sq.pg_rows(prefix, "windows")] == ["w-long"]
