@@ -218,7 +218,7 @@ def test_a_connection_killed_mid_call_is_a_typed_error_and_records_nothing(shape
 
         thread = threading.Thread(target=call)
         thread.start()
-        for _ in range(200):  # until the call waits on the lock
+        for _ in range(1000):  # until the call waits on the lock (10 s at most)
             row = holder.execute(
                 "SELECT count(*) FROM pg_locks WHERE pid = %s AND locktype = 'advisory' AND NOT granted", (pid,)
             ).fetchone()
