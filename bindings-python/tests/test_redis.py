@@ -244,6 +244,26 @@ def test_cluster_counts_key_by_key_and_gives_back_on_a_refusal(cluster: Any) -> 
     )
 
 
+def test_a_servers_crossslot_reply_also_goes_key_by_key(cluster: Any) -> None:
+    """A client that sends across slots (a plain connection to one master) gets the server's CROSSSLOT."""
+    store = RedisStore.from_client(cluster, prefix=rs.unique_prefix("crossslot"))
+    node = cluster.get_node_from_key(store.redis_key("k0"))
+    mine = [f"k{i}" for i in range(200) if cluster.get_node_from_key(store.redis_key(f"k{i}")) == node]
+    first, second = mine[0], next(k for k in mine if cluster.keyslot(store.redis_key(k)) != cluster.keyslot(
+        store.redis_key(mine[0])))
+    direct = redis.Redis(host=node.host, port=node.port)
+    with pytest.raises(redis.ResponseError, match="hash to the same slot"):
+        direct.eval("return 1", 2, store.redis_key(first), store.redis_key(second))
+    plain = RedisStore.from_client(direct, prefix=store.prefix)
+    batch = [Entry(first, Limit(1, 10_000)), Entry(second, Limit(1, 10_000))]
+    verdict = plain.consume_many(batch)
+    assert verdict.allowed and cluster.zcard(store.redis_key(first)) == cluster.zcard(store.redis_key(second)) == 1
+    refused = plain.consume_many([Entry(mine[-1], Limit(1, 10_000)), *batch])
+    assert not refused.allowed and refused.blocked in (1, 2), "the longest wait of the two full keys"
+    assert cluster.exists(store.redis_key(mine[-1])) == 0, "given back: the member and the key it made are gone"
+    direct.close()
+
+
 def test_a_failed_give_back_is_reported_and_the_refusal_stands(cluster: Any) -> None:
     reported: list[GiveBackError] = []
     flaky = FailingRelease(cluster)
