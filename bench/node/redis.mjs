@@ -8,6 +8,8 @@
 //   - ours:    RedisStore.consume (EVALSHA of the sliding-log script: trim, count, record, expire)
 //   - bare:    client.evalSha of `return 1` with the same key and argument count (the floor: a client
 //              round trip of EVALSHA); target: ours >= 0.9x of it
+//   - script:  client.evalSha of ratewindow's own sliding-log script, keys and args written by hand (what
+//              the store's layer costs over the script it runs)
 //   - rlf:     RateLimiterRedis.consume (a fixed window, one INCR + PEXPIRE script)
 //   - batch3:  RedisStore.consumeMany of 3 entries (3 keys, all or nothing); target <= 1.15x the time of one
 //   - union3:  RateLimiterUnion of three RateLimiterRedis (three scripts, and points burnt on the ones
@@ -15,6 +17,7 @@
 //
 //   node bench/node/redis.mjs               full run (~40 s)
 //   BENCH_QUICK=1 node bench/node/redis.mjs a smoke run (~3 s)
+import { randomUUID } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -108,6 +111,7 @@ const results = [];
 for (const c of await clients()) {
   const store = RedisStore.using(c.run, { evalsha: c.evalsha, prefix: run });
   const sha = await c.load(TRIVIAL);
+  await c.load(store.scripts.sliding.source);
   const bareArgs = ['c', 'x', '1', '5', '10000']; // the argument count of a one-entry consume
   const opts = (p) => ({ ...c.rlfOptions, points: LIMIT.uses, duration: LIMIT.windowMs / 1000, keyPrefix: `${run}${p}` });
   const rlf = new RateLimiterRedis(opts('rlf'));
@@ -115,6 +119,9 @@ for (const c of await clients()) {
   const contenders = {
     ours: (i) => store.consume(KEYS[i % N], LIMIT).then(count),
     bare: (i) => c.evalsha(sha, [`${run}bare:${KEYS[i % N]}`], bareArgs),
+    // The same sliding-log script sent by hand (keys and args written out, a fresh id per call): what
+    // RedisStore costs over the script it runs.
+    script: (i) => c.evalsha(store.scripts.sliding.sha1, [`${run}script:log:${KEYS[i % N]}`], ['c', randomUUID(), '1', '5', '10000']),
     rlf: (i) => rlf.consume(KEYS[i % N]).then(() => answers.allowed++, refusedRlf),
     batch3: (i) => {
       const k = KEYS[i % N];
@@ -149,17 +156,17 @@ for (const c of await clients()) {
 }
 
 console.log(`RedisStore benchmark: 10,000 keys round-robin, 5 uses / 10 s, median of ${ROUNDS} interleaved runs (calls/s)`);
-console.log('client      in flight     ours     bare      rlf   batch3   union3 | ours/bare ours/rlf 3-batch time/1 batch3/union3');
+console.log('client      in flight     ours     bare   script      rlf   batch3   union3 | ours/bare ours/script ours/rlf 3-batch time/1 batch3/union3');
 for (const r of results) {
   console.log(
-    `${r.client.padEnd(11)} ${String(r.inflight).padStart(9)} ${fmt(r.ours)} ${fmt(r.bare)} ${fmt(r.rlf)} ${fmt(r.batch3)} ${fmt(r.union3)} |` +
-      `     ${(r.ours / r.bare).toFixed(2)}x    ${(r.ours / r.rlf).toFixed(2)}x          ${(r.ours / r.batch3).toFixed(2)}x         ${(r.batch3 / r.union3).toFixed(2)}x`,
+    `${r.client.padEnd(11)} ${String(r.inflight).padStart(9)} ${fmt(r.ours)} ${fmt(r.bare)} ${fmt(r.script)} ${fmt(r.rlf)} ${fmt(r.batch3)} ${fmt(r.union3)} |` +
+      `     ${(r.ours / r.bare).toFixed(2)}x      ${(r.ours / r.script).toFixed(2)}x    ${(r.ours / r.rlf).toFixed(2)}x          ${(r.ours / r.batch3).toFixed(2)}x         ${(r.batch3 / r.union3).toFixed(2)}x`,
   );
 }
 console.log('\nCost per call, µs (median): this process\'s CPU (client + ratewindow) / the server\'s time in scripts per script run');
-console.log('client      in flight        ours        bare         rlf      batch3      union3');
+console.log('client      in flight        ours        bare      script         rlf      batch3      union3');
 const pair = (r, k) => `${r.cpu[k].toFixed(1)}/${r.server[k].toFixed(1)}`.padStart(11);
 for (const r of results) {
-  console.log(`${r.client.padEnd(11)} ${String(r.inflight).padStart(9)} ${['ours', 'bare', 'rlf', 'batch3', 'union3'].map((k) => pair(r, k)).join(' ')}`);
+  console.log(`${r.client.padEnd(11)} ${String(r.inflight).padStart(9)} ${['ours', 'bare', 'script', 'rlf', 'batch3', 'union3'].map((k) => pair(r, k)).join(' ')}`);
 }
 console.log(`(answers: ${answers.allowed} allowed, ${answers.refused} refused)`);
