@@ -227,8 +227,9 @@ class PostgresStore(CooldownStore):
     - One connection shared by threads serialises their calls (psycopg locks it); a pool runs them side
       by side.
     - Any driver error (lost connection, statement timeout, a missing table…) raises
-      :class:`~ratewindow.StoreError` with the driver's error as ``__cause__``; the server rolled the
-      call back, so nothing of it is recorded. A pool replaces a broken connection; a bare connection
+      :class:`~ratewindow.StoreError` with the driver's error as ``__cause__``. The call is one
+      transaction: an error before its commit rolls all of it back (a connection lost after the commit
+      leaves it counted, whole; never half). A pool replaces a broken connection; a bare connection
       stays broken until you reconnect.
     """
 
