@@ -24,6 +24,11 @@ after(async () => {
 
 testStore('PostgresStore (pg Pool)', () => store, { describe, it });
 testStore(
+  'PostgresStore (a query function returning node-postgres results)',
+  () => PostgresStore.using((sql, params) => pool.query(sql, params), { prefix }),
+  { describe, it },
+);
+testStore(
   'PostgresStore (a query function returning row objects)',
   () => PostgresStore.using((sql, params) => pool.query(sql, params).then((r) => r.rows), { prefix }),
   { describe, it },

@@ -38,13 +38,14 @@ import type { BatchVerdict, CooldownLimit, Entry, Verdict } from './types';
 
 /**
  * Runs one statement (`$1`-style placeholders) with its parameters and resolves to its rows: arrays of
- * column values, or objects keyed by column name (in column order), as node-postgres gives them.
+ * column values, or objects keyed by column name (in column order), as node-postgres gives them (its
+ * whole result, with `rows`, is accepted too).
  *
  * ```ts
  * const query = (sql, params) => pool.query(sql, params).then((r) => r.rows);
  * ```
  */
-export type PostgresQuery = (sql: string, params: unknown[]) => PromiseLike<readonly unknown[]>;
+export type PostgresQuery = (sql: string, params: unknown[]) => PromiseLike<readonly unknown[] | { rows: readonly unknown[] }>;
 
 /**
  * A node-postgres `Pool` or `Client` (or anything with the same `query`): it is called as
@@ -138,11 +139,15 @@ export class PostgresStore extends CooldownStore {
   }
 
   private async run(statement: SqlStatement, what: string): Promise<string> {
-    let rows: readonly unknown[];
+    let rows: unknown;
     try {
       rows = await this.query(statement.sql, statement.params);
     } catch (e) {
       throw storeError(e, what);
+    }
+    // A query function that returned node-postgres' whole result instead of its rows works too.
+    if (!Array.isArray(rows) && Array.isArray((rows as { rows?: unknown } | null)?.rows)) {
+      rows = (rows as { rows: unknown[] }).rows;
     }
     return rowsJson(rows);
   }
