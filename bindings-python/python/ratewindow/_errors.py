@@ -34,8 +34,10 @@ class InternalError(RateWindowError):
 class StoreError(RateWindowError):
     """A store's backend failed a call: a lost connection, a statement or script error, a timeout.
 
-    The driver's own exception is ``__cause__``. The call was not counted: stores run each call as one
-    transaction (or one script) that the backend rolls back when it fails, so nothing is half-recorded.
+    The driver's own exception is ``__cause__``. Never half-recorded: stores run each call as one
+    transaction (or one script) that the backend rolls back when it fails, so an error before it
+    commits leaves nothing; only a connection lost after the commit (or a timeout after the script
+    ran) leaves the call counted, whole.
     """
 
     code = "store_error"
