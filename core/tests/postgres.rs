@@ -301,3 +301,59 @@ fn rows_of_the_wrong_shape_are_typed_errors() {
     assert!(Postgres::decode_window(&row(vec![SqlValue::Int(1), SqlValue::Int(-1)])).is_err());
     assert!(Postgres::decode_purge(&[]).is_err());
 }
+
+#[test]
+fn one_entry_and_many_entries_follow_the_same_rules() {
+    let schema = Schema::install("paths");
+    let (plans, mut client) = (&schema.plans, connect());
+    let one = [Entry::new("k", limit(3, 60_000))];
+    for _ in 0..3 {
+        assert!(consume(&mut client, plans, &one).0.allowed);
+    }
+    let single = consume(&mut client, plans, &one).0;
+    // The same key twice takes the many-entry path: the same wait, the first entry blocking.
+    let twice = [
+        Entry::new("k", limit(3, 60_000)),
+        Entry::new("k", limit(3, 60_000)),
+    ];
+    let many = Postgres::decode_batch(&run(&mut client, &plans.plan_peek_many(&twice)), 2).unwrap();
+    assert_eq!((single.blocked, many.blocked), (Some(0), Some(0)));
+    assert_eq!(single.retry_timestamp, many.retry_timestamp);
+    // A lowered limit waits on the oldest of the newest `uses` calls, on both paths.
+    let lowered = [Entry::new("k", limit(1, 60_000))];
+    let peek_one =
+        Postgres::decode_batch(&run(&mut client, &plans.plan_peek_many(&lowered)), 1).unwrap();
+    let newest: i64 = client
+        .query_one(
+            &format!(
+                "SELECT max(at) FROM {}_calls WHERE key = 'k'",
+                plans.names().prefix()
+            ),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(peek_one.retry_timestamp, Some(newest as u64 + 60_000));
+}
+
+#[test]
+fn durable_commits_install_and_count_the_same() {
+    let schema = Schema::install("durable");
+    let durable = schema.plans.clone().durable(true);
+    let mut client = connect();
+    client.batch_execute(&durable.schema()).unwrap();
+    let source: String = client
+        .query_one(
+            &format!(
+                "SELECT prosrc FROM pg_proc WHERE proname = '{}_consume'",
+                durable.names().prefix()
+            ),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(!source.contains("synchronous_commit', 'off'"));
+    let one = [Entry::new("k", limit(1, 60_000))];
+    assert!(consume(&mut client, &durable, &one).0.allowed);
+    assert!(!consume(&mut client, &durable, &one).0.allowed);
+}

@@ -14,9 +14,16 @@ const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigin
 ///
 /// Run [`schema`](Self::schema) once per database (it is idempotent and safe to run from several
 /// processes at once); then every call is one statement.
+///
+/// **Commits.** By default the functions commit their own transaction with `synchronous_commit = off`
+/// (set locally, for that transaction only): a call does not wait for the WAL flush, which is most of
+/// its cost on a durable server. The database stays consistent; a server crash can lose the calls of
+/// the last moments (at most `3 × wal_writer_delay`, 600 ms by default) — for counting rate limits
+/// that is the right trade. [`durable`](Self::durable) keeps the server's own setting instead.
 #[derive(Debug, Clone)]
 pub struct Postgres {
     names: SqlNames,
+    durable: bool,
     consume: String,
     window: String,
     release: String,
@@ -45,7 +52,16 @@ impl Postgres {
                  SELECT (SELECT count(*) FROM calls) AS calls, (SELECT count(*) FROM windows) AS windows"
             )),
             names,
+            durable: false,
         }
+    }
+
+    /// Whether each call waits for its commit to be flushed (the server's `synchronous_commit`),
+    /// rather than the default `off` for the functions' own transactions. Takes effect when the schema
+    /// is (re)installed.
+    pub fn durable(mut self, durable: bool) -> Postgres {
+        self.durable = durable;
+        self
     }
 
     /// The names in use.
@@ -53,9 +69,17 @@ impl Postgres {
         &self.names
     }
 
-    /// The schema: tables, indexes and the two functions, in one transaction. Idempotent.
+    /// The schema: tables, indexes and the two functions, in one transaction. Idempotent; running it
+    /// again replaces the functions (e.g. after changing [`durable`](Self::durable)).
     pub fn schema(&self) -> String {
-        self.names.apply(SCHEMA)
+        let commit_mode = if self.durable {
+            "-- Durable: each call waits for its commit to be flushed (the server's synchronous_commit)."
+        } else {
+            "-- A rate limit's last moments may be lost in a crash; a call need not wait for the WAL flush.\n  \
+             PERFORM set_config('synchronous_commit', 'off', true);"
+        };
+        self.names
+            .apply(&SCHEMA.replace("{commit_mode}", commit_mode))
     }
 
     fn sliding(&self, mode: &str, entries: &[Entry], call_id: &str) -> Statement {

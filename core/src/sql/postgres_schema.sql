@@ -45,6 +45,35 @@ BEGIN
      OR coalesce(cardinality(p_keys), 0) <> coalesce(cardinality(p_windows), 0) THEN
     RAISE EXCEPTION 'ratewindow: keys, uses and windows differ in length';
   END IF;
+  {commit_mode}
+  -- One entry, the usual call: the same rules in four statements.
+  IF cardinality(p_keys) = 1 THEN
+    IF p_mode = 'c' THEN
+      PERFORM pg_advisory_xact_lock(hashtextextended(p_keys[1], 0));
+    ELSE
+      PERFORM pg_advisory_xact_lock_shared(hashtextextended(p_keys[1], 0));
+    END IF;
+    v_now := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    IF p_mode = 'c' THEN
+      DELETE FROM {p}_calls c WHERE c.key = p_keys[1] AND c.at <= v_now - p_windows[1];
+    END IF;
+    SELECT count(*), max(c.at) INTO v_count, v_at FROM {p}_calls c
+      WHERE c.key = p_keys[1] AND c.at > v_now - p_windows[1];
+    IF v_count >= p_uses[1] THEN
+      SELECT c.at + p_windows[1] INTO v_until FROM {p}_calls c
+        WHERE c.key = p_keys[1] ORDER BY c.at DESC OFFSET p_uses[1] - 1 LIMIT 1;
+      RETURN QUERY SELECT false, greatest(1, v_until - v_now), v_until, 0, v_now;
+      RETURN;
+    END IF;
+    IF p_mode = 'c' THEN
+      -- Trimmed above, so the newest call inside the window is the newest call.
+      v_at := greatest(v_now, v_at);
+      INSERT INTO {p}_calls (key, at, id, expires_at) VALUES (p_keys[1], v_at, p_id, v_at + p_windows[1]);
+    END IF;
+    RETURN QUERY SELECT true, 0::bigint, -1::bigint, -1, v_now;
+    RETURN;
+  END IF;
+
   -- Each key's lock, in ascending lock order, so two batches naming the same keys never deadlock. A
   -- peek takes them shared: it waits for a consume under way and sees it whole.
   IF p_mode = 'c' THEN
@@ -105,6 +134,7 @@ BEGIN
   IF p_op IS NULL OR p_op NOT IN ('hit', 'get', 'reset', 'clear') THEN
     RAISE EXCEPTION 'ratewindow: unknown fixed-window op %', p_op;
   END IF;
+  {commit_mode}
   PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 1));
   v_now := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
   IF p_op = 'clear' THEN

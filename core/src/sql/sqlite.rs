@@ -29,6 +29,11 @@ impl Sqlite {
     /// the call at once.
     pub const CONNECTION_SETUP: &'static str = "PRAGMA busy_timeout = 5000";
 
+    /// [`CONNECTION_SETUP`](Self::CONNECTION_SETUP) with a busy timeout of your own.
+    pub fn connection_setup(busy_timeout_ms: u32) -> String {
+        format!("PRAGMA busy_timeout = {busy_timeout_ms}")
+    }
+
     /// Statements for the tables named by `names`.
     pub fn new(names: SqlNames) -> Sqlite {
         Sqlite { names }
