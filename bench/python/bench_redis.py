@@ -135,14 +135,15 @@ def client_side_us(calls: int = 20_000) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7, help="timed rounds per contender (default 7)")
-    parser.add_argument("--ops", type=int, default=10_000, help="ops per contender per round (default 10000)")
+    parser.add_argument("--rounds", type=int, default=25, help="timed rounds per contender (default 25)")
+    parser.add_argument("--ops", type=int, default=1_000, help="ops per contender per round (default 1000)")
     args = parser.parse_args()
 
     client = redis.Redis.from_url(URL)
     run_id = secrets.token_hex(4)
     keys = [f"user:{i}" for i in range(KEYS)]
-    batch = [keys[i % KEYS] for i in range(args.ops)]
+    # Round r takes the next `ops` keys of the round-robin, so 10,000 keys cycle across the rounds.
+    batches = [[keys[(r * args.ops + i) % KEYS] for i in range(args.ops)] for r in range(args.rounds)]
     runners = {name: make(client, f"rwbench:{run_id}:{n}:") for n, (name, make) in enumerate(CONTENDERS.items())}
     for run in runners.values():  # warm-up: scripts loaded, connections open
         run(keys[:500])
@@ -153,7 +154,7 @@ def main() -> None:
     for r in range(args.rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             start = time.perf_counter()
-            allowed[name] += runners[name](batch)
+            allowed[name] += runners[name](batches[r])
             rates[name].append(args.ops / (time.perf_counter() - start))
 
     bare, peer = statistics.median(rates[BARE]), statistics.median(rates[LIMITS])
