@@ -19,6 +19,7 @@ from redis.retry import Retry
 
 from ratewindow import (
     AsyncRateLimiter,
+    AsyncRedisStore,
     Entry,
     GiveBackError,
     Limit,
@@ -291,6 +292,44 @@ def test_an_error_midway_gives_back_what_was_counted_and_raises(cluster: Any) ->
         probe.consume_many([Entry("first", Limit(1, 10_000)), Entry("second", Limit(1, 10_000))])
     assert isinstance(caught.value.__cause__, redis.ConnectionError)
     assert cluster.zcard(probe.redis_key("first")) == 0, "the use counted before the error was given back"
+
+
+def test_a_cancelled_async_cluster_call_gives_back_what_it_counted() -> None:
+    async def main() -> None:
+        client = rs.async_cluster_client()
+        try:
+            await rs.warm_async(client)
+            prefix = rs.unique_prefix("cancel")
+            stalled = asyncio.Event()
+
+            async def evalsha(sha: str, keys: list[str], args: list[str]) -> Any:
+                if args[0] == "c" and keys[0].endswith(":second"):
+                    stalled.set()
+                    await asyncio.sleep(30)  # a slow network: the caller gives up first
+                return await client.evalsha(sha, len(keys), *keys, *args)
+
+            store = AsyncRedisStore.using(
+                lambda script, keys, args: client.eval(script, len(keys), *keys, *args), evalsha=evalsha,
+                prefix=prefix,
+            )
+            first = store.redis_key("first")
+            call = asyncio.ensure_future(
+                store.consume_many([Entry("first", Limit(1, 10_000)), Entry("second", Limit(1, 10_000))])
+            )
+            await asyncio.wait_for(stalled.wait(), 5)
+            assert await client.zcard(first) == 1, "the first key was counted"
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            for _ in range(100):
+                if await client.zcard(first) == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert await client.zcard(first) == 0, "the cancelled call gave back what it had counted"
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
 
 
 def test_async_cluster_release_and_peek_across_slots() -> None:

@@ -19,9 +19,10 @@ client, :class:`AsyncRedisStore` with an asyncio one.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeAlias
 
 from . import _ratewindow
@@ -139,24 +140,26 @@ class _Engine:
             raise _store_error(reply)
         return _decode_single(reply)
 
-    def consume_many(self, entries: Sequence[Entry]) -> ConsumeOp:
-        call_id = secrets.token_hex(16)
+    def consume_many(self, entries: Sequence[Entry], call_id: str, counted: Released | None = None) -> ConsumeOp:
+        """``call_id`` is the call's fresh random id. ``counted`` (if given) holds, while the call runs,
+        the keys a cluster call may have counted so far: what a cancelled call must give back."""
         plan = self.planner.consume_many(entries, call_id)
         reply = yield plan
         if type(reply) is _Failed:
             if not _is_crossslot(reply.error):
                 raise _store_error(reply)
-            return (yield from self._consume_apart(entries, call_id))
+            return (yield from self._consume_apart(entries, call_id, [] if counted is None else counted))
         verdict = _decode_batch(reply, len(entries))
         return verdict, ([plan[2]] if verdict.allowed else None), call_id
 
-    def _consume_apart(self, entries: Sequence[Entry], call_id: str) -> ConsumeOp:
+    def _consume_apart(self, entries: Sequence[Entry], call_id: str, counted: Released) -> ConsumeOp:
         """The call's keys span Cluster slots: count each key with a script of its own, in order; on a
-        refusal or an error give back what was counted."""
+        refusal or an error give back what was counted. ``counted`` lists every key whose script was
+        sent (it may have run, even if its answer never came)."""
         groups = _by_key(entries)
-        counted: Released = []
         for n, indices in enumerate(groups):
             plan = self.planner.consume_many([entries[i] for i in indices], call_id)
+            counted.append(plan[2])
             reply = yield plan
             try:
                 if type(reply) is _Failed:
@@ -164,10 +167,10 @@ class _Engine:
                 verdict = _decode_batch(reply, len(indices))
             except StoreError as error:
                 # The script may have run (a timeout): its give-back removes nothing if it did not.
-                counted.append(plan[2])
                 yield from self._give_back(counted, call_id, error)
                 raise
             if not verdict.allowed:
+                counted.pop()  # a refusal records nothing
                 assert verdict.blocked is not None
                 longest = (verdict.retry_after_ms, verdict.retry_timestamp, indices[verdict.blocked])
                 # Name the longest wait of the whole call, as one script would: peek the keys not counted.
@@ -181,12 +184,15 @@ class _Engine:
                         longest = (other.retry_after_ms, other.retry_timestamp, rest[other.blocked])
                 yield from self._give_back(counted, call_id, None)
                 return Verdict(False, longest[0], longest[1], longest[2]), None, call_id
-            counted.append(plan[2])
-        return _ALLOWED, counted, call_id
+        return _ALLOWED, list(counted), call_id
+
+    def give_back_cancelled(self, counted: Released, call_id: str) -> Op[Plan, Any, None]:
+        """What a cancelled cluster call counted, given back (failures reported)."""
+        yield from self._give_back(counted, call_id, None)
 
     def _give_back(self, counted: Released, call_id: str, raising: StoreError | None) -> Op[Plan, Any, None]:
         """Releases what a refused or failed cluster call counted; a failure is reported, never raised."""
-        for keys in counted:
+        for keys in list(counted):
             reply = yield self.planner.release(keys, call_id)
             try:
                 if type(reply) is _Failed:
@@ -447,7 +453,8 @@ class RedisStore(CooldownStore):
         order; a refusal or an error gives back what was counted (see :class:`GiveBackError`).
         """
         entries = _entries(entries)
-        verdict, released, call_id = run_sync(self._engine.consume_many(entries), self._execute)
+        op = self._engine.consume_many(entries, secrets.token_hex(16))
+        verdict, released, call_id = run_sync(op, self._execute)
         if released is None:
             return verdict
         engine, execute = self._engine, self._execute
@@ -493,6 +500,16 @@ class RedisStore(CooldownStore):
 
 def _release_sync(engine: _Engine, execute: Callable[[Plan], Any], released: Released, call_id: str) -> None:
     run_sync(engine.release(released, call_id), execute)
+
+
+_BACKGROUND: set[asyncio.Task[None]] = set()
+
+
+def _in_background(work: Coroutine[Any, Any, None]) -> None:
+    """Runs ``work`` on the running loop, holding the task until it is done."""
+    task = asyncio.get_running_loop().create_task(work)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
 
 
 async def _release_async(
@@ -583,8 +600,16 @@ class AsyncRedisStore(AsyncCooldownStore):
 
     async def consume_many(self, entries: Iterable[Entry]) -> Verdict:
         """See :meth:`RedisStore.consume_many`; ``release()`` returns an awaitable."""
-        entries = _entries(entries)
-        verdict, released, call_id = await run_async(self._engine.consume_many(entries), self._execute)
+        entries, call_id = _entries(entries), secrets.token_hex(16)
+        counted: Released = []
+        try:
+            verdict, released, _ = await run_async(
+                self._engine.consume_many(entries, call_id, counted), self._execute
+            )
+        except asyncio.CancelledError:
+            if counted:  # cancelled while counting key by key: give back in the background
+                _in_background(run_async(self._engine.give_back_cancelled(counted, call_id), self._execute))
+            raise
         if released is None:
             return verdict
         engine, execute = self._engine, self._execute
