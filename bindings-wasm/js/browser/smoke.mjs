@@ -2,7 +2,7 @@
 // browser/index.html (which imports dist/index.js and awaits init()), and checks what the page posts
 // back. Needs `chromium` (Debian) and a built package (scripts/build-wasm-js.sh).
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { extname, join, normalize, sep } from 'node:path';
@@ -38,7 +38,11 @@ const server = createServer((req, res) => {
 await new Promise((r) => server.listen(0, '127.0.0.1', r));
 const { port } = server.address();
 
-const profile = mkdtempSync(join(tmpdir(), 'ratewindow-chromium-'));
+// Everything Chromium writes (its profile, and the singleton sockets it puts in TMPDIR) goes under one
+// fresh directory, removed at the end.
+const scratch = mkdtempSync(join(tmpdir(), 'ratewindow-chromium-'));
+const profile = join(scratch, 'profile');
+mkdirSync(join(scratch, 'tmp'));
 const chromium = spawn(
   process.env.CHROMIUM ?? 'chromium',
   [
@@ -47,7 +51,8 @@ const chromium = spawn(
     `--user-data-dir=${profile}`, '--remote-debugging-port=0',
     `http://127.0.0.1:${port}/browser/index.html`,
   ],
-  { stdio: ['ignore', 'ignore', 'pipe'] },
+  // Its own process group, so the renderer and helper processes it starts are stopped with it.
+  { stdio: ['ignore', 'ignore', 'pipe'], detached: true, env: { ...process.env, TMPDIR: join(scratch, 'tmp') } },
 );
 let stderr = '';
 chromium.stderr.on('data', (c) => (stderr += c));
@@ -75,9 +80,21 @@ try {
   console.log(`chromium smoke test passed (${out.userAgent.match(/(?:Headless)?Chrome\/[\d.]+/)?.[0]}): consume ${out.nsPerConsume} ns/call in the page`);
 } finally {
   clearTimeout(timer);
-  chromium.kill('SIGTERM');
+  const stop = (signal) => {
+    try {
+      process.kill(-chromium.pid, signal); // the group this script started
+    } catch {
+      // Already gone.
+    }
+  };
+  stop('SIGTERM');
   await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
-  if (chromium.exitCode === null && chromium.signalCode === null) chromium.kill('SIGKILL');
+  stop('SIGKILL');
+  await new Promise((r) => setTimeout(r, 200));
   server.close();
-  rmSync(profile, { recursive: true, force: true });
+  try {
+    rmSync(scratch, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 });
+  } catch (e) {
+    console.warn(`could not remove Chromium's scratch directory ${scratch}: ${e.message}`);
+  }
 }
