@@ -281,43 +281,16 @@ fn hash_tags_put_a_calls_keys_in_one_slot() {
         "ratewindow:log:{click}:alice"
     );
     assert_eq!(options.log_key("click"), "ratewindow:log:{click}");
-    let mut con = connection();
-    let slot = |con: &mut redis::Connection, key: &str| -> i64 {
-        redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query(con)
-            .unwrap_or_else(|_| crc16_slot(key))
-    };
     assert_eq!(
-        slot(&mut con, &options.log_key("click:alice")),
-        slot(&mut con, &options.log_key("click"))
+        rw::key_slot(&options.log_key("click:alice")),
+        rw::key_slot(&options.log_key("click"))
     );
-}
-
-/// Redis Cluster's key slot, for servers without cluster support compiled in.
-fn crc16_slot(key: &str) -> i64 {
-    let bytes = key.as_bytes();
-    let tagged = match (
-        key.find('{'),
-        key.find('{')
-            .and_then(|s| key[s + 1..].find('}').map(|e| (s, s + 1 + e))),
-    ) {
-        (Some(_), Some((s, e))) if e > s + 1 => &bytes[s + 1..e],
-        _ => bytes,
-    };
-    let mut crc: u16 = 0;
-    for &b in tagged {
-        crc ^= (b as u16) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    (crc % 16384) as i64
+    let batch = [
+        Entry::new("click:alice", limit(1, 1000)),
+        Entry::new("click", limit(1, 1000)),
+    ];
+    assert!(rw::plan_peek_many(&batch, &options).single_slot());
+    assert!(!rw::plan_peek_many(&batch, &RedisOptions::default()).single_slot());
 }
 
 #[test]

@@ -32,6 +32,7 @@
 
 mod plan;
 mod reply;
+mod slot;
 
 pub use plan::{
     decode_batch, decode_release, decode_window, plan_clear, plan_consume_many, plan_get_window,
@@ -39,3 +40,4 @@ pub use plan::{
     RedisOptions, RedisRelease, Script, WindowState, FIXED, SLIDING,
 };
 pub use reply::{Reply, ReplyError};
+pub use slot::key_slot;

@@ -50,6 +50,17 @@ pub struct Plan {
     pub args: Vec<String>,
 }
 
+impl Plan {
+    /// Whether every key of the plan is in one Redis Cluster slot, so one script can run it there. A
+    /// host on a cluster can count a call key by key at once when this is false, rather than waiting
+    /// for the server's `CROSSSLOT`.
+    pub fn single_slot(&self) -> bool {
+        let mut slots = self.keys.iter().map(|k| super::key_slot(k));
+        let first = slots.next();
+        slots.all(|s| Some(s) == first)
+    }
+}
+
 impl PartialEq for Script {
     fn eq(&self, other: &Script) -> bool {
         self.sha1 == other.sha1

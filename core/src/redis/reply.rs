@@ -57,7 +57,9 @@ pub struct ReplyError {
 }
 
 impl ReplyError {
-    pub(crate) fn new(script: &'static str, expected: &'static str, got: &Reply) -> ReplyError {
+    /// An error for `script`'s reply `got`, which should have been `expected` (hosts use it for a
+    /// reply they could not even convert into a [`Reply`]).
+    pub fn new(script: &'static str, expected: &'static str, got: &Reply) -> ReplyError {
         ReplyError {
             script,
             expected,

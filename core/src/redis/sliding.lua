@@ -28,16 +28,26 @@ for i = 0, entries - 1 do
   if (longest[k] or 0) < w then longest[k] = w end
 end
 
--- A call drops the times that have left its (longest) window: now - t >= w.
+-- A call drops the times that have left its (longest) window: now - t >= w. What is left is then
+-- counted by ZCARD (O(1)) for the entries whose window is the longest of their key.
+local size = {}
 if mode == 'c' then
-  for k = 1, #KEYS do redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', int(now - longest[k])) end
+  for k = 1, #KEYS do
+    redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', int(now - longest[k]))
+    size[k] = redis.call('ZCARD', KEYS[k])
+  end
 end
 
 -- Every entry is checked before anything is recorded; the longest wait blocks (ties keep the first).
 local blocked, until_ = -1, -1
 for i = 0, entries - 1 do
   local k, uses, w = tonumber(ARGV[3 + 3 * i]), tonumber(ARGV[4 + 3 * i]), tonumber(ARGV[5 + 3 * i])
-  local inside = redis.call('ZCOUNT', KEYS[k], int(now - w + 1), '+inf')
+  local inside
+  if size[k] and w == longest[k] then
+    inside = size[k]
+  else
+    inside = redis.call('ZCOUNT', KEYS[k], int(now - w + 1), '+inf')
+  end
   if inside >= uses then
     -- The oldest of the newest `uses` calls decides the wait.
     local call = redis.call('ZREVRANGE', KEYS[k], int(uses - 1), int(uses - 1), 'WITHSCORES')
@@ -51,14 +61,17 @@ end
 
 if mode == 'c' then
   for k = 1, #KEYS do
-    -- A clock that stepped back records at the newest call, keeping the log in order.
-    local newest = redis.call('ZRANGE', KEYS[k], -1, -1, 'WITHSCORES')
     local at = now
-    if newest[2] and tonumber(newest[2]) > at then at = tonumber(newest[2]) end
+    if size[k] > 0 then
+      -- A clock that stepped back records at the newest call, keeping the log in order.
+      local newest = redis.call('ZRANGE', KEYS[k], -1, -1, 'WITHSCORES')
+      if tonumber(newest[2]) > at then at = tonumber(newest[2]) end
+    end
     redis.call('ZADD', KEYS[k], int(at), id)
-    -- The key lives until its newest call leaves the longest window it was counted under.
+    -- The key lives until its newest call leaves the longest window it was counted under (a new key
+    -- has no expiry yet; an existing one keeps a longer one).
     local ttl = longest[k] + at - now
-    if redis.call('PTTL', KEYS[k]) < ttl then redis.call('PEXPIRE', KEYS[k], int(ttl)) end
+    if size[k] == 0 or redis.call('PTTL', KEYS[k]) < ttl then redis.call('PEXPIRE', KEYS[k], int(ttl)) end
   end
 end
 return {1, 0, -1, -1, now}
