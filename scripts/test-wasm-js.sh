@@ -5,7 +5,8 @@
 #   2. the Node package's own test files for the memory store and rate limiter (bindings-node/test/:
 #      vectors, the conformance kit on MemoryStore, RateLimiter, errors, panics) with
 #      RATEWINDOW_BACKEND=wasm, unchanged;
-#   3. this package's typings (a consumer type-checked with bundler and node16 resolution) and its tests
+#   3. this package's typings (a consumer type-checked with bundler and node16 resolution, and without
+#      the DOM lib) and its tests
 #      (bindings-wasm/js/test/: the entry points, hostile numbers at the boundary, keys, traps, the size
 #      budget);
 #   4. a smoke test in headless Chromium (Debian's `chromium`, installed by the setup);
@@ -46,8 +47,8 @@ for f in "${NODE_SUITE[@]}"; do
 done
 (cd "$ROOT/bindings-node" && RATEWINDOW_BACKEND=wasm node --test --test-reporter=dot "${NODE_SUITE[@]/#/test/}")
 
-echo "== @ratewindow/wasm's typings, as a user's tsc sees them (bundler and node16 resolution)"
-(cd "$ROOT/bindings-wasm/js" && for res in bundler node16; do node_modules/.bin/tsc -p "test/types/tsconfig.$res.json"; done)
+echo "== @ratewindow/wasm's typings, as a user's tsc sees them (bundler and node16 resolution, with and without the DOM lib)"
+(cd "$ROOT/bindings-wasm/js" && for res in bundler node16 node16-nodom; do node_modules/.bin/tsc -p "test/types/tsconfig.$res.json"; done)
 
 echo "== @ratewindow/wasm's own tests"
 (cd "$ROOT/bindings-wasm/js" && node --test --test-reporter=dot test/)

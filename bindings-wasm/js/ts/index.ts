@@ -17,7 +17,7 @@
  * ```
  * @module
  */
-import initGlue, { initSync as initGlueSync } from '../pkg/ratewindow_wasm.js';
+import initGlue, { initSync as initGlueSync, type InitInput } from '../pkg/ratewindow_wasm.js';
 import type { Backend } from './layer/backend.js';
 import { setDefaultBackend } from './layer/store.js';
 import { createWasmBackend, type WasmExports } from './wasm.js';
@@ -54,8 +54,17 @@ const lazy: Backend = Object.freeze({
 });
 setDefaultBackend(lazy);
 
+/**
+ * A compiled `WebAssembly.Module`. Typed as `object` so that the typings need no DOM library (a Node
+ * project's `lib` rarely has `WebAssembly`).
+ */
+export type CompiledModule = object;
+
+/** The `.wasm` file's bytes. */
+export type WasmBytes = ArrayBuffer | ArrayBufferView;
+
 /** What {@link init} accepts: where the `.wasm` is, its bytes, or the compiled module. */
-export type WasmSource = string | URL | Request | Response | BufferSource | WebAssembly.Module;
+export type WasmSource = string | URL | Request | Response | WasmBytes | CompiledModule;
 
 /**
  * Instantiates the engine (once; later calls return at once). Without an argument the `.wasm` is
@@ -63,14 +72,17 @@ export type WasmSource = string | URL | Request | Response | BufferSource | WebA
  */
 export async function init(source?: WasmSource | Promise<WasmSource>): Promise<void> {
   if (ready !== undefined) return;
-  const exports = await initGlue(source === undefined ? undefined : { module_or_path: source });
+  const exports = await initGlue(
+    source === undefined ? undefined : { module_or_path: source as InitInput | Promise<InitInput> },
+  );
   ready ??= createWasmBackend(exports as unknown as WasmExports);
 }
 
 /** Instantiates the engine synchronously from the `.wasm` bytes or a compiled module (once). */
-export function initSync(source: BufferSource | WebAssembly.Module): void {
+export function initSync(source: WasmBytes | CompiledModule): void {
   if (ready !== undefined) return;
-  ready = createWasmBackend(initGlueSync({ module: source }) as unknown as WasmExports);
+  const module = source as BufferSource | WebAssembly.Module;
+  ready = createWasmBackend(initGlueSync({ module }) as unknown as WasmExports);
 }
 
 /** The engine as a {@link Backend} (for `createApi`-style wiring and tests); throws before init. */
