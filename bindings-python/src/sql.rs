@@ -164,12 +164,13 @@ impl PostgresPlanner {
 #[pymethods]
 impl PostgresPlanner {
     /// Objects named `{prefix}_…`; `prefix` is `[a-z_][a-z0-9_]*`, at most 40 characters
-    /// (`ValueError` otherwise), default `ratewindow`.
+    /// (`ValueError` otherwise), default `ratewindow`. With `durable`, the schema's functions keep the
+    /// server's `synchronous_commit` (each call waits for its commit to be flushed) instead of `off`.
     #[new]
-    #[pyo3(signature = (prefix = None))]
-    fn new(py: Python<'_>, prefix: Option<&str>) -> PyResult<Self> {
+    #[pyo3(signature = (prefix = None, durable = false))]
+    fn new(py: Python<'_>, prefix: Option<&str>, durable: bool) -> PyResult<Self> {
         guard(|| {
-            let plans = Postgres::new(names(prefix)?);
+            let plans = Postgres::new(names(prefix)?).durable(durable);
             let consume = plans.plan_peek_many(&[]).sql;
             let window = plans.plan_get_window("").sql;
             Ok(PostgresPlanner {
@@ -349,6 +350,12 @@ impl SqlitePlanner {
     /// Undoes a call whose statements failed after `BEGIN IMMEDIATE`.
     #[classattr]
     const ROLLBACK: &'static str = SqliteCall::ROLLBACK;
+
+    /// The connection setup with a busy timeout of `busy_timeout_ms`.
+    #[staticmethod]
+    fn connection_setup(busy_timeout_ms: u32) -> String {
+        Sqlite::connection_setup(busy_timeout_ms)
+    }
 
     /// Tables named `{prefix}_…`; see `PostgresPlanner`.
     #[new]

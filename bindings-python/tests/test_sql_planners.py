@@ -77,3 +77,10 @@ def test_a_sqlite_call_is_decided_once() -> None:
     assert not window.in_transaction
     with pytest.raises(StoreReplyError):
         window.decide([(1, 2), (3, 4)])
+
+
+def test_the_schema_commits_without_waiting_for_the_flush_unless_durable() -> None:
+    relaxed = "set_config('synchronous_commit', 'off', true)"
+    assert relaxed in PostgresPlanner("rw_x").schema()
+    assert relaxed not in PostgresPlanner("rw_x", durable=True).schema()
+    assert SqlitePlanner.connection_setup(250) == "PRAGMA busy_timeout = 250"

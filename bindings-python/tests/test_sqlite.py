@@ -130,8 +130,8 @@ def test_a_statement_error_mid_batch_rolls_back_and_records_nothing(tmp_path: Pa
 def test_a_locked_database_is_a_typed_error_and_records_nothing(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     store_conn = sq.sqlite_connect(path)
-    store = SqliteStore(store_conn)
-    store_conn.execute("PRAGMA busy_timeout = 50")  # wait 50 ms, not 5 s, for the other writer
+    store = SqliteStore(store_conn, busy_timeout_ms=50)  # wait 50 ms, not 5 s, for the other writer
+    assert store_conn.execute("PRAGMA busy_timeout").fetchone() == (50,)
     other = sq.sqlite_connect(path)
     other.execute("BEGIN IMMEDIATE")
     try:

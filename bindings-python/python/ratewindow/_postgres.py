@@ -235,9 +235,9 @@ class PostgresStore(CooldownStore):
 
     __slots__ = ("_planner", "_execute", "_script", "_releaser")
 
-    def __init__(self, target: object, *, prefix: str = "ratewindow") -> None:
+    def __init__(self, target: object, *, prefix: str = "ratewindow", durable: bool = False) -> None:
         """Prefer :meth:`using`. ``prefix`` names the tables and functions (``[a-z_][a-z0-9_]*``)."""
-        self._planner = Planner(prefix)
+        self._planner = Planner(prefix, durable)
         self._execute, self._script = _sync_executor(target)
         self._releaser = functools.partial(_sync_release, self._planner, self._execute)
 
@@ -247,10 +247,16 @@ class PostgresStore(CooldownStore):
         target: psycopg.Connection[Any] | psycopg_pool.ConnectionPool[Any],
         *,
         prefix: str = "ratewindow",
+        durable: bool = False,
     ) -> PostgresStore:
         """A store over ``target``, a psycopg ``Connection`` or ``psycopg_pool.ConnectionPool`` (yours:
-        the store never opens or closes a connection). Objects are named ``{prefix}_…``."""
-        return cls(target, prefix=prefix)
+        the store never opens or closes a connection). Objects are named ``{prefix}_…``.
+
+        ``durable`` only changes the schema :meth:`install_schema` installs: by default the functions
+        commit their own transaction with ``synchronous_commit = off`` (a call does not wait for the WAL
+        flush; a server crash may lose the last moments' calls); ``durable=True`` keeps the server's
+        setting. Installing again switches an existing database."""
+        return cls(target, prefix=prefix, durable=durable)
 
     @property
     def prefix(self) -> str:
@@ -437,9 +443,9 @@ class AsyncPostgresStore(AsyncCooldownStore):
 
     __slots__ = ("_planner", "_execute", "_script", "_releaser")
 
-    def __init__(self, target: object, *, prefix: str = "ratewindow") -> None:
+    def __init__(self, target: object, *, prefix: str = "ratewindow", durable: bool = False) -> None:
         """Prefer :meth:`using`."""
-        self._planner = Planner(prefix)
+        self._planner = Planner(prefix, durable)
         self._execute, self._script = _async_executor(target)
         self._releaser = functools.partial(_async_release, self._planner, self._execute)
 
@@ -449,9 +455,11 @@ class AsyncPostgresStore(AsyncCooldownStore):
         target: psycopg.AsyncConnection[Any] | psycopg_pool.AsyncConnectionPool[Any],
         *,
         prefix: str = "ratewindow",
+        durable: bool = False,
     ) -> AsyncPostgresStore:
-        """A store over ``target``, a psycopg ``AsyncConnection`` or ``AsyncConnectionPool`` (yours)."""
-        return cls(target, prefix=prefix)
+        """A store over ``target``, a psycopg ``AsyncConnection`` or ``AsyncConnectionPool`` (yours);
+        ``prefix`` and ``durable`` as in :meth:`PostgresStore.using`."""
+        return cls(target, prefix=prefix, durable=durable)
 
     @property
     def prefix(self) -> str:

@@ -66,7 +66,8 @@ class SqliteStore(CooldownStore):
 
     - The connection must leave transactions to the store: open it with ``isolation_level=None``
       (Python 3.12+: or ``autocommit=True``); otherwise ``ValueError``. The store runs
-      ``PRAGMA busy_timeout = 5000`` on it, so a call waits up to 5 s for another process's write.
+      ``PRAGMA busy_timeout = 5000`` on it (``busy_timeout_ms``), so a call waits up to 5 s for another
+      process's write.
     - Share one store (not one connection under two stores) between threads, with the connection
       opened ``check_same_thread=False``: the store holds its lock for the few statements of each call. Processes each open their own connection to the
       same file; ``BEGIN IMMEDIATE`` makes them take turns. (WAL mode, ``PRAGMA journal_mode=WAL``, lets
@@ -86,6 +87,7 @@ class SqliteStore(CooldownStore):
         prefix: str = "ratewindow",
         install_schema: bool = True,
         clock: Callable[[], int] | None = None,
+        busy_timeout_ms: int = 5000,
     ) -> None:
         if not isinstance(connection, sqlite3.Connection):
             raise TypeError(f"SqliteStore takes a sqlite3.Connection, not {type(connection).__name__}")
@@ -99,7 +101,7 @@ class SqliteStore(CooldownStore):
             try:
                 self._cursor = connection.cursor()
                 self._cursor.row_factory = None  # tuples, whatever the connection's row_factory
-                self._cursor.execute(Planner.CONNECTION_SETUP)
+                self._cursor.execute(Planner.connection_setup(busy_timeout_ms))
                 if install_schema:
                     self._cursor.executescript(self._planner.schema())
             except sqlite3.Error as error:
