@@ -33,7 +33,10 @@ impl GuestMemoryStore for ClockedStore {
 
     fn consume_many(&self, entries: Vec<Entry>) -> Result<Consumed, Error> {
         let (verdict, token) = self.0.consume_many(entries, now_ms())?;
-        Ok(Consumed { verdict, release: token.map(ReleaseToken::new) })
+        Ok(Consumed {
+            verdict,
+            release: token.map(ReleaseToken::new),
+        })
     }
 
     fn peek_many(&self, entries: Vec<Entry>) -> Result<BatchVerdict, Error> {

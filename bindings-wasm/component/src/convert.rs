@@ -13,13 +13,20 @@ impl From<core::LimitError> for Error {
             core::LimitField::Uses => LimitField::Uses,
             core::LimitField::WindowMs => LimitField::WindowMs,
         };
-        Error::InvalidLimit(InvalidLimit { field, value: e.value })
+        Error::InvalidLimit(InvalidLimit {
+            field,
+            value: e.value,
+        })
     }
 }
 
 impl From<core::Verdict> for Verdict {
     fn from(v: core::Verdict) -> Verdict {
-        Verdict { allowed: v.allowed, retry_after_ms: v.retry_after_ms, retry_timestamp: v.retry_timestamp }
+        Verdict {
+            allowed: v.allowed,
+            retry_after_ms: v.retry_after_ms,
+            retry_timestamp: v.retry_timestamp,
+        }
     }
 }
 
@@ -47,5 +54,13 @@ pub fn window(ms: f64) -> Result<core::Window, Error> {
 
 /// Checked entries: the first invalid limit fails the whole batch, before anything is counted.
 pub fn entries(entries: Vec<Entry>) -> Result<Vec<core::Entry>, Error> {
-    entries.into_iter().map(|e| Ok(core::Entry { limit: limit(&e.limit)?, key: e.key })).collect()
+    entries
+        .into_iter()
+        .map(|e| {
+            Ok(core::Entry {
+                limit: limit(&e.limit)?,
+                key: e.key,
+            })
+        })
+        .collect()
 }

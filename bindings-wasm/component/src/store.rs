@@ -35,7 +35,10 @@ impl crate::bindings::exports::ratewindow::engine::clocked_memory::GuestReleaseT
 impl Store {
     /// An empty store. One shard: a component instance runs one call at a time.
     pub fn create() -> Store {
-        Store { id: NEXT_STORE.fetch_add(1, Ordering::Relaxed), inner: MemoryStore::with_shards(1) }
+        Store {
+            id: NEXT_STORE.fetch_add(1, Ordering::Relaxed),
+            inner: MemoryStore::with_shards(1),
+        }
     }
 
     pub fn consume(&self, key: &str, limit: &Limit, now: u64) -> Result<Verdict, Error> {
@@ -47,14 +50,24 @@ impl Store {
     }
 
     /// The verdict, and the token when it is allowed.
-    pub fn consume_many(&self, entries: Vec<Entry>, now: u64) -> Result<(BatchVerdict, Option<Token>), Error> {
+    pub fn consume_many(
+        &self,
+        entries: Vec<Entry>,
+        now: u64,
+    ) -> Result<(BatchVerdict, Option<Token>), Error> {
         let consumed = self.inner.consume_many(&convert::entries(entries)?, now);
-        let token = consumed.release.map(|r| Token { store: self.id, release: RefCell::new(Some(r)) });
+        let token = consumed.release.map(|r| Token {
+            store: self.id,
+            release: RefCell::new(Some(r)),
+        });
         Ok((consumed.verdict.into(), token))
     }
 
     pub fn peek_many(&self, entries: Vec<Entry>, now: u64) -> Result<BatchVerdict, Error> {
-        Ok(self.inner.peek_many(&convert::entries(entries)?, now).into())
+        Ok(self
+            .inner
+            .peek_many(&convert::entries(entries)?, now)
+            .into())
     }
 
     pub fn release(&self, token: &Token, now: u64) {
@@ -62,7 +75,11 @@ impl Store {
             return;
         }
         // `try_borrow_mut`: never panics, even if a host managed to re-enter.
-        let taken = token.release.try_borrow_mut().ok().and_then(|mut r| r.take());
+        let taken = token
+            .release
+            .try_borrow_mut()
+            .ok()
+            .and_then(|mut r| r.take());
         if let Some(release) = taken {
             self.inner.release(release, now);
         }
@@ -124,7 +141,10 @@ impl GuestMemoryStore for Store {
 
     fn consume_many(&self, entries: Vec<Entry>, now: u64) -> Result<Consumed, Error> {
         let (verdict, token) = Store::consume_many(self, entries, now)?;
-        Ok(Consumed { verdict, release: token.map(ReleaseToken::new) })
+        Ok(Consumed {
+            verdict,
+            release: token.map(ReleaseToken::new),
+        })
     }
 
     fn peek_many(&self, entries: Vec<Entry>, now: u64) -> Result<BatchVerdict, Error> {

@@ -12,9 +12,9 @@
 
 use std::path::PathBuf;
 
+use wasmtime::component::{Component, HasSelf, Linker, ResourceAny};
 use wasmtime::error::Context;
 use wasmtime::Result;
-use wasmtime::component::{Component, HasSelf, Linker, ResourceAny};
 use wasmtime::{Config, Engine, Store};
 
 /// Bindings for the `engine` world (exports only).
@@ -86,14 +86,28 @@ pub trait Ops {
     /// `peek`.
     fn peek(&mut self, key: &str, limit: Limit, now: u64) -> Result<Result<Verdict, Error>>;
     /// `consume-many`; the token (when allowed) is kept under `id`, or dropped when `id` is `None`.
-    fn consume_many(&mut self, entries: &[(String, Limit)], now: u64, id: Option<&str>)
-        -> Result<Result<Verdict, Error>>;
+    fn consume_many(
+        &mut self,
+        entries: &[(String, Limit)],
+        now: u64,
+        id: Option<&str>,
+    ) -> Result<Result<Verdict, Error>>;
     /// `peek-many`.
-    fn peek_many(&mut self, entries: &[(String, Limit)], now: u64) -> Result<Result<Verdict, Error>>;
+    fn peek_many(
+        &mut self,
+        entries: &[(String, Limit)],
+        now: u64,
+    ) -> Result<Result<Verdict, Error>>;
     /// `release` of the token kept under `id`, if any (again: a no-op in the component).
     fn release(&mut self, id: &str, now: u64) -> Result<()>;
     /// `hit`.
-    fn hit(&mut self, key: &str, decay_ms: f64, amount: i64, now: u64) -> Result<Result<i64, Error>>;
+    fn hit(
+        &mut self,
+        key: &str,
+        decay_ms: f64,
+        amount: i64,
+        now: u64,
+    ) -> Result<Result<i64, Error>>;
     /// `attempts`.
     fn attempts(&mut self, key: &str, now: u64) -> Result<i64>;
     /// `too-many-attempts`.
@@ -167,8 +181,12 @@ pub fn wasmtime_engine() -> Result<Engine> {
 
 fn load(engine: &Engine, file: &str) -> Result<Component> {
     let path = component_dir().join(file);
-    Component::from_file(engine, &path)
-        .with_context(|| format!("loading {} (build it with scripts/test-wasm-component.sh)", path.display()))
+    Component::from_file(engine, &path).with_context(|| {
+        format!(
+            "loading {} (build it with scripts/test-wasm-component.sh)",
+            path.display()
+        )
+    })
 }
 
 macro_rules! convert_types {
@@ -177,11 +195,19 @@ macro_rules! convert_types {
         use $types as t;
 
         pub(crate) fn limit(l: crate::Limit) -> t::Limit {
-            t::Limit { uses: l.uses, window_ms: l.window_ms }
+            t::Limit {
+                uses: l.uses,
+                window_ms: l.window_ms,
+            }
         }
 
         pub(crate) fn entries(list: &[(String, crate::Limit)]) -> Vec<t::Entry> {
-            list.iter().map(|(key, l)| t::Entry { key: key.clone(), limit: limit(*l) }).collect()
+            list.iter()
+                .map(|(key, l)| t::Entry {
+                    key: key.clone(),
+                    limit: limit(*l),
+                })
+                .collect()
         }
 
         pub(crate) fn verdict(v: t::Verdict) -> crate::Verdict {
@@ -211,7 +237,10 @@ macro_rules! convert_types {
                     },
                     value: i.value,
                 },
-                e::Error::MalformedReply(m) => crate::Error::MalformedReply { expected: m.expected, got: m.got },
+                e::Error::MalformedReply(m) => crate::Error::MalformedReply {
+                    expected: m.expected,
+                    got: m.got,
+                },
                 e::Error::StoreFailed(s) => crate::Error::StoreFailed(s),
             }
         }
@@ -240,7 +269,10 @@ struct Current {
 
 impl Current {
     fn new() -> Current {
-        Current { store: None, tokens: Vec::new() }
+        Current {
+            store: None,
+            tokens: Vec::new(),
+        }
     }
 
     fn store(&self) -> Result<ResourceAny> {
@@ -248,7 +280,11 @@ impl Current {
     }
 
     fn token(&self, id: &str) -> Option<ResourceAny> {
-        self.tokens.iter().rev().find(|(k, _)| k == id).map(|(_, t)| *t)
+        self.tokens
+            .iter()
+            .rev()
+            .find(|(k, _)| k == id)
+            .map(|(_, t)| *t)
     }
 
     fn drop_all(&mut self, store: &mut Store<HostState>) -> Result<()> {
@@ -283,7 +319,11 @@ impl EngineWorld {
         let linker = Linker::<HostState>::new(engine);
         let mut store = Store::new(engine, HostState::default());
         let bindings = engine::Engine::instantiate(&mut store, component, &linker)?;
-        Ok(EngineWorld { store, bindings, current: Current::new() })
+        Ok(EngineWorld {
+            store,
+            bindings,
+            current: Current::new(),
+        })
     }
 
     /// The `memory` interface's exports.
@@ -297,7 +337,12 @@ impl EngineWorld {
     }
 
     /// The wasmtime store and the `memory` exports at once, to call them directly.
-    pub fn split(&mut self) -> (&mut Store<HostState>, &engine::exports::ratewindow::engine::memory::Guest) {
+    pub fn split(
+        &mut self,
+    ) -> (
+        &mut Store<HostState>,
+        &engine::exports::ratewindow::engine::memory::Guest,
+    ) {
         (&mut self.store, self.bindings.ratewindow_engine_memory())
     }
 }
@@ -320,7 +365,11 @@ impl HostedWorld {
         hosted::Hosted::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
         let mut store = Store::new(&engine, HostState::default());
         let bindings = hosted::Hosted::instantiate(&mut store, &component, &linker)?;
-        Ok(HostedWorld { store, bindings, current: Current::new() })
+        Ok(HostedWorld {
+            store,
+            bindings,
+            current: Current::new(),
+        })
     }
 
     /// The `clocked-memory` interface's exports.
@@ -336,8 +385,14 @@ impl HostedWorld {
     /// The wasmtime store and the `clocked-memory` exports at once, to call them directly.
     pub fn split(
         &mut self,
-    ) -> (&mut Store<HostState>, &hosted::exports::ratewindow::engine::clocked_memory::Guest) {
-        (&mut self.store, self.bindings.ratewindow_engine_clocked_memory())
+    ) -> (
+        &mut Store<HostState>,
+        &hosted::exports::ratewindow::engine::clocked_memory::Guest,
+    ) {
+        (
+            &mut self.store,
+            self.bindings.ratewindow_engine_clocked_memory(),
+        )
     }
 
     fn at(&mut self, now: u64) {
@@ -348,25 +403,40 @@ impl HostedWorld {
 impl Ops for EngineWorld {
     fn fresh_store(&mut self) -> Result<()> {
         self.current.drop_all(&mut self.store)?;
-        let handle = self.bindings.ratewindow_engine_memory().memory_store().call_constructor(&mut self.store)?;
+        let handle = self
+            .bindings
+            .ratewindow_engine_memory()
+            .memory_store()
+            .call_constructor(&mut self.store)?;
         self.current.store = Some(handle);
         Ok(())
     }
 
     fn check_limit(&mut self, limit: Limit) -> Result<Result<(), Error>> {
-        let r = self.bindings.ratewindow_engine_limits().call_check_limit(&mut self.store, engine_conv::limit(limit))?;
+        let r = self
+            .bindings
+            .ratewindow_engine_limits()
+            .call_check_limit(&mut self.store, engine_conv::limit(limit))?;
         Ok(r.map_err(engine_conv::error))
     }
 
     fn consume(&mut self, key: &str, limit: Limit, now: u64) -> Result<Result<Verdict, Error>> {
         let s = self.current.store()?;
-        let r = self.bindings.ratewindow_engine_memory().memory_store().call_consume(&mut self.store, s, key, engine_conv::limit(limit), now)?;
+        let r = self
+            .bindings
+            .ratewindow_engine_memory()
+            .memory_store()
+            .call_consume(&mut self.store, s, key, engine_conv::limit(limit), now)?;
         Ok(r.map(engine_conv::verdict).map_err(engine_conv::error))
     }
 
     fn peek(&mut self, key: &str, limit: Limit, now: u64) -> Result<Result<Verdict, Error>> {
         let s = self.current.store()?;
-        let r = self.bindings.ratewindow_engine_memory().memory_store().call_peek(&mut self.store, s, key, engine_conv::limit(limit), now)?;
+        let r = self
+            .bindings
+            .ratewindow_engine_memory()
+            .memory_store()
+            .call_peek(&mut self.store, s, key, engine_conv::limit(limit), now)?;
         Ok(r.map(engine_conv::verdict).map_err(engine_conv::error))
     }
 
@@ -378,7 +448,11 @@ impl Ops for EngineWorld {
     ) -> Result<Result<Verdict, Error>> {
         let s = self.current.store()?;
         let list = engine_conv::entries(entries);
-        let r = self.bindings.ratewindow_engine_memory().memory_store().call_consume_many(&mut self.store, s, &list, now)?;
+        let r = self
+            .bindings
+            .ratewindow_engine_memory()
+            .memory_store()
+            .call_consume_many(&mut self.store, s, &list, now)?;
         Ok(match r {
             Ok(consumed) => {
                 if let Some(token) = consumed.release {
@@ -393,92 +467,152 @@ impl Ops for EngineWorld {
         })
     }
 
-    fn peek_many(&mut self, entries: &[(String, Limit)], now: u64) -> Result<Result<Verdict, Error>> {
+    fn peek_many(
+        &mut self,
+        entries: &[(String, Limit)],
+        now: u64,
+    ) -> Result<Result<Verdict, Error>> {
         let s = self.current.store()?;
         let list = engine_conv::entries(entries);
-        let r = self.bindings.ratewindow_engine_memory().memory_store().call_peek_many(&mut self.store, s, &list, now)?;
+        let r = self
+            .bindings
+            .ratewindow_engine_memory()
+            .memory_store()
+            .call_peek_many(&mut self.store, s, &list, now)?;
         Ok(r.map(engine_conv::batch).map_err(engine_conv::error))
     }
 
     fn release(&mut self, id: &str, now: u64) -> Result<()> {
         let s = self.current.store()?;
         if let Some(token) = self.current.token(id) {
-            self.bindings.ratewindow_engine_memory().memory_store().call_release(&mut self.store, s, token, now)?;
+            self.bindings
+                .ratewindow_engine_memory()
+                .memory_store()
+                .call_release(&mut self.store, s, token, now)?;
         }
         Ok(())
     }
 
-    fn hit(&mut self, key: &str, decay_ms: f64, amount: i64, now: u64) -> Result<Result<i64, Error>> {
+    fn hit(
+        &mut self,
+        key: &str,
+        decay_ms: f64,
+        amount: i64,
+        now: u64,
+    ) -> Result<Result<i64, Error>> {
         let s = self.current.store()?;
-        let r = self.bindings.ratewindow_engine_memory().memory_store().call_hit(&mut self.store, s, key, decay_ms, amount, now)?;
+        let r = self
+            .bindings
+            .ratewindow_engine_memory()
+            .memory_store()
+            .call_hit(&mut self.store, s, key, decay_ms, amount, now)?;
         Ok(r.map_err(engine_conv::error))
     }
 
     fn attempts(&mut self, key: &str, now: u64) -> Result<i64> {
         let s = self.current.store()?;
-        self.bindings.ratewindow_engine_memory().memory_store().call_attempts(&mut self.store, s, key, now)
+        self.bindings
+            .ratewindow_engine_memory()
+            .memory_store()
+            .call_attempts(&mut self.store, s, key, now)
     }
 
     fn too_many_attempts(&mut self, key: &str, max: i64, now: u64) -> Result<bool> {
         let s = self.current.store()?;
-        self.bindings.ratewindow_engine_memory().memory_store().call_too_many_attempts(&mut self.store, s, key, max, now)
+        self.bindings
+            .ratewindow_engine_memory()
+            .memory_store()
+            .call_too_many_attempts(&mut self.store, s, key, max, now)
     }
 
     fn remaining(&mut self, key: &str, max: i64, now: u64) -> Result<i64> {
         let s = self.current.store()?;
-        self.bindings.ratewindow_engine_memory().memory_store().call_remaining(&mut self.store, s, key, max, now)
+        self.bindings
+            .ratewindow_engine_memory()
+            .memory_store()
+            .call_remaining(&mut self.store, s, key, max, now)
     }
 
     fn available_in(&mut self, key: &str, now: u64) -> Result<u64> {
         let s = self.current.store()?;
-        self.bindings.ratewindow_engine_memory().memory_store().call_available_in(&mut self.store, s, key, now)
+        self.bindings
+            .ratewindow_engine_memory()
+            .memory_store()
+            .call_available_in(&mut self.store, s, key, now)
     }
 
     fn available_in_ms(&mut self, key: &str, now: u64) -> Result<u64> {
         let s = self.current.store()?;
-        self.bindings.ratewindow_engine_memory().memory_store().call_available_in_ms(&mut self.store, s, key, now)
+        self.bindings
+            .ratewindow_engine_memory()
+            .memory_store()
+            .call_available_in_ms(&mut self.store, s, key, now)
     }
 
     fn reset_attempts(&mut self, key: &str, now: u64) -> Result<()> {
         let s = self.current.store()?;
-        self.bindings.ratewindow_engine_memory().memory_store().call_reset_attempts(&mut self.store, s, key, now)
+        self.bindings
+            .ratewindow_engine_memory()
+            .memory_store()
+            .call_reset_attempts(&mut self.store, s, key, now)
     }
 
     fn clear(&mut self, key: &str, _now: u64) -> Result<()> {
         let s = self.current.store()?;
-        self.bindings.ratewindow_engine_memory().memory_store().call_clear(&mut self.store, s, key)
+        self.bindings
+            .ratewindow_engine_memory()
+            .memory_store()
+            .call_clear(&mut self.store, s, key)
     }
 
     fn key_count(&mut self) -> Result<u64> {
         let s = self.current.store()?;
-        self.bindings.ratewindow_engine_memory().memory_store().call_key_count(&mut self.store, s)
+        self.bindings
+            .ratewindow_engine_memory()
+            .memory_store()
+            .call_key_count(&mut self.store, s)
     }
 }
 
 impl Ops for HostedWorld {
     fn fresh_store(&mut self) -> Result<()> {
         self.current.drop_all(&mut self.store)?;
-        let handle = self.bindings.ratewindow_engine_clocked_memory().memory_store().call_constructor(&mut self.store)?;
+        let handle = self
+            .bindings
+            .ratewindow_engine_clocked_memory()
+            .memory_store()
+            .call_constructor(&mut self.store)?;
         self.current.store = Some(handle);
         Ok(())
     }
 
     fn check_limit(&mut self, limit: Limit) -> Result<Result<(), Error>> {
-        let r = self.bindings.ratewindow_engine_limits().call_check_limit(&mut self.store, hosted_conv::limit(limit))?;
+        let r = self
+            .bindings
+            .ratewindow_engine_limits()
+            .call_check_limit(&mut self.store, hosted_conv::limit(limit))?;
         Ok(r.map_err(hosted_conv::error))
     }
 
     fn consume(&mut self, key: &str, limit: Limit, now: u64) -> Result<Result<Verdict, Error>> {
         let s = self.current.store()?;
         self.at(now);
-        let r = self.bindings.ratewindow_engine_clocked_memory().memory_store().call_consume(&mut self.store, s, key, hosted_conv::limit(limit))?;
+        let r = self
+            .bindings
+            .ratewindow_engine_clocked_memory()
+            .memory_store()
+            .call_consume(&mut self.store, s, key, hosted_conv::limit(limit))?;
         Ok(r.map(hosted_conv::verdict).map_err(hosted_conv::error))
     }
 
     fn peek(&mut self, key: &str, limit: Limit, now: u64) -> Result<Result<Verdict, Error>> {
         let s = self.current.store()?;
         self.at(now);
-        let r = self.bindings.ratewindow_engine_clocked_memory().memory_store().call_peek(&mut self.store, s, key, hosted_conv::limit(limit))?;
+        let r = self
+            .bindings
+            .ratewindow_engine_clocked_memory()
+            .memory_store()
+            .call_peek(&mut self.store, s, key, hosted_conv::limit(limit))?;
         Ok(r.map(hosted_conv::verdict).map_err(hosted_conv::error))
     }
 
@@ -491,7 +625,11 @@ impl Ops for HostedWorld {
         let s = self.current.store()?;
         self.at(now);
         let list = hosted_conv::entries(entries);
-        let r = self.bindings.ratewindow_engine_clocked_memory().memory_store().call_consume_many(&mut self.store, s, &list)?;
+        let r = self
+            .bindings
+            .ratewindow_engine_clocked_memory()
+            .memory_store()
+            .call_consume_many(&mut self.store, s, &list)?;
         Ok(match r {
             Ok(consumed) => {
                 if let Some(token) = consumed.release {
@@ -506,11 +644,19 @@ impl Ops for HostedWorld {
         })
     }
 
-    fn peek_many(&mut self, entries: &[(String, Limit)], now: u64) -> Result<Result<Verdict, Error>> {
+    fn peek_many(
+        &mut self,
+        entries: &[(String, Limit)],
+        now: u64,
+    ) -> Result<Result<Verdict, Error>> {
         let s = self.current.store()?;
         self.at(now);
         let list = hosted_conv::entries(entries);
-        let r = self.bindings.ratewindow_engine_clocked_memory().memory_store().call_peek_many(&mut self.store, s, &list)?;
+        let r = self
+            .bindings
+            .ratewindow_engine_clocked_memory()
+            .memory_store()
+            .call_peek_many(&mut self.store, s, &list)?;
         Ok(r.map(hosted_conv::batch).map_err(hosted_conv::error))
     }
 
@@ -518,62 +664,99 @@ impl Ops for HostedWorld {
         let s = self.current.store()?;
         self.at(now);
         if let Some(token) = self.current.token(id) {
-            self.bindings.ratewindow_engine_clocked_memory().memory_store().call_release(&mut self.store, s, token)?;
+            self.bindings
+                .ratewindow_engine_clocked_memory()
+                .memory_store()
+                .call_release(&mut self.store, s, token)?;
         }
         Ok(())
     }
 
-    fn hit(&mut self, key: &str, decay_ms: f64, amount: i64, now: u64) -> Result<Result<i64, Error>> {
+    fn hit(
+        &mut self,
+        key: &str,
+        decay_ms: f64,
+        amount: i64,
+        now: u64,
+    ) -> Result<Result<i64, Error>> {
         let s = self.current.store()?;
         self.at(now);
-        let r = self.bindings.ratewindow_engine_clocked_memory().memory_store().call_hit(&mut self.store, s, key, decay_ms, amount)?;
+        let r = self
+            .bindings
+            .ratewindow_engine_clocked_memory()
+            .memory_store()
+            .call_hit(&mut self.store, s, key, decay_ms, amount)?;
         Ok(r.map_err(hosted_conv::error))
     }
 
     fn attempts(&mut self, key: &str, now: u64) -> Result<i64> {
         let s = self.current.store()?;
         self.at(now);
-        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_attempts(&mut self.store, s, key)
+        self.bindings
+            .ratewindow_engine_clocked_memory()
+            .memory_store()
+            .call_attempts(&mut self.store, s, key)
     }
 
     fn too_many_attempts(&mut self, key: &str, max: i64, now: u64) -> Result<bool> {
         let s = self.current.store()?;
         self.at(now);
-        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_too_many_attempts(&mut self.store, s, key, max)
+        self.bindings
+            .ratewindow_engine_clocked_memory()
+            .memory_store()
+            .call_too_many_attempts(&mut self.store, s, key, max)
     }
 
     fn remaining(&mut self, key: &str, max: i64, now: u64) -> Result<i64> {
         let s = self.current.store()?;
         self.at(now);
-        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_remaining(&mut self.store, s, key, max)
+        self.bindings
+            .ratewindow_engine_clocked_memory()
+            .memory_store()
+            .call_remaining(&mut self.store, s, key, max)
     }
 
     fn available_in(&mut self, key: &str, now: u64) -> Result<u64> {
         let s = self.current.store()?;
         self.at(now);
-        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_available_in(&mut self.store, s, key)
+        self.bindings
+            .ratewindow_engine_clocked_memory()
+            .memory_store()
+            .call_available_in(&mut self.store, s, key)
     }
 
     fn available_in_ms(&mut self, key: &str, now: u64) -> Result<u64> {
         let s = self.current.store()?;
         self.at(now);
-        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_available_in_ms(&mut self.store, s, key)
+        self.bindings
+            .ratewindow_engine_clocked_memory()
+            .memory_store()
+            .call_available_in_ms(&mut self.store, s, key)
     }
 
     fn reset_attempts(&mut self, key: &str, now: u64) -> Result<()> {
         let s = self.current.store()?;
         self.at(now);
-        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_reset_attempts(&mut self.store, s, key)
+        self.bindings
+            .ratewindow_engine_clocked_memory()
+            .memory_store()
+            .call_reset_attempts(&mut self.store, s, key)
     }
 
     fn clear(&mut self, key: &str, now: u64) -> Result<()> {
         let s = self.current.store()?;
         self.at(now);
-        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_clear(&mut self.store, s, key)
+        self.bindings
+            .ratewindow_engine_clocked_memory()
+            .memory_store()
+            .call_clear(&mut self.store, s, key)
     }
 
     fn key_count(&mut self) -> Result<u64> {
         let s = self.current.store()?;
-        self.bindings.ratewindow_engine_clocked_memory().memory_store().call_key_count(&mut self.store, s)
+        self.bindings
+            .ratewindow_engine_clocked_memory()
+            .memory_store()
+            .call_key_count(&mut self.store, s)
     }
 }

@@ -8,7 +8,10 @@ fn lim(uses: f64, window_ms: f64) -> Limit {
 }
 
 fn invalid(field: &'static str, value: &str) -> Error {
-    Error::InvalidLimit { field, value: value.to_owned() }
+    Error::InvalidLimit {
+        field,
+        value: value.to_owned(),
+    }
 }
 
 /// Limits no operation may accept, with the field and the value the error must name.
@@ -26,9 +29,18 @@ fn bad_limits() -> Vec<(Limit, Error)> {
         (lim(1.0, 0.0), invalid("window_ms", "0")),
         (lim(1.0, -0.0), invalid("window_ms", "-0")),
         (lim(1.0, 2.5), invalid("window_ms", "2.5")),
-        (lim(1.0, 4320000000000001.0), invalid("window_ms", "4320000000000001")),
-        (lim(1.0, f64::MAX), invalid("window_ms", &format!("{}", f64::MAX))),
-        (lim(f64::MIN_POSITIVE, 1.0), invalid("uses", &format!("{}", f64::MIN_POSITIVE))),
+        (
+            lim(1.0, 4320000000000001.0),
+            invalid("window_ms", "4320000000000001"),
+        ),
+        (
+            lim(1.0, f64::MAX),
+            invalid("window_ms", &format!("{}", f64::MAX)),
+        ),
+        (
+            lim(f64::MIN_POSITIVE, 1.0),
+            invalid("uses", &format!("{}", f64::MIN_POSITIVE)),
+        ),
     ]
 }
 
@@ -36,20 +48,49 @@ fn check(ops: &mut dyn Ops) {
     ops.fresh_store().unwrap();
     for (limit, expected) in bad_limits() {
         let what = format!("{limit:?}");
-        assert_eq!(ops.check_limit(limit).expect(&what), Err(expected.clone()), "check-limit {what}");
-        assert_eq!(ops.consume("k", limit, 5).expect(&what), Err(expected.clone()), "consume {what}");
-        assert_eq!(ops.peek("k", limit, 5).expect(&what), Err(expected.clone()), "peek {what}");
+        assert_eq!(
+            ops.check_limit(limit).expect(&what),
+            Err(expected.clone()),
+            "check-limit {what}"
+        );
+        assert_eq!(
+            ops.consume("k", limit, 5).expect(&what),
+            Err(expected.clone()),
+            "consume {what}"
+        );
+        assert_eq!(
+            ops.peek("k", limit, 5).expect(&what),
+            Err(expected.clone()),
+            "peek {what}"
+        );
         let batch = vec![("ok".to_owned(), lim(1.0, 1000.0)), ("k".to_owned(), limit)];
-        assert_eq!(ops.consume_many(&batch, 5, None).expect(&what), Err(expected.clone()), "consume-many {what}");
-        assert_eq!(ops.peek_many(&batch, 5).expect(&what), Err(expected.clone()), "peek-many {what}");
+        assert_eq!(
+            ops.consume_many(&batch, 5, None).expect(&what),
+            Err(expected.clone()),
+            "consume-many {what}"
+        );
+        assert_eq!(
+            ops.peek_many(&batch, 5).expect(&what),
+            Err(expected.clone()),
+            "peek-many {what}"
+        );
         if expected_field(&expected) == "window_ms" {
             let decay = limit.window_ms;
-            assert_eq!(ops.hit("h", decay, 1, 5).expect(&what), Err(expected.clone()), "hit {what}");
+            assert_eq!(
+                ops.hit("h", decay, 1, 5).expect(&what),
+                Err(expected.clone()),
+                "hit {what}"
+            );
         }
     }
     // Nothing was recorded by the failed calls, and the instance still answers.
     assert_eq!(ops.key_count().unwrap(), 0);
-    assert!(ops.consume("ok", lim(1.0, 1000.0), 5).unwrap().unwrap().allowed);
+    assert!(
+        ops.consume("ok", lim(1.0, 1000.0), 5)
+            .unwrap()
+            .unwrap()
+            .allowed
+    );
     assert_eq!(ops.hit("h", 1000.0, 1, 5).unwrap(), Ok(1));
 }
 
@@ -78,9 +119,22 @@ fn odd_but_valid_input_does_not_trap() {
     // Empty and long keys, non-ASCII keys, times at the extremes, an empty batch, huge amounts.
     for key in ["", "ключ:🔑", &"x".repeat(100_000)] {
         assert!(world.consume(key, max, 0).unwrap().unwrap().allowed);
-        assert!(world.consume(key, lim(1.0, 1.0), u64::MAX).unwrap().unwrap().allowed);
-        assert_eq!(world.hit(key, 1.0, i64::MAX, u64::MAX - 1).unwrap(), Ok(i64::MAX));
-        assert_eq!(world.hit(key, 1.0, i64::MAX, u64::MAX - 1).unwrap(), Ok(i64::MAX), "saturates");
+        assert!(
+            world
+                .consume(key, lim(1.0, 1.0), u64::MAX)
+                .unwrap()
+                .unwrap()
+                .allowed
+        );
+        assert_eq!(
+            world.hit(key, 1.0, i64::MAX, u64::MAX - 1).unwrap(),
+            Ok(i64::MAX)
+        );
+        assert_eq!(
+            world.hit(key, 1.0, i64::MAX, u64::MAX - 1).unwrap(),
+            Ok(i64::MAX),
+            "saturates"
+        );
         assert_eq!(world.remaining(key, i64::MIN, u64::MAX - 1).unwrap(), 0);
     }
     let empty = world.consume_many(&[], 0, Some("e")).unwrap().unwrap();
@@ -89,8 +143,16 @@ fn odd_but_valid_input_does_not_trap() {
     world.release("e", 0).unwrap();
     world.release("never-issued", 0).unwrap();
     // A big batch of one key under many limits.
-    let batch: Vec<(String, Limit)> = (1..=2000).map(|i| ("b".to_owned(), lim(i as f64, 1000.0))).collect();
-    assert!(world.consume_many(&batch, 1, None).unwrap().unwrap().allowed);
+    let batch: Vec<(String, Limit)> = (1..=2000)
+        .map(|i| ("b".to_owned(), lim(i as f64, 1000.0)))
+        .collect();
+    assert!(
+        world
+            .consume_many(&batch, 1, None)
+            .unwrap()
+            .unwrap()
+            .allowed
+    );
     let refused = world.consume_many(&batch, 2, None).unwrap().unwrap();
     assert_eq!((refused.allowed, refused.blocked), (false, Some(0)));
 }
@@ -111,21 +173,45 @@ fn a_release_token_is_idempotent_and_bound_to_its_store() {
     // Released in another store: nothing happens there, and the token still works here.
     let other = memory.call_constructor(&mut *store).unwrap();
     memory.call_release(&mut *store, other, token, 1).unwrap();
-    assert!(!memory.call_consume(&mut *store, first, "a", limit_wit(limit), 2).unwrap().unwrap().allowed);
+    assert!(
+        !memory
+            .call_consume(&mut *store, first, "a", limit_wit(limit), 2)
+            .unwrap()
+            .unwrap()
+            .allowed
+    );
     memory.call_release(&mut *store, first, token, 3).unwrap();
-    let again = memory.call_consume(&mut *store, first, "a", limit_wit(limit), 4).unwrap().unwrap();
+    let again = memory
+        .call_consume(&mut *store, first, "a", limit_wit(limit), 4)
+        .unwrap()
+        .unwrap();
     assert!(again.allowed, "the released call no longer counts");
     // A second release gives nothing more back.
     memory.call_release(&mut *store, first, token, 5).unwrap();
-    assert!(!memory.call_consume(&mut *store, first, "a", limit_wit(limit), 6).unwrap().unwrap().allowed);
+    assert!(
+        !memory
+            .call_consume(&mut *store, first, "a", limit_wit(limit), 6)
+            .unwrap()
+            .unwrap()
+            .allowed
+    );
     token.resource_drop(&mut *store).unwrap();
     other.resource_drop(&mut *store).unwrap();
 }
 
 fn limit_wit(l: Limit) -> ratewindow_host_rs::engine::exports::ratewindow::engine::types::Limit {
-    ratewindow_host_rs::engine::exports::ratewindow::engine::types::Limit { uses: l.uses, window_ms: l.window_ms }
+    ratewindow_host_rs::engine::exports::ratewindow::engine::types::Limit {
+        uses: l.uses,
+        window_ms: l.window_ms,
+    }
 }
 
-fn entry(key: &str, l: Limit) -> ratewindow_host_rs::engine::exports::ratewindow::engine::types::Entry {
-    ratewindow_host_rs::engine::exports::ratewindow::engine::types::Entry { key: key.to_owned(), limit: limit_wit(l) }
+fn entry(
+    key: &str,
+    l: Limit,
+) -> ratewindow_host_rs::engine::exports::ratewindow::engine::types::Entry {
+    ratewindow_host_rs::engine::exports::ratewindow::engine::types::Entry {
+        key: key.to_owned(),
+        limit: limit_wit(l),
+    }
 }

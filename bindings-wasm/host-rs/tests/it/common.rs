@@ -1,7 +1,6 @@
 //! The conformance-vector runner shared by the tests: runs one JSON op through any [`Ops`] and gives the
 //! result in the vectors' JSON shape.
 
-
 use std::path::PathBuf;
 
 use ratewindow_host_rs::{Error, Limit, Ops, Verdict};
@@ -20,15 +19,21 @@ pub fn vector_files() -> Vec<PathBuf> {
 }
 
 fn num(op: &Value, field: &str) -> f64 {
-    op[field].as_f64().unwrap_or_else(|| panic!("{field} in {op}"))
+    op[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{field} in {op}"))
 }
 
 fn uint(op: &Value, field: &str) -> u64 {
-    op[field].as_u64().unwrap_or_else(|| panic!("{field} in {op}"))
+    op[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in {op}"))
 }
 
 fn int(op: &Value, field: &str) -> i64 {
-    op[field].as_i64().unwrap_or_else(|| panic!("{field} in {op}"))
+    op[field]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{field} in {op}"))
 }
 
 fn key<'a>(op: &'a Value) -> &'a str {
@@ -36,7 +41,10 @@ fn key<'a>(op: &'a Value) -> &'a str {
 }
 
 fn limit(v: &Value) -> Limit {
-    Limit { uses: num(v, "uses"), window_ms: num(v, "window_ms") }
+    Limit {
+        uses: num(v, "uses"),
+        window_ms: num(v, "window_ms"),
+    }
 }
 
 fn entries(op: &Value) -> Vec<(String, Limit)> {
@@ -79,17 +87,25 @@ pub fn run(ops: &mut dyn Ops, op: &Value) -> Value {
     host((|| -> wasmtime::Result<Value> {
         Ok(match name {
             "limit" => result(ops.check_limit(limit(op))?, |()| json!({ "ok": true })),
-            "consume" => result(ops.consume(key(op), limit(&op["limit"]), now)?, |v| verdict(v, false)),
-            "peek" => result(ops.peek(key(op), limit(&op["limit"]), now)?, |v| verdict(v, false)),
-            "consume_many" => {
-                result(ops.consume_many(&entries(op), now, op["id"].as_str())?, |v| verdict(v, true))
-            }
+            "consume" => result(ops.consume(key(op), limit(&op["limit"]), now)?, |v| {
+                verdict(v, false)
+            }),
+            "peek" => result(ops.peek(key(op), limit(&op["limit"]), now)?, |v| {
+                verdict(v, false)
+            }),
+            "consume_many" => result(
+                ops.consume_many(&entries(op), now, op["id"].as_str())?,
+                |v| verdict(v, true),
+            ),
             "peek_many" => result(ops.peek_many(&entries(op), now)?, |v| verdict(v, true)),
             "release" => {
                 ops.release(op["id"].as_str().expect("id"), now)?;
                 Value::Null
             }
-            "hit" => result(ops.hit(key(op), num(op, "decay_ms"), int(op, "amount"), now)?, |n| json!(n)),
+            "hit" => result(
+                ops.hit(key(op), num(op, "decay_ms"), int(op, "amount"), now)?,
+                |n| json!(n),
+            ),
             "attempts" => json!(ops.attempts(key(op), now)?),
             "too_many_attempts" => json!(ops.too_many_attempts(key(op), int(op, "max"), now)?),
             "remaining" => json!(ops.remaining(key(op), int(op, "max"), now)?),
@@ -112,13 +128,20 @@ pub fn run(ops: &mut dyn Ops, op: &Value) -> Value {
 pub fn run_all(ops: &mut dyn Ops) -> usize {
     let mut count = 0;
     for file in vector_files() {
-        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
+        let doc: Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
         for case in doc["cases"].as_array().expect("cases") {
             ops.fresh_store().expect("fresh store");
             for (i, op) in case["ops"].as_array().expect("ops").iter().enumerate() {
                 let got = run(ops, op);
                 let expect = op.get("expect").cloned().unwrap_or(Value::Null);
-                assert_eq!(got, expect, "{} / {} / op {i}: {op}", file.display(), case["name"]);
+                assert_eq!(
+                    got,
+                    expect,
+                    "{} / {} / op {i}: {op}",
+                    file.display(),
+                    case["name"]
+                );
                 count += 1;
             }
         }
