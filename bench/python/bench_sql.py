@@ -12,7 +12,8 @@ read for the ``Sync`` messages the client sent (one per round trip outside pipel
 - ratewindow: ``PostgresStore.using(conn).consume(key, Limit(5, 10_000))``, ``consume_many`` of one
   entry and of three (three keys, one call), and ``consume`` on a connection outside autocommit
   (``BEGIN``, the statement, ``COMMIT``).
-- the same two on a session with ``synchronous_commit = off`` (the commit does not wait for the disk).
+- ``consume`` through a schema installed with ``durable=True`` (each commit waits for the WAL flush;
+  by default the functions commit with ``synchronous_commit = off``).
 - SQLite: ``SqliteStore(sqlite3.connect(path, isolation_level=None)).consume`` on a file, in the
   default rollback journal and in WAL with ``synchronous=NORMAL``.
 
@@ -109,16 +110,12 @@ def main() -> None:
     keys = [f"user:{i}" for i in range(KEYS)]
     prefix = f"rwbench_{os.getpid()}_{secrets.token_hex(3)}"
 
-    with (
-        psycopg.connect(DSN, autocommit=True) as conn,
-        psycopg.connect(DSN) as tx_conn,
-        psycopg.connect(DSN, autocommit=True) as async_commit,
-    ):
-        # A session that does not wait for the commit's WAL flush (a crash may lose the last few ms of
-        # counts): what the call costs without the disk.
-        async_commit.execute("SET synchronous_commit = off")
+    with psycopg.connect(DSN, autocommit=True) as conn, psycopg.connect(DSN) as tx_conn:
         store = PostgresStore.using(conn, prefix=prefix)
         store.install_schema()
+        # The same tables, through functions that wait for each commit's WAL flush.
+        durable = PostgresStore.using(conn, prefix=f"{prefix}_d", durable=True)
+        durable.install_schema()
         try:
             runners = {
                 "bare SELECT 1": bare(conn),
@@ -126,21 +123,15 @@ def main() -> None:
                 "PostgresStore.consume_many (1 entry)": consume_many(store, 1),
                 "PostgresStore.consume_many (3 entries)": consume_many(store, 3),
                 "PostgresStore.consume (not autocommit)": consume(PostgresStore.using(tx_conn, prefix=prefix)),
-                "bare SELECT 1 (synchronous_commit=off)": bare(async_commit),
-                "PostgresStore.consume (synchronous_commit=off)": consume(
-                    PostgresStore.using(async_commit, prefix=prefix)
-                ),
+                "PostgresStore.consume (durable=True)": consume(durable),
             }
-            sessions = {"not autocommit": tx_conn, "synchronous_commit=off": async_commit}
             trips = {
-                name: round_trips(next((c for s, c in sessions.items() if s in name), conn), run)
-                for name, run in runners.items()
+                name: round_trips(tx_conn if "not autocommit" in name else conn, run) for name, run in runners.items()
             }
             rates = interleaved(runners, keys, args.rounds, args.ops)
         finally:
-            conn.execute(
-                f"DROP TABLE {prefix}_calls, {prefix}_windows; DROP FUNCTION {prefix}_consume, {prefix}_window".encode()
-            )
+            for p in (prefix, f"{prefix}_d"):
+                conn.execute(f"DROP TABLE {p}_calls, {p}_windows; DROP FUNCTION {p}_consume, {p}_window".encode())
 
     base = rates["bare SELECT 1"]
     print(f"PostgreSQL (psycopg {psycopg.__version__}, unix socket): {KEYS:,} keys round-robin, {USES} uses per")
