@@ -223,7 +223,8 @@ class PostgresStore(CooldownStore):
     - An **autocommit** connection (``psycopg.connect(..., autocommit=True)``, or a pool made with
       ``kwargs={"autocommit": True}``) gives one round trip per call. Otherwise each call runs in
       ``conn.transaction()``: ``BEGIN``, the statement, ``COMMIT`` (three round trips), or a savepoint
-      when the connection is already inside a transaction of yours (the call then commits with it).
+      when the connection is already inside a transaction of yours (the call then commits with it; and,
+      unless the schema is ``durable``, its ``synchronous_commit = off`` holds for your commit too).
     - One connection shared by threads serialises their calls (psycopg locks it); a pool runs them side
       by side.
     - Any driver error (lost connection, statement timeout, a missing table…) raises
