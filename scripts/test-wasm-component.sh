@@ -36,6 +36,7 @@ CARGO_TARGET_DIR="${RATEWINDOW_WASM_HOST_TARGET:-$ROOT/target-wasm-host}" \
   cargo test --release -q -p ratewindow-host-rs
 
 echo "--- Python host (wasmtime-py)"
+(cd bindings-wasm/host-py && "$ROOT/.venv/bin/python" -m mypy --no-incremental)
 "$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider bindings-wasm/host-py
 
 echo "--- Node host (jco)"

@@ -279,7 +279,9 @@ class FastConsume:
         self._byref = byref
         self.world = world
         self.func = world._m["consume"]
-        self.result_ty = self.func.type(world.store).result
+        result_ty = self.func.type(world.store).result
+        assert result_ty is not None
+        self.result_ty = result_ty
         self.params = (ffi.wasmtime_component_val_t * 4)()
 
     def __call__(self, key: str, uses: float, window_ms: float, now: int) -> tuple[bool, int, Optional[int]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -36,7 +36,7 @@ def world(request: pytest.FixtureRequest) -> Any:
 @pytest.mark.parametrize(("args", "field", "value"), BAD, ids=[f"{a}" for a, _, _ in BAD])
 def test_every_operation_refuses_a_bad_limit(world: Any, args: tuple[float, float], field: str, value: str) -> None:
     bad = limit(*args)
-    calls = [
+    calls: list[Callable[[], Any]] = [
         lambda: world.check_limit(bad),
         lambda: world.consume("k", bad, 5),
         lambda: world.peek("k", bad, 5),

@@ -37,7 +37,8 @@ def verdict(v: Any, batch: bool = False) -> dict[str, Any]:
 def result(r: Any, ok: Callable[[Any], Any]) -> Any:
     if isinstance(r, wc.Variant):
         assert r.tag == "invalid-limit", f"unexpected error {r.tag}: {r.payload!r}"
-        return {"error": "invalid_limit", "field": r.payload.field.replace("-", "_")}
+        payload: Any = r.payload
+        return {"error": "invalid_limit", "field": payload.field.replace("-", "_")}
     return ok(r)
 
 
