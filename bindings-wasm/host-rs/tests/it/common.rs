@@ -36,7 +36,7 @@ fn int(op: &Value, field: &str) -> i64 {
         .unwrap_or_else(|| panic!("{field} in {op}"))
 }
 
-fn key<'a>(op: &'a Value) -> &'a str {
+fn key(op: &Value) -> &str {
     op["key"].as_str().unwrap_or_else(|| panic!("key in {op}"))
 }
 
