@@ -2,5 +2,6 @@
 
 mod bad_input;
 mod common;
+mod differential;
 mod hosted;
 mod vectors;
