@@ -115,10 +115,10 @@ pub struct NativePostgres {
 impl NativePostgres {
     /// Plans for the objects named by `prefix` (`[a-z_][a-z0-9_]*`, at most 40 characters).
     #[napi(constructor)]
-    pub fn new(prefix: String) -> Result<Self, String> {
+    pub fn new(prefix: String, durable: Option<bool>) -> Result<Self, String> {
         guard(|| {
             Ok(NativePostgres {
-                pg: Postgres::new(names(&prefix)?),
+                pg: Postgres::new(names(&prefix)?).durable(durable.unwrap_or(false)),
             })
         })
     }

@@ -35,6 +35,24 @@ testStore(
 );
 
 describe('PostgresStore', () => {
+  it('relaxes only its own commits; durable keeps a caller\'s transaction on the server setting', async () => {
+    const client = await pool.connect();
+    try {
+      for (const [durable, want] of [[true, 'on'], [false, 'off']]) {
+        await client.query('BEGIN');
+        await client.query('SET LOCAL synchronous_commit = on');
+        const inTransaction = PostgresStore.using((sql, params) => client.query(sql, params), { prefix, durable });
+        assert.equal((await inTransaction.consume(`tx:${Math.random()}`, l(1, 1000))).allowed, true);
+        const { rows } = await client.query('SHOW synchronous_commit');
+        assert.equal(rows[0].synchronous_commit, want);
+        await client.query('ROLLBACK');
+      }
+      assert.throws(() => PostgresStore.using(pool, { prefix, durable: 'yes' }), TypeError);
+    } finally {
+      client.release();
+    }
+  });
+
   it('runs RateLimiter unchanged', async () => {
     const limiter = new RateLimiter(store);
     const key = `rl:${Math.random()}`;

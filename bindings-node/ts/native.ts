@@ -18,7 +18,7 @@ interface NativeModule {
   __panicForTest(message: string): void;
   NativeRedis: new (prefix: string, hashTagBefore: string | null) => BackendRedis;
   redisScripts(): string[];
-  NativePostgres: new (prefix: string) => BackendPostgres;
+  NativePostgres: new (prefix: string, durable?: boolean) => BackendPostgres;
   NativeSqlite: new (prefix: string) => BackendSqlite;
 }
 
@@ -51,7 +51,7 @@ export function nativeBackend(): Backend {
     panicForTest: native.__panicForTest,
     createRedis: (prefix: string, hashTagBefore: string | null) => new native.NativeRedis(prefix, hashTagBefore),
     redisScripts: native.redisScripts,
-    createPostgres: (prefix: string) => new native.NativePostgres(prefix),
+    createPostgres: (prefix: string, durable?: boolean) => new native.NativePostgres(prefix, durable),
     createSqlite: (prefix: string) => new native.NativeSqlite(prefix),
   } satisfies Backend & RedisBackend & SqlBackend);
   return loaded;

@@ -64,6 +64,14 @@ export interface PostgresStoreOptions {
    * characters. Include a schema by setting the connection's `search_path`.
    */
   readonly prefix?: string;
+  /**
+   * Whether each call waits for its commit's WAL flush (the server's `synchronous_commit`). Default
+   * `false`: each call's statement sets `synchronous_commit = off` for the transaction it runs in, so a
+   * call does not wait for the flush (the database stays consistent; a server crash can lose the last
+   * moments' calls — the right trade for rate limits). Pass `true` when your query function runs the
+   * statements inside a transaction of yours: the relaxed setting would apply to your commit too.
+   */
+  readonly durable?: boolean;
   /** The engine build (default: the native addon). */
   readonly backend?: Backend;
 }
@@ -110,7 +118,10 @@ export class PostgresStore extends CooldownStore {
     this.query = query;
     this.backend = sqlBackend(options.backend, 'PostgresStore');
     try {
-      this.plans = this.backend.createPostgres(prefixOption(options.prefix));
+      if (options.durable !== undefined && typeof options.durable !== 'boolean') {
+        throw typeError('durable must be a boolean', options.durable);
+      }
+      this.plans = this.backend.createPostgres(prefixOption(options.prefix), options.durable ?? false);
     } catch (e) {
       throw engineError(e, this.backend);
     }

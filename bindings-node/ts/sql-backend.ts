@@ -73,8 +73,12 @@ export interface BackendSqlite {
 
 /** A {@link Backend} that can also plan for PostgreSQL and SQLite. */
 export interface SqlBackend {
-  /** PostgreSQL plans for the objects named by `prefix` (`[a-z_][a-z0-9_]*`, at most 40 characters). */
-  createPostgres(prefix: string): BackendPostgres;
+  /**
+   * PostgreSQL plans for the objects named by `prefix` (`[a-z_][a-z0-9_]*`, at most 40 characters).
+   * `durable` plans every call to wait for its commit's WAL flush (default: the call's own transaction
+   * skips it, `synchronous_commit = off` locally).
+   */
+  createPostgres(prefix: string, durable?: boolean): BackendPostgres;
   /** SQLite plans for the tables named by `prefix`. */
   createSqlite(prefix: string): BackendSqlite;
 }

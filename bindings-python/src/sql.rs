@@ -164,8 +164,8 @@ impl PostgresPlanner {
 #[pymethods]
 impl PostgresPlanner {
     /// Objects named `{prefix}_…`; `prefix` is `[a-z_][a-z0-9_]*`, at most 40 characters
-    /// (`ValueError` otherwise), default `ratewindow`. With `durable`, the schema's functions keep the
-    /// server's `synchronous_commit` (each call waits for its commit to be flushed) instead of `off`.
+    /// (`ValueError` otherwise), default `ratewindow`. With `durable`, every call keeps the server's
+    /// `synchronous_commit` (waits for its commit to be flushed) instead of `off` for its transaction.
     #[new]
     #[pyo3(signature = (prefix = None, durable = false))]
     fn new(py: Python<'_>, prefix: Option<&str>, durable: bool) -> PyResult<Self> {

@@ -147,6 +147,16 @@ def test_a_connection_outside_autocommit_is_left_idle_and_joins_a_transaction_of
         assert store.consume(other, limit).allowed
 
 
+def test_a_call_inside_a_transaction_of_yours_leaves_its_commit_setting_alone() -> None:
+    with sq.connect(autocommit=False) as conn:
+        store = PostgresStore.using(conn, prefix=PREFIX)
+        with conn.transaction(force_rollback=True):
+            conn.execute("SET LOCAL synchronous_commit = on")
+            assert store.consume(_key("tx-setting"), Limit(1, 60_000)).allowed
+            row = conn.execute("SHOW synchronous_commit").fetchone()
+            assert row is not None and row[0] == "on", "the relaxed commit stays in the call's own transactions"
+
+
 def test_using_refuses_what_is_not_a_psycopg_connection_or_pool() -> None:
     with pytest.raises(TypeError, match="AsyncPostgresStore"):
         PostgresStore.using(psycopg.AsyncConnection.__new__(psycopg.AsyncConnection), prefix=PREFIX)  # type: ignore[arg-type]
@@ -244,7 +254,7 @@ def test_rows_of_the_wrong_shape_are_a_store_reply_error() -> None:
             store = PostgresStore.using(conn, prefix=prefix)
             store.install_schema()
             conn.execute(
-                f"CREATE OR REPLACE FUNCTION {prefix}_window(p_op text, p_key text, p_decay bigint, p_amount bigint) "
+                f"CREATE OR REPLACE FUNCTION {prefix}_window(p_op text, p_key text, p_decay bigint, p_amount bigint, p_relaxed boolean) "
                 f"RETURNS TABLE (hits bigint, ms_left bigint) LANGUAGE sql AS $$ SELECT 1::bigint, -5::bigint $$".encode()
             )
             with pytest.raises(StoreReplyError) as caught:

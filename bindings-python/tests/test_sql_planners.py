@@ -14,8 +14,8 @@ from ratewindow._ratewindow import PostgresPlanner, SqlitePlanner
 def test_postgres_statements_carry_the_call_in_arrays() -> None:
     planner = PostgresPlanner("rw_x")
     sql, params, n, keys = planner.consume_many([Entry("a", Limit(1, 1000)), ("b", Limit(2, 500))], "id1")
-    assert "rw_x_consume($1, $2, $3::text[], $4::bigint[], $5::bigint[])" in sql
-    assert params == ["c", "id1", ["a", "b"], [1, 2], [1000, 500]]
+    assert "rw_x_consume($1, $2, $3::text[], $4::bigint[], $5::bigint[], $6::boolean)" in sql
+    assert params == ["c", "id1", ["a", "b"], [1, 2], [1000, 500], True]
     assert (n, keys) == (2, ["a", "b"])
     assert planner.release(keys, "id1")[1] == [["a", "b"], "id1"]
     assert planner.peek("a", Limit(1, 1000))[1][0] == "p"
@@ -79,8 +79,10 @@ def test_a_sqlite_call_is_decided_once() -> None:
         window.decide([(1, 2), (3, 4)])
 
 
-def test_the_schema_commits_without_waiting_for_the_flush_unless_durable() -> None:
-    relaxed = "set_config('synchronous_commit', 'off', true)"
-    assert relaxed in PostgresPlanner("rw_x").schema()
-    assert relaxed not in PostgresPlanner("rw_x", durable=True).schema()
+def test_calls_are_planned_without_waiting_for_the_flush_unless_durable() -> None:
+    assert "set_config('synchronous_commit', 'off', true)" in PostgresPlanner("rw_x").schema()
+    entries = [Entry("a", Limit(1, 1000))]
+    assert PostgresPlanner("rw_x").consume_many(entries, "id")[1][-1] is True
+    assert PostgresPlanner("rw_x", durable=True).consume_many(entries, "id")[1][-1] is False
+    assert PostgresPlanner("rw_x", durable=True).hit("a", 1000, 1)[1][-1] is False
     assert SqlitePlanner.connection_setup(250) == "PRAGMA busy_timeout = 250"

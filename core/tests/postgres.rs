@@ -53,8 +53,8 @@ impl Drop for Schema {
     }
 }
 
-fn run(client: &mut postgres::Client, statement: &Statement) -> Vec<Vec<SqlValue>> {
-    let params: Vec<Box<dyn ToSql + Sync>> = statement
+fn to_sql(statement: &Statement) -> Vec<Box<dyn ToSql + Sync>> {
+    statement
         .params
         .iter()
         .map(|p| -> Box<dyn ToSql + Sync> {
@@ -63,10 +63,15 @@ fn run(client: &mut postgres::Client, statement: &Statement) -> Vec<Vec<SqlValue
                 SqlValue::Text(s) => Box::new(s.clone()),
                 SqlValue::Ints(v) => Box::new(v.clone()),
                 SqlValue::Texts(v) => Box::new(v.clone()),
+                SqlValue::Bool(b) => Box::new(*b),
                 other => panic!("unexpected parameter {other:?}"),
             }
         })
-        .collect();
+        .collect()
+}
+
+fn run(client: &mut postgres::Client, statement: &Statement) -> Vec<Vec<SqlValue>> {
+    let params = to_sql(statement);
     let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
     let rows = client.query(statement.sql.as_str(), &refs).unwrap();
     rows.iter()
@@ -337,23 +342,43 @@ fn one_entry_and_many_entries_follow_the_same_rules() {
 }
 
 #[test]
-fn durable_commits_install_and_count_the_same() {
-    let schema = Schema::install("durable");
-    let durable = schema.plans.clone().durable(true);
+fn a_durable_plan_leaves_a_callers_transaction_its_own_commit_setting() {
+    let schema = Schema::install("commits");
+    let one = [Entry::new("k", limit(5, 60_000))];
+    let show = |tx: &mut postgres::Transaction<'_>| -> String {
+        tx.query_one("SHOW synchronous_commit", &[]).unwrap().get(0)
+    };
     let mut client = connect();
-    client.batch_execute(&durable.schema()).unwrap();
-    let source: String = client
-        .query_one(
-            &format!(
-                "SELECT prosrc FROM pg_proc WHERE proname = '{}_consume'",
-                durable.names().prefix()
-            ),
-            &[],
-        )
+    for (plans, want) in [
+        (schema.plans.clone().durable(true), "on"),
+        (schema.plans.clone(), "off"),
+    ] {
+        let mut tx = client.transaction().unwrap();
+        tx.batch_execute("SET LOCAL synchronous_commit = on")
+            .unwrap();
+        let (statement, _) = plans
+            .plan_consume_many(&one, &format!("in-a-transaction-{want}"))
+            .unwrap();
+        assert_eq!(
+            statement.params.last(),
+            Some(&SqlValue::Bool(want == "off"))
+        );
+        let params = to_sql(&statement);
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
+        let rows = tx.query(statement.sql.as_str(), &refs).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            show(&mut tx),
+            want,
+            "a relaxed plan relaxes the transaction it runs in, a durable one does not"
+        );
+        tx.commit().unwrap();
+    }
+    // On its own (autocommit), a relaxed call relaxes only its own transaction.
+    assert!(consume(&mut client, &schema.plans, &one).0.allowed);
+    let after: String = client
+        .query_one("SHOW synchronous_commit", &[])
         .unwrap()
         .get(0);
-    assert!(!source.contains("synchronous_commit', 'off'"));
-    let one = [Entry::new("k", limit(1, 60_000))];
-    assert!(consume(&mut client, &durable, &one).0.allowed);
-    assert!(!consume(&mut client, &durable, &one).0.allowed);
+    assert_eq!(after, "on");
 }

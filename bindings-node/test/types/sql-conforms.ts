@@ -8,6 +8,6 @@ declare const native: typeof Native;
 export const postgres: BackendPostgres = new native.NativePostgres('ratewindow');
 export const sqlite: BackendSqlite = new native.NativeSqlite('ratewindow');
 export const sql: SqlBackend = {
-  createPostgres: (prefix: string) => new native.NativePostgres(prefix),
+  createPostgres: (prefix: string, durable?: boolean) => new native.NativePostgres(prefix, durable),
   createSqlite: (prefix: string) => new native.NativeSqlite(prefix),
 };

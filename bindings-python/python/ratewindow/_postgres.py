@@ -41,6 +41,19 @@ Window: TypeAlias = tuple[int, int] | None
 Planner = _ratewindow.PostgresPlanner
 
 
+
+def _durable_inside(conn: Any, params: Any) -> Any:
+    """The statement's parameters, planned durable when it runs inside a transaction of the caller's.
+
+    The functions' last parameter says whether the transaction they run in may skip the WAL flush
+    (``synchronous_commit = off``, local to the transaction). That suits a call that is its own
+    transaction; inside the caller's, it would apply to the caller's commit, so it is turned off."""
+    import psycopg
+
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE and params and params[-1] is True:
+        return [*params[:-1], False]
+    return params
+
 def _call_id() -> str:
     """A fresh random id for one call: it marks the call's rows, so a release removes exactly them."""
     return os.urandom(16).hex()
@@ -134,6 +147,7 @@ def _sync_executor(target: object) -> tuple[Callable[[Request], Rows], Callable[
                 return cur.fetchall() if cur.description is not None else []
             # Not autocommit: BEGIN … COMMIT around the statement (a savepoint inside a transaction of
             # the caller's), so the advisory locks are released at once and an error rolls back.
+            params = _durable_inside(conn, params)
             with lock, conn.transaction():
                 cur.execute(sql, params)
                 return cur.fetchall() if cur.description is not None else []
@@ -223,8 +237,8 @@ class PostgresStore(CooldownStore):
     - An **autocommit** connection (``psycopg.connect(..., autocommit=True)``, or a pool made with
       ``kwargs={"autocommit": True}``) gives one round trip per call. Otherwise each call runs in
       ``conn.transaction()``: ``BEGIN``, the statement, ``COMMIT`` (three round trips), or a savepoint
-      when the connection is already inside a transaction of yours (the call then commits with it; and,
-      unless the schema is ``durable``, its ``synchronous_commit = off`` holds for your commit too).
+      when the connection is already inside a transaction of yours (the call then commits with it, and
+      is planned durable so your commit keeps the server's ``synchronous_commit``).
     - One connection shared by threads serialises their calls (psycopg locks it); a pool runs them side
       by side.
     - Any driver error (lost connection, statement timeout, a missing table…) raises
@@ -253,7 +267,7 @@ class PostgresStore(CooldownStore):
         """A store over ``target``, a psycopg ``Connection`` or ``psycopg_pool.ConnectionPool`` (yours:
         the store never opens or closes a connection). Objects are named ``{prefix}_…``.
 
-        ``durable`` only changes the schema :meth:`install_schema` installs: by default the functions
+        ``durable`` plans every call to wait for its commit's flush: by default the functions
         commit their own transaction with ``synchronous_commit = off`` (a call does not wait for the WAL
         flush; a server crash may lose the last moments' calls); ``durable=True`` keeps the server's
         setting. Installing again switches an existing database."""
@@ -370,6 +384,7 @@ def _async_executor(
             if conn.autocommit:
                 await cur.execute(sql, params)
                 return await cur.fetchall() if cur.description is not None else []
+            params = _durable_inside(conn, params)
             async with lock, conn.transaction():
                 await cur.execute(sql, params)
                 return await cur.fetchall() if cur.description is not None else []

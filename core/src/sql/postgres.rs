@@ -15,9 +15,11 @@ const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigin
 /// Run [`schema`](Self::schema) once per database (it is idempotent and safe to run from several
 /// processes at once); then every call is one statement.
 ///
-/// **Commits.** By default the functions commit their own transaction with `synchronous_commit = off`
-/// (set locally, for that transaction only): a call does not wait for the WAL flush, which is most of
-/// its cost on a durable server. The database stays consistent; a server crash can lose the calls of
+/// **Commits.** By default each call's statement sets `synchronous_commit = off` for the transaction
+/// it runs in (locally): a call does not wait for the WAL flush, which is most of its cost on a durable
+/// server. That is meant for a statement that is its own transaction (autocommit, as a pool runs it);
+/// a host that runs a call inside a transaction of its caller's plans it [`durable`](Self::durable),
+/// so the caller's commit keeps the server's setting. The database stays consistent; a server crash can lose the calls of
 /// the last moments (at most `3 × wal_writer_delay`, 600 ms by default) — for counting rate limits
 /// that is the right trade. [`durable`](Self::durable) keeps the server's own setting instead.
 #[derive(Debug, Clone)]
@@ -42,9 +44,9 @@ impl Postgres {
         Postgres {
             consume: names.apply(
                 "SELECT allowed, retry_after_ms, retry_timestamp, blocked, now_ms \
-                 FROM {p}_consume($1, $2, $3::text[], $4::bigint[], $5::bigint[])",
+                 FROM {p}_consume($1, $2, $3::text[], $4::bigint[], $5::bigint[], $6::boolean)",
             ),
-            window: names.apply("SELECT hits, ms_left FROM {p}_window($1, $2, $3::bigint, $4::bigint)"),
+            window: names.apply("SELECT hits, ms_left FROM {p}_window($1, $2, $3::bigint, $4::bigint, $5::boolean)"),
             release: names.apply("DELETE FROM {p}_calls WHERE key = ANY($1::text[]) AND id = $2"),
             purge: names.apply(&format!(
                 "WITH calls AS (DELETE FROM {{p}}_calls WHERE expires_at <= {NOW_MS} RETURNING 1), \
@@ -57,8 +59,8 @@ impl Postgres {
     }
 
     /// Whether each call waits for its commit to be flushed (the server's `synchronous_commit`),
-    /// rather than the default `off` for the functions' own transactions. Takes effect when the schema
-    /// is (re)installed.
+    /// rather than the default `off` for the call's own transaction. Plan durable calls for statements
+    /// that run inside a transaction of the caller's: the relaxed setting would apply to its commit.
     pub fn durable(mut self, durable: bool) -> Postgres {
         self.durable = durable;
         self
@@ -69,17 +71,9 @@ impl Postgres {
         &self.names
     }
 
-    /// The schema: tables, indexes and the two functions, in one transaction. Idempotent; running it
-    /// again replaces the functions (e.g. after changing [`durable`](Self::durable)).
+    /// The schema: tables, indexes and the two functions, in one transaction. Idempotent.
     pub fn schema(&self) -> String {
-        let commit_mode = if self.durable {
-            "-- Durable: each call waits for its commit to be flushed (the server's synchronous_commit)."
-        } else {
-            "-- A rate limit's last moments may be lost in a crash; a call need not wait for the WAL flush.\n  \
-             PERFORM set_config('synchronous_commit', 'off', true);"
-        };
-        self.names
-            .apply(&SCHEMA.replace("{commit_mode}", commit_mode))
+        self.names.apply(SCHEMA)
     }
 
     fn sliding(&self, mode: &str, entries: &[Entry], call_id: &str) -> Statement {
@@ -91,6 +85,7 @@ impl Postgres {
                 SqlValue::Texts(entries.iter().map(|e| e.key.clone()).collect()),
                 SqlValue::Ints(entries.iter().map(|e| e.limit.uses() as i64).collect()),
                 SqlValue::Ints(entries.iter().map(|e| e.limit.window_ms() as i64).collect()),
+                SqlValue::Bool(!self.durable),
             ],
         )
     }
@@ -142,6 +137,7 @@ impl Postgres {
                 SqlValue::Text(key.to_owned()),
                 SqlValue::Int(decay_ms as i64),
                 SqlValue::Int(amount),
+                SqlValue::Bool(!self.durable),
             ],
         )
     }

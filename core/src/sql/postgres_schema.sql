@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS {p}_windows (
 
 -- The sliding log for every entry of one call, in one statement and one transaction: 'c' consumes
 -- (trims, checks every entry, records against all or none), 'p' peeks (writes nothing).
-CREATE OR REPLACE FUNCTION {p}_consume(p_mode text, p_id text, p_keys text[], p_uses bigint[], p_windows bigint[])
+CREATE OR REPLACE FUNCTION {p}_consume(p_mode text, p_id text, p_keys text[], p_uses bigint[], p_windows bigint[],
+  p_relaxed boolean)
 RETURNS TABLE (allowed boolean, retry_after_ms bigint, retry_timestamp bigint, blocked integer, now_ms bigint)
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
@@ -45,7 +46,12 @@ BEGIN
      OR coalesce(cardinality(p_keys), 0) <> coalesce(cardinality(p_windows), 0) THEN
     RAISE EXCEPTION 'ratewindow: keys, uses and windows differ in length';
   END IF;
-  {commit_mode}
+  -- Relaxed (the planner's default): a rate limit's last moments may be lost in a crash, so this
+  -- call's own transaction need not wait for the WAL flush. Planned only for a statement that is its
+  -- whole transaction, never inside a caller's.
+  IF p_relaxed THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
+  END IF;
   -- One entry, the usual call: the same rules in four statements.
   IF cardinality(p_keys) = 1 THEN
     IF p_mode = 'c' THEN
@@ -122,7 +128,7 @@ $fn$;
 -- One key's fixed window: 'hit' (adds p_amount, opening a window of p_decay ms if none runs), 'get',
 -- 'reset' (count to 0, window kept), 'clear' (count and window). Returns the count and the ms left,
 -- (0, 0) for a key without a window.
-CREATE OR REPLACE FUNCTION {p}_window(p_op text, p_key text, p_decay bigint, p_amount bigint)
+CREATE OR REPLACE FUNCTION {p}_window(p_op text, p_key text, p_decay bigint, p_amount bigint, p_relaxed boolean)
 RETURNS TABLE (hits bigint, ms_left bigint)
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
@@ -134,7 +140,12 @@ BEGIN
   IF p_op IS NULL OR p_op NOT IN ('hit', 'get', 'reset', 'clear') THEN
     RAISE EXCEPTION 'ratewindow: unknown fixed-window op %', p_op;
   END IF;
-  {commit_mode}
+  -- Relaxed (the planner's default): a rate limit's last moments may be lost in a crash, so this
+  -- call's own transaction need not wait for the WAL flush. Planned only for a statement that is its
+  -- whole transaction, never inside a caller's.
+  IF p_relaxed THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
+  END IF;
   PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 1));
   v_now := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
   IF p_op = 'clear' THEN
