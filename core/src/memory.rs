@@ -492,18 +492,7 @@ impl MemoryStore {
                 }
             }
         }
-        let verdict = match blocked {
-            Some((index, until)) => {
-                let v = Verdict::refused(now, until);
-                BatchVerdict {
-                    allowed: false,
-                    retry_after_ms: v.retry_after_ms,
-                    retry_timestamp: v.retry_timestamp,
-                    blocked: Some(index),
-                }
-            }
-            None => BatchVerdict::ALLOWED,
-        };
+        let verdict = BatchVerdict::at(now, blocked);
         let release = (record && verdict.allowed).then(|| {
             let calls = keys()
                 .map(|i| {

@@ -61,6 +61,23 @@ impl BatchVerdict {
         blocked: None,
     };
 
+    /// The verdict of a batch at `now`: allowed when no entry waits, else refused until the longest
+    /// wait `(entry index, retry_timestamp)` ends.
+    pub const fn at(now: u64, longest_wait: Option<(usize, u64)>) -> BatchVerdict {
+        match longest_wait {
+            None => BatchVerdict::ALLOWED,
+            Some((index, until)) => {
+                let v = Verdict::refused(now, until);
+                BatchVerdict {
+                    allowed: false,
+                    retry_after_ms: v.retry_after_ms,
+                    retry_timestamp: v.retry_timestamp,
+                    blocked: Some(index),
+                }
+            }
+        }
+    }
+
     /// The single-call view of this verdict (drops `blocked`).
     pub const fn verdict(self) -> Verdict {
         Verdict {

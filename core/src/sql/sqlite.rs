@@ -6,7 +6,7 @@ use crate::sliding::in_window;
 use crate::sql::{
     distinct_keys, window_state, RowError, SqlNames, SqlRelease, SqlValue, Statement,
 };
-use crate::{BatchVerdict, Entry, Limit, Verdict, Window};
+use crate::{BatchVerdict, Entry, Limit, Window};
 
 const SCHEMA: &str = include_str!("sqlite_schema.sql");
 
@@ -254,7 +254,7 @@ impl SqliteCall {
         }
         let commit = || Statement::new("COMMIT", vec![]);
         let Some(call_id) = self.call_id.clone() else {
-            let verdict = verdict(blocked, self.now);
+            let verdict = BatchVerdict::at(self.now, blocked);
             return Ok(Decided {
                 verdict,
                 statements: vec![],
@@ -263,7 +263,7 @@ impl SqliteCall {
         };
         if blocked.is_some() {
             return Ok(Decided {
-                verdict: verdict(blocked, self.now),
+                verdict: BatchVerdict::at(self.now, blocked),
                 statements: vec![commit()],
                 release: None,
             });
@@ -319,21 +319,6 @@ fn wait_until(times: &[u64], limit: Limit, now: u64) -> Option<u64> {
         .filter(|&&t| in_window(t, now, limit.window_ms()))
         .count();
     (inside >= uses).then(|| times[times.len() - uses].saturating_add(limit.window_ms()))
-}
-
-fn verdict(blocked: Option<(usize, u64)>, now: u64) -> BatchVerdict {
-    match blocked {
-        None => BatchVerdict::ALLOWED,
-        Some((index, until)) => {
-            let v = Verdict::refused(now, until);
-            BatchVerdict {
-                allowed: false,
-                retry_after_ms: v.retry_after_ms,
-                retry_timestamp: v.retry_timestamp,
-                blocked: Some(index),
-            }
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
