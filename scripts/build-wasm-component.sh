@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the ratewindow component for both worlds of wit/world.wit and checks them:
 #   bindings-wasm/component/dist/ratewindow-engine.wasm   world `engine` (no imports)
-#   bindings-wasm/component/dist/ratewindow-hosted.wasm   world `hosted` (imports the host's clock)
+#   bindings-wasm/component/dist/ratewindow-hosted.wasm   world `hosted` (imports the host's clock and store-io)
 # Each: cargo build for wasm32-unknown-unknown (scripts/wasm-toolchain.sh picks the toolchain), `jco new`
 # to wrap the core module as a component, `jco opt` (binaryen wasm-opt -O3: ~10% smaller and faster), `jco wit` to
 # read its world back, and the size budget.
@@ -9,7 +9,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIST="$ROOT/bindings-wasm/component/dist"
-BUDGET=$((150 * 1024))
+# Size budgets: engine 150 KB. hosted 175 KB since it carries the Redis store (was 150 KB: the core's
+# Redis plans, their SHA1, reply rendering and the store's glue add ~48 KB; see the component README).
+budget() { if [ "$1" = hosted ]; then echo $((175 * 1024)); else echo $((150 * 1024)); fi; }
 JCO="$ROOT/bindings-wasm/node_modules/.bin/jco"
 
 eval "$("$ROOT/scripts/wasm-toolchain.sh" env)"
@@ -30,8 +32,31 @@ for world in engine hosted; do
   # The features rustc enables by default for wasm32-unknown-unknown, so wasm-opt accepts the module.
   "$JCO" opt "$out.unopt" -o "$out" -q -- -O3 --enable-bulk-memory --enable-sign-ext \
     --enable-nontrapping-float-to-int --enable-multivalue --enable-reference-types --enable-mutable-globals
+  # Drop the component's debug names (`component-name`, ~8 KB): nothing reads them at run time.
+  python3 - "$out" <<'PY'
+import sys
+path = sys.argv[1]
+data = open(path, "rb").read()
+def leb(i):
+    value = shift = 0
+    while True:
+        byte = data[i]; i += 1; value |= (byte & 0x7F) << shift; shift += 7
+        if byte < 0x80:
+            return value, i
+out, i = bytearray(data[:8]), 8
+while i < len(data):
+    start = i
+    section = data[i]; size, i = leb(i + 1); end = i + size
+    if section == 0:
+        length, j = leb(i)
+        if data[j:j + length] == b"component-name":
+            i = end
+            continue
+    out += data[start:end]; i = end
+open(path, "wb").write(bytes(out))
+PY
   wit="$("$JCO" wit "$out")"
-  # The world read back from the binary: exports as declared, imports only the clock (hosted).
+  # The world read back from the binary: exports as declared; hosted imports the clock and store-io.
   for export in types errors limits memory; do
     grep -q "export ratewindow:engine/$export@0.1.0;" <<<"$wit" || { echo "$out: missing export $export" >&2; exit 1; }
   done
@@ -39,11 +64,15 @@ for world in engine hosted; do
   if [ "$world" = engine ]; then
     [ -z "$imports" ] || { echo "$out: the engine world must import nothing, got: $imports" >&2; exit 1; }
   else
-    grep -q "export ratewindow:engine/clocked-memory@0.1.0;" <<<"$wit" || { echo "$out: missing clocked-memory" >&2; exit 1; }
-    [ "$imports" = "importratewindow:engine/clock@0.1.0;" ] || { echo "$out: unexpected imports: $imports" >&2; exit 1; }
+    for export in clocked-memory redis; do
+      grep -q "export ratewindow:engine/$export@0.1.0;" <<<"$wit" || { echo "$out: missing export $export" >&2; exit 1; }
+    done
+    [ "$imports" = "$(printf 'importratewindow:engine/clock@0.1.0;\nimportratewindow:engine/store-io@0.1.0;')" ] \
+      || { echo "$out: unexpected imports: $imports" >&2; exit 1; }
   fi
   size=$(stat -c %s "$out")
   echo "component $world: $out, $size bytes ($(stat -c %s "$out.unopt") before wasm-opt; core module $(stat -c %s "$core") bytes; $WASM_TOOLCHAIN toolchain)"
+  BUDGET=$(budget "$world")
   if [ "$size" -ge "$BUDGET" ]; then
     echo "$out is $size bytes: over the $BUDGET-byte budget" >&2
     exit 1

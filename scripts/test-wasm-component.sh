@@ -2,6 +2,7 @@
 # The WebAssembly component: setup, build both worlds (wasm32-unknown-unknown, `jco new`, read back and
 # size-checked by build-wasm-component.sh), then every test in three real hosts:
 #   Rust    bindings-wasm/host-rs   wasmtime 48 (component model, bindgen!)   cargo test
+#           (incl. the hosted world's Redis store against the real server on 127.0.0.1:6379)
 #   Python  bindings-wasm/host-py   wasmtime-py 50 (wasmtime.component)       pytest
 #   Node    bindings-wasm/host-node jco transpile                             node --test
 # The wasmtime host crate is built in its own target dir (target-wasm-host): heavy once, cached after.
@@ -30,6 +31,9 @@ done
 echo '{ "type": "module" }' > "$ROOT/bindings-wasm/component/dist/jco/package.json"
 
 echo "--- Rust host (wasmtime)"
+# shellcheck source=services.sh
+source "$ROOT/scripts/services.sh"
+redis_up
 # No LTO and more codegen units: wasmtime compiles and links much faster; host-call speed is unchanged.
 CARGO_TARGET_DIR="${RATEWINDOW_WASM_HOST_TARGET:-$ROOT/target-wasm-host}" \
   CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \

@@ -79,3 +79,14 @@ test('hosted: the store reads the imported clock once per call', async () => {
   ops.host.clockMs = 11_000n;
   assert.equal(ops.store.consume('k', lim).allowed, true);
 });
+
+test('hosted: the Redis store reports the host runner error as store-failed', async () => {
+  const ops = await hostedOps();
+  const store = new ops.redis.RedisStore({ prefix: 't:', hashTagBefore: undefined });
+  for (const call of [
+    () => store.consumeMany([{ key: 'k', limit: { uses: 1, windowMs: 1000 } }]),
+    () => store.hit('k', 1000, 1n),
+  ]) {
+    assert.deepStrictEqual(attempt(call).err, { tag: 'store-failed', val: ops.host.noClient });
+  }
+});

@@ -33,10 +33,26 @@ export async function loadHosted() {
       return host.clockMs;
     },
   };
+  // `store-io`: this host has no Redis or SQL client, so the Redis store's scripts fail with this
+  // message (the component's `store-failed`); call ids come from crypto.getRandomValues.
+  host.noClient = 'this host has no Redis client';
+  const storeIo = {
+    runScript(_script, _sha1, _keys, _args) {
+      return { tag: 'err', val: host.noClient };
+    },
+    query(_statements) {
+      return { tag: 'err', val: 'this host has no SQL client' };
+    },
+    randomBytes(n) {
+      return crypto.getRandomValues(new Uint8Array(n));
+    },
+  };
   // jco's generated code looks the interface up without its version; its typings name it with one.
   const exports = await load('hosted', {
     'ratewindow:engine/clock': clock,
     'ratewindow:engine/clock@0.1.0': clock,
+    'ratewindow:engine/store-io': storeIo,
+    'ratewindow:engine/store-io@0.1.0': storeIo,
   });
   return { exports, host };
 }
@@ -179,5 +195,6 @@ export async function hostedOps() {
     host.clockMs = n;
   });
   ops.host = host;
+  ops.redis = exports.redis;
   return ops;
 }

@@ -246,10 +246,27 @@ class HostedWorld(_World):
             self.clock_reads += 1
             return self.clock_ms
 
+        # `store-io`: this host has no Redis or SQL client, so the Redis store's scripts fail with this
+        # message (the component's `store-failed`); call ids come from os.urandom.
+        self.no_client = "this host has no Redis client"
+
+        def run_script(_store: Any, _script: str, _sha1: str, _keys: list[str], _args: list[str]) -> str:
+            return self.no_client
+
+        def query(_store: Any, _statements: Any) -> str:
+            return "this host has no SQL client"
+
+        def random_bytes(_store: Any, n: int) -> bytes:
+            return os.urandom(n)
+
         def setup(linker: wc.Linker) -> None:
             with linker.root() as root:
                 with root.add_instance(f"{PACKAGE}/clock@{VERSION}") as clock:
                     clock.add_func("now-ms", now_ms)
+                with root.add_instance(f"{PACKAGE}/store-io@{VERSION}") as io:
+                    io.add_func("run-script", run_script)
+                    io.add_func("query", query)
+                    io.add_func("random-bytes", random_bytes)
 
         super().__init__("ratewindow-hosted.wasm", setup)
 

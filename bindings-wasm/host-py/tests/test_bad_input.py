@@ -93,3 +93,27 @@ def test_hosted_store_reads_the_host_clock() -> None:
         False, 600, 11_000)
     w.clock_ms = 11_000
     assert ok(m(w.store, w.handle, "k", limit(1, 1000))).allowed
+
+
+def test_hosted_redis_store_reports_the_host_runner_error() -> None:
+    # This host's `store-io.run-script` answers an error (it has no Redis client): every Redis store
+    # call is the `store-failed` variant carrying that message, never a trap.
+    from wasmtime import component as wc
+
+    from ratewindow_component_host import _interface
+
+    w = HostedWorld()
+    f = _interface(w.store, w.instance, "redis", [
+        "[constructor]redis-store", "[method]redis-store.consume-many", "[method]redis-store.hit"])
+    opts = wc.Record()
+    setattr(opts, "prefix", "t:")
+    setattr(opts, "hash-tag-before", None)
+    s = f["[constructor]redis-store"](w.store, opts)
+    calls: list[Callable[[], Any]] = [
+        lambda: f["[method]redis-store.consume-many"](w.store, s, [entry("k", limit(1, 1000))]),
+        lambda: f["[method]redis-store.hit"](w.store, s, "k", 1000.0, 1),
+    ]
+    for call in calls:
+        with pytest.raises(ComponentError) as e:
+            ok(call())
+        assert (e.value.tag, e.value.payload) == ("store-failed", w.no_client)

@@ -5,6 +5,10 @@
 //! the imported `clock` interface ([`HostState::clock_ms`]). Both implement [`Ops`], the operations of
 //! the conformance vectors, so one runner drives either.
 //!
+//! The `hosted` world also exports the `redis` store, whose scripts run through the imported
+//! `store-io.run-script`: this host hands them to [`HostState::runner`], a callback over the host's own
+//! Redis client (the tests give it a `redis::Connection` to the real server).
+//!
 //! The components are found in `RATEWINDOW_COMPONENT_DIR`, else in `bindings-wasm/component/dist/`,
 //! where `scripts/test-wasm-component.sh` puts them.
 #![forbid(unsafe_code)]
@@ -126,14 +130,43 @@ pub trait Ops {
     fn key_count(&mut self) -> Result<u64>;
 }
 
-/// The host side of a component instance: its clock (read by the `hosted` world) and how often the
-/// component read it.
-#[derive(Debug, Default)]
+/// The reply type of `store-io.run-script`.
+pub use hosted::ratewindow::engine::store_io::{Reply as ScriptReply, Value as ScriptValue};
+
+/// The host's script runner behind `store-io.run-script`: `(script, sha1, keys, args)`, where an empty
+/// `script` means `EVALSHA sha1` and a non-empty one `EVAL script`; the reply, or the client's error
+/// message (`NOSCRIPT ...` for a script the server lacks).
+pub type ScriptRunner =
+    Box<dyn FnMut(&str, &str, &[String], &[String]) -> Result<ScriptReply, String> + Send>;
+
+/// The host side of a component instance: its clock (read by the `hosted` world), how often the
+/// component read it, and the script runner of the `redis` store.
+#[derive(Default)]
 pub struct HostState {
     /// What `clock.now-ms` returns.
     pub clock_ms: u64,
     /// How many times the component called `clock.now-ms`.
     pub clock_reads: u64,
+    /// Runs the `redis` store's scripts; without one, `run-script` answers an error.
+    pub runner: Option<ScriptRunner>,
+    /// `run-script` calls that sent the script by SHA1 only (EVALSHA).
+    pub evalsha_calls: u64,
+    /// `run-script` calls that sent the full source (EVAL, after a `NOSCRIPT`).
+    pub eval_calls: u64,
+    /// Call ids handed out through `random-bytes`.
+    random_counter: u64,
+}
+
+impl std::fmt::Debug for HostState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostState")
+            .field("clock_ms", &self.clock_ms)
+            .field("clock_reads", &self.clock_reads)
+            .field("runner", &self.runner.as_ref().map(|_| "..."))
+            .field("evalsha_calls", &self.evalsha_calls)
+            .field("eval_calls", &self.eval_calls)
+            .finish()
+    }
 }
 
 impl hosted::ratewindow::engine::clock::Host for HostState {
@@ -143,17 +176,39 @@ impl hosted::ratewindow::engine::clock::Host for HostState {
     }
 }
 
-/// This host has no Redis or SQL client: it says so through the reserved `store-io` interface, which
-/// the current component does not import.
+/// Scripts go to [`HostState::runner`]; this host has no SQL client (`query` is reserved).
 impl hosted::ratewindow::engine::store_io::Host for HostState {
     fn run_script(
         &mut self,
-        _script: String,
-        _sha1: String,
-        _keys: Vec<String>,
-        _args: Vec<String>,
-    ) -> Result<hosted::ratewindow::engine::store_io::Reply, String> {
-        Err("this host has no Redis client".to_owned())
+        script: String,
+        sha1: String,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<ScriptReply, String> {
+        if script.is_empty() {
+            self.evalsha_calls += 1;
+        } else {
+            self.eval_calls += 1;
+        }
+        match self.runner.as_mut() {
+            Some(run) => run(&script, &sha1, &keys, &args),
+            None => Err("this host has no Redis client".to_owned()),
+        }
+    }
+
+    /// Random bytes from std's randomly keyed SipHash (`RandomState`) over a counter: unique and
+    /// unpredictable per process, with no dependency.
+    fn random_bytes(&mut self, len: u32) -> Vec<u8> {
+        use std::hash::{BuildHasher, Hasher};
+        let mut out = Vec::with_capacity(len as usize);
+        while out.len() < len as usize {
+            self.random_counter += 1;
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(self.random_counter);
+            out.extend_from_slice(&h.finish().to_le_bytes());
+        }
+        out.truncate(len as usize);
+        out
     }
 
     fn query(
@@ -259,6 +314,12 @@ mod hosted_conv {
         crate::hosted::exports::ratewindow::engine::types,
         crate::hosted::exports::ratewindow::engine::errors
     );
+}
+
+impl From<hosted::exports::ratewindow::engine::errors::Error> for Error {
+    fn from(e: hosted::exports::ratewindow::engine::errors::Error) -> Error {
+        hosted_conv::error(e)
+    }
 }
 
 /// The current store of an instance and the release tokens it handed out, by vector `id`.
@@ -370,6 +431,21 @@ impl HostedWorld {
             bindings,
             current: Current::new(),
         })
+    }
+
+    /// The `redis` interface's exports.
+    pub fn redis(&self) -> &hosted::exports::ratewindow::engine::redis::Guest {
+        self.bindings.ratewindow_engine_redis()
+    }
+
+    /// The wasmtime store and the `redis` exports at once, to call them directly.
+    pub fn split_redis(
+        &mut self,
+    ) -> (
+        &mut Store<HostState>,
+        &hosted::exports::ratewindow::engine::redis::Guest,
+    ) {
+        (&mut self.store, self.bindings.ratewindow_engine_redis())
     }
 
     /// The `clocked-memory` interface's exports.

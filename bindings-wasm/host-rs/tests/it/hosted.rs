@@ -1,5 +1,4 @@
-//! The `hosted` world: its store reads the host's clock through the imported `clock`, once per call, and
-//! the component imports nothing else yet (`store-io` is reserved).
+//! The `hosted` world: its store reads the host's clock through the imported `clock`, once per call.
 
 use ratewindow_host_rs::{HostedWorld, Limit, Ops};
 

@@ -4,4 +4,5 @@ mod bad_input;
 mod common;
 mod differential;
 mod hosted;
+mod redis;
 mod vectors;

@@ -1,0 +1,426 @@
+//! The `redis` store of the `hosted` world against the real server (127.0.0.1:6379, or `REDIS_URL`):
+//! the component plans and decodes, this host's runner ([`HostState::runner`]) runs each script with a
+//! `redis::Connection`, EVALSHA or EVAL as the component asks. `scripts/services.sh` starts the server.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ratewindow_host_rs::hosted::exports::ratewindow::engine::{
+    redis::RedisOptions,
+    types::{Entry, Limit},
+};
+use ratewindow_host_rs::{Error, HostedWorld, ScriptReply, ScriptRunner, ScriptValue};
+use wasmtime::component::ResourceAny;
+
+fn connection() -> redis::Connection {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned());
+    redis::Client::open(url)
+        .expect("redis url")
+        .get_connection()
+        .expect("a Redis server on 127.0.0.1:6379 (scripts/services.sh starts one)")
+}
+
+fn value(v: redis::Value) -> ScriptValue {
+    match v {
+        redis::Value::Nil => ScriptValue::Nil,
+        redis::Value::Int(i) => ScriptValue::Integer(i),
+        redis::Value::BulkString(b) => ScriptValue::Bytes(b),
+        redis::Value::SimpleString(s) => ScriptValue::Text(s),
+        redis::Value::Double(f) => ScriptValue::Float(f),
+        other => ScriptValue::Text(format!("{other:?}")),
+    }
+}
+
+/// The host's runner: EVALSHA when the component sends no source, EVAL when it does; the client's
+/// error text as the error (the server's `NOSCRIPT` code first, as Redis sends it).
+fn redis_runner(mut con: redis::Connection) -> ScriptRunner {
+    Box::new(move |script, sha1, keys, args| {
+        let mut cmd = if script.is_empty() {
+            redis::cmd("EVALSHA")
+        } else {
+            redis::cmd("EVAL")
+        };
+        cmd.arg(if script.is_empty() { sha1 } else { script })
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
+        match cmd.query::<redis::Value>(&mut con) {
+            Ok(redis::Value::Array(items)) => {
+                Ok(ScriptReply::Array(items.into_iter().map(value).collect()))
+            }
+            Ok(other) => Ok(ScriptReply::Value(value(other))),
+            Err(e) => Err(match e.code() {
+                Some(code) => format!("{code} {}", e.detail().unwrap_or_default()),
+                None => e.to_string(),
+            }),
+        }
+    })
+}
+
+/// A component instance with a Redis store under a prefix of this run's own.
+struct Fixture {
+    world: HostedWorld,
+    store: ResourceAny,
+    prefix: String,
+}
+
+impl Fixture {
+    fn new(test: &str) -> Fixture {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let prefix = format!("ratewindow-wasm-test:{test}:{nanos}:");
+        let mut world = HostedWorld::new().unwrap();
+        world.store.data_mut().runner = Some(redis_runner(connection()));
+        let (store, redis) = world.split_redis();
+        let handle = redis
+            .redis_store()
+            .call_constructor(
+                &mut *store,
+                &RedisOptions {
+                    prefix: Some(prefix.clone()),
+                    hash_tag_before: None,
+                },
+            )
+            .unwrap();
+        Fixture {
+            world,
+            store: handle,
+            prefix,
+        }
+    }
+
+    fn consume(&mut self, entries: &[Entry]) -> (Result<Verdict, Error>, Option<ResourceAny>) {
+        let (store, redis) = self.world.split_redis();
+        match redis
+            .redis_store()
+            .call_consume_many(&mut *store, self.store, entries)
+            .unwrap()
+        {
+            Ok(c) => (Ok(c.verdict.into()), c.release),
+            Err(e) => (Err(e.into()), None),
+        }
+    }
+
+    fn peek(&mut self, entries: &[Entry]) -> Result<Verdict, Error> {
+        let (store, redis) = self.world.split_redis();
+        redis
+            .redis_store()
+            .call_peek_many(&mut *store, self.store, entries)
+            .unwrap()
+            .map(Into::into)
+            .map_err(Into::into)
+    }
+
+    fn release(&mut self, token: ResourceAny) -> Result<bool, Error> {
+        let (store, redis) = self.world.split_redis();
+        redis
+            .redis_store()
+            .call_release(&mut *store, self.store, token)
+            .unwrap()
+            .map_err(Into::into)
+    }
+
+    fn hit(&mut self, key: &str, decay_ms: f64, amount: i64) -> Result<i64, Error> {
+        let (store, redis) = self.world.split_redis();
+        redis
+            .redis_store()
+            .call_hit(&mut *store, self.store, key, decay_ms, amount)
+            .unwrap()
+            .map_err(Into::into)
+    }
+
+    fn attempts(&mut self, key: &str) -> Result<i64, Error> {
+        let (store, redis) = self.world.split_redis();
+        redis
+            .redis_store()
+            .call_attempts(&mut *store, self.store, key)
+            .unwrap()
+            .map_err(Into::into)
+    }
+
+    fn key(&self, namespace: &str, key: &str) -> String {
+        format!("{}{namespace}{key}", self.prefix)
+    }
+}
+
+/// A batch verdict, comparable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Verdict {
+    allowed: bool,
+    retry_after_ms: u64,
+    retry_timestamp: Option<u64>,
+    blocked: Option<u32>,
+}
+
+impl From<ratewindow_host_rs::hosted::exports::ratewindow::engine::types::BatchVerdict>
+    for Verdict
+{
+    fn from(
+        v: ratewindow_host_rs::hosted::exports::ratewindow::engine::types::BatchVerdict,
+    ) -> Self {
+        Verdict {
+            allowed: v.allowed,
+            retry_after_ms: v.retry_after_ms,
+            retry_timestamp: v.retry_timestamp,
+            blocked: v.blocked,
+        }
+    }
+}
+
+fn entry(key: &str, uses: f64, window_ms: f64) -> Entry {
+    Entry {
+        key: key.to_owned(),
+        limit: Limit { uses, window_ms },
+    }
+}
+
+fn server_ms(con: &mut redis::Connection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
+    secs * 1000 + micros / 1000
+}
+
+#[test]
+fn consume_many_allows_uses_calls_then_refuses_with_the_server_clock_wait() {
+    let mut f = Fixture::new("uses");
+    let entries = [entry("k", 3.0, 60_000.0)];
+    for _ in 0..3 {
+        let (verdict, token) = f.consume(&entries);
+        assert!(verdict.unwrap().allowed, "calls in one ms count apart");
+        assert!(token.is_some(), "an allowed call carries its release");
+    }
+    let before = server_ms(&mut connection());
+    let (refused, token) = f.consume(&entries);
+    let refused = refused.unwrap();
+    assert!(token.is_none());
+    assert!(!refused.allowed);
+    assert_eq!(refused.blocked, Some(0));
+    assert!(
+        refused.retry_after_ms > 59_000 && refused.retry_after_ms <= 60_000,
+        "{refused:?}"
+    );
+    let ts = refused.retry_timestamp.unwrap();
+    assert!(
+        ts >= before + 59_000 && ts <= before + 61_000,
+        "the wait is on the server's clock: {ts} vs TIME {before}"
+    );
+    assert_eq!(
+        f.consume(&entries).0.unwrap().retry_timestamp,
+        Some(ts),
+        "one wait, one retry_timestamp"
+    );
+    // Each script went by SHA1 (the server has it after the first EVAL, if it was missing).
+    assert!(f.world.store.data().evalsha_calls >= 5);
+    assert!(f.world.store.data().eval_calls <= 1);
+}
+
+#[test]
+fn a_batch_is_all_or_nothing() {
+    let mut f = Fixture::new("batch");
+    assert!(f.consume(&[entry("b", 1.0, 60_000.0)]).0.unwrap().allowed);
+    let batch = [
+        entry("a", 5.0, 60_000.0),
+        entry("b", 1.0, 60_000.0),
+        entry("c", 5.0, 60_000.0),
+    ];
+    let refused = f.consume(&batch).0.unwrap();
+    assert_eq!((refused.allowed, refused.blocked), (false, Some(1)));
+    let mut con = connection();
+    for key in ["a", "c"] {
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(f.key("log:", key))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(exists, 0, "a refused batch records nothing on {key}");
+    }
+    let card: i64 = redis::cmd("ZCARD")
+        .arg(f.key("log:", "b"))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(card, 1);
+}
+
+#[test]
+fn peek_writes_nothing() {
+    let mut f = Fixture::new("peek");
+    let entries = [entry("p", 1.0, 60_000.0)];
+    assert!(f.peek(&entries).unwrap().allowed);
+    let mut con = connection();
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(f.key("log:", "p"))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(exists, 0, "a peek creates no key");
+    assert!(f.consume(&entries).0.unwrap().allowed);
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(f.key("log:", "p"))
+        .query(&mut con)
+        .unwrap();
+    let refused = f.peek(&entries).unwrap();
+    assert_eq!((refused.allowed, refused.blocked), (false, Some(0)));
+    let after: i64 = redis::cmd("PTTL")
+        .arg(f.key("log:", "p"))
+        .query(&mut con)
+        .unwrap();
+    assert!(
+        ttl > 0 && ttl <= 60_000 && after <= ttl,
+        "a peek leaves the expiry alone: {ttl} then {after}"
+    );
+    let card: i64 = redis::cmd("ZCARD")
+        .arg(f.key("log:", "p"))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(card, 1, "a peek records nothing");
+}
+
+#[test]
+fn release_gives_back_its_call_once() {
+    let mut f = Fixture::new("release");
+    let entries = [entry("r", 1.0, 60_000.0), entry("s", 1.0, 60_000.0)];
+    let (verdict, token) = f.consume(&entries);
+    assert!(verdict.unwrap().allowed);
+    let token = token.unwrap();
+    assert!(!f.consume(&entries).0.unwrap().allowed);
+    assert_eq!(f.release(token), Ok(true));
+    assert_eq!(f.release(token), Ok(false), "a second release does nothing");
+    let (verdict, again) = f.consume(&entries);
+    assert!(
+        verdict.unwrap().allowed,
+        "the released call no longer counts"
+    );
+    assert!(!f.consume(&entries).0.unwrap().allowed);
+    token.resource_drop(&mut f.world.store).unwrap();
+    again.unwrap().resource_drop(&mut f.world.store).unwrap();
+}
+
+#[test]
+fn the_fixed_window_counts_hits_on_the_server() {
+    let mut f = Fixture::new("fixed");
+    assert_eq!(f.attempts("w"), Ok(0));
+    assert_eq!(f.hit("w", 60_000.0, 1), Ok(1));
+    assert_eq!(f.hit("w", 60_000.0, 2), Ok(3));
+    assert_eq!(f.attempts("w"), Ok(3));
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(f.key("win:", "w"))
+        .query(&mut connection())
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+    assert!(matches!(
+        f.hit("w", f64::NAN, 1),
+        Err(Error::InvalidLimit { .. })
+    ));
+}
+
+#[test]
+fn a_script_flushed_from_the_server_is_resent_in_full() {
+    let mut f = Fixture::new("noscript");
+    let entries = [entry("n", 2.0, 60_000.0)];
+    assert!(f.consume(&entries).0.unwrap().allowed);
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut connection())
+        .unwrap();
+    let (evalsha, eval) = {
+        let d = f.world.store.data();
+        (d.evalsha_calls, d.eval_calls)
+    };
+    assert!(f.consume(&entries).0.unwrap().allowed);
+    let d = f.world.store.data();
+    assert_eq!(
+        (d.evalsha_calls, d.eval_calls),
+        (evalsha + 1, eval + 1),
+        "EVALSHA answered NOSCRIPT, then EVAL"
+    );
+    assert!(
+        !f.consume(&entries).0.unwrap().allowed,
+        "counted once, not twice"
+    );
+    // Fixed-window scripts too.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut connection())
+        .unwrap();
+    assert_eq!(f.hit("m", 60_000.0, 1), Ok(1));
+}
+
+#[test]
+fn a_reply_of_the_wrong_shape_is_malformed_reply() {
+    let mut f = Fixture::new("malformed");
+    let canned: Vec<ScriptReply> = vec![
+        ScriptReply::Value(ScriptValue::Text("OK".to_owned())),
+        ScriptReply::Array(vec![ScriptValue::Integer(1)]),
+        ScriptReply::Array(vec![ScriptValue::Integer(7); 5]),
+        ScriptReply::Rows(vec![vec![ScriptValue::Nil]]),
+        ScriptReply::Array(vec![ScriptValue::Float(0.5); 5]),
+        ScriptReply::Array(vec![ScriptValue::Bytes(vec![0xff]); 5]),
+    ];
+    for reply in canned {
+        let r = reply.clone();
+        f.world.store.data_mut().runner = Some(Box::new(move |_, _, _, _| Ok(r.clone())));
+        let got = f.consume(&[entry("x", 1.0, 1000.0)]).0;
+        assert!(
+            matches!(&got, Err(Error::MalformedReply { expected, got }) if !expected.is_empty() && !got.is_empty()),
+            "{reply:?} -> {got:?}"
+        );
+        assert!(matches!(
+            f.peek(&[entry("x", 1.0, 1000.0)]),
+            Err(Error::MalformedReply { .. })
+        ));
+        assert!(matches!(
+            f.hit("x", 1000.0, 1),
+            Err(Error::MalformedReply { .. })
+        ));
+        assert!(matches!(f.attempts("x"), Err(Error::MalformedReply { .. })));
+    }
+}
+
+#[test]
+fn a_failing_runner_is_store_failed_and_never_resent() {
+    let mut f = Fixture::new("failed");
+    f.world.store.data_mut().runner = Some(Box::new(|_, _, _, _| {
+        Err("ERR connection reset by peer".to_owned())
+    }));
+    let (evalsha, eval) = {
+        let d = f.world.store.data();
+        (d.evalsha_calls, d.eval_calls)
+    };
+    assert_eq!(
+        f.consume(&[entry("x", 1.0, 1000.0)]).0,
+        Err(Error::StoreFailed(
+            "ERR connection reset by peer".to_owned()
+        ))
+    );
+    let d = f.world.store.data();
+    assert_eq!((d.evalsha_calls, d.eval_calls), (evalsha + 1, eval));
+    assert!(matches!(f.hit("x", 1000.0, 1), Err(Error::StoreFailed(_))));
+    assert!(matches!(f.attempts("x"), Err(Error::StoreFailed(_))));
+
+    // A release that fails keeps its token usable: it can be retried once the store is back.
+    let mut f = Fixture::new("failed-release");
+    let entries = [entry("y", 1.0, 60_000.0)];
+    let token = f.consume(&entries).1.unwrap();
+    let real = f.world.store.data_mut().runner.take();
+    f.world.store.data_mut().runner = Some(Box::new(|_, _, _, _| Err("ERR down".to_owned())));
+    assert_eq!(
+        f.release(token),
+        Err(Error::StoreFailed("ERR down".to_owned()))
+    );
+    f.world.store.data_mut().runner = real;
+    assert_eq!(f.release(token), Ok(true));
+    assert!(f.consume(&entries).0.unwrap().allowed);
+}
+
+#[test]
+fn an_invalid_limit_runs_nothing() {
+    let mut f = Fixture::new("invalid");
+    let calls = f.world.store.data().evalsha_calls;
+    assert!(matches!(
+        f.consume(&[entry("x", 1.5, 1000.0)]).0,
+        Err(Error::InvalidLimit { .. })
+    ));
+    assert!(matches!(
+        f.peek(&[entry("x", 1.0, -1.0)]),
+        Err(Error::InvalidLimit { .. })
+    ));
+    assert_eq!(f.world.store.data().evalsha_calls, calls);
+}
