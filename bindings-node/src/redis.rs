@@ -43,9 +43,9 @@ impl From<Plan> for RedisPlan {
 #[napi]
 pub fn redis_scripts() -> Vec<String> {
     vec![
-        SLIDING.sha1.clone(),
+        SLIDING.sha1.to_owned(),
         SLIDING.source.to_owned(),
-        FIXED.sha1.clone(),
+        FIXED.sha1.to_owned(),
         FIXED.source.to_owned(),
     ]
 }

@@ -274,9 +274,9 @@ pub(crate) fn redis_decode_window(reply: &Bound<'_, PyAny>) -> PyResult<Option<(
 
 /// The scripts as `(name, sha1, source)`: `sliding` and `fixed`, e.g. for `SCRIPT LOAD` ahead of time.
 #[pyfunction]
-pub(crate) fn redis_scripts() -> Vec<(&'static str, String, &'static str)> {
-    [&*core::SLIDING, &*core::FIXED]
+pub(crate) fn redis_scripts() -> Vec<(&'static str, &'static str, &'static str)> {
+    [&core::SLIDING, &core::FIXED]
         .into_iter()
-        .map(|s| (s.name, s.sha1.clone(), s.source))
+        .map(|s| (s.name, s.sha1, s.source))
         .collect()
 }

@@ -89,16 +89,60 @@ impl From<Limit> for RawLimit {
     }
 }
 
+/// A host number as text for an error message, as JavaScript would mostly spell it (`NaN`,
+/// `Infinity`, `-0`, `1.5`, `1e+300`-like for huge values). Written by hand rather than with `{v}`:
+/// the standard float formatter is ~16 KB of code, most of a WebAssembly component's budget.
 fn format_f64(v: f64) -> String {
     if v.is_nan() {
-        "NaN".to_owned()
-    } else if v.is_infinite() {
-        if v > 0.0 { "Infinity" } else { "-Infinity" }.to_owned()
-    } else {
-        format!("{v}")
+        return "NaN".to_owned();
     }
+    let sign = if v.is_sign_negative() { "-" } else { "" };
+    let a = v.abs();
+    if a.is_infinite() {
+        return format!("{sign}Infinity");
+    }
+    if a.fract() == 0.0 && a < 3.4e38 {
+        // Whole (every float from 2^53 up is): its exact value, digit for digit.
+        return format!("{sign}{}", a as u128);
+    }
+    if a >= 1e17 {
+        // Past u128: scientific, one digit, up to 16 more, the exponent.
+        let (mut m, mut e) = (a, 0u32);
+        while m >= 10.0 {
+            m /= 10.0;
+            e += 1;
+        }
+        return format!("{sign}{}e+{e}", decimal(m, 17));
+    }
+    format!("{sign}{}", decimal(a, 17))
 }
 
+/// `a` (finite, `0 <= a < 1e17`) in decimal with at most `digits` significant digits, trailing
+/// zeros trimmed.
+fn decimal(a: f64, digits: usize) -> String {
+    let whole = a.trunc();
+    let mut out = (whole as u64).to_string();
+    let significant = if whole == 0.0 { 0 } else { out.len() };
+    let mut frac = a - whole;
+    if frac > 0.0 && significant < digits {
+        out.push('.');
+        let mut leading = whole == 0.0;
+        let mut budget = digits - significant;
+        while frac > 0.0 && budget > 0 {
+            frac *= 10.0;
+            let d = frac.trunc();
+            frac -= d;
+            out.push(char::from(b'0' + d as u8));
+            if !(leading && d == 0.0) {
+                leading = false;
+                budget -= 1;
+            }
+        }
+        let trimmed = out.trim_end_matches('0').trim_end_matches('.').len();
+        out.truncate(trimmed);
+    }
+    out
+}
 impl Limit {
     /// `uses` calls within `window_ms` milliseconds. `uses` must be 1 to `u32::MAX`, `window_ms` 1 to
     /// [`MAX_WINDOW_MS`]; the error names the field, the value and the range.
@@ -170,5 +214,40 @@ impl Limit {
     /// The window in milliseconds.
     pub const fn window_ms(self) -> u64 {
         self.window.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format_f64;
+
+    #[test]
+    fn host_numbers_are_spelled_for_people() {
+        let cases = [
+            (f64::NAN, "NaN"),
+            (f64::INFINITY, "Infinity"),
+            (f64::NEG_INFINITY, "-Infinity"),
+            (-0.0, "-0"),
+            (0.0, "0"),
+            (-1.0, "-1"),
+            (1.5, "1.5"),
+            (2.5, "2.5"),
+            (-0.5, "-0.5"),
+            (0.1, "0.1"),
+            (1.25, "1.25"),
+            (4294967296.0, "4294967296"),
+            (4320000000000001.0, "4320000000000001"),
+            (1.1, "1.1"),
+            (123.456, "123.456"),
+        ];
+        for (v, want) in cases {
+            assert_eq!(format_f64(v), want, "{v}");
+        }
+        // Long expansions are cut at 17 significant digits: the text is the number to 1e-15.
+        assert_eq!(format_f64(2f64.powi(80)), "1208925819614629174706176");
+        for v in [1e300, 0.000123, 1e-7] {
+            let got: f64 = format_f64(v).replace("e+", "e").parse().unwrap();
+            assert!((got - v).abs() / v < 1e-15, "{v}: {}", format_f64(v));
+        }
     }
 }

@@ -38,7 +38,7 @@ fn to_reply(value: redis::Value) -> Reply {
 /// Runs a plan as a host does: EVALSHA, and EVAL only when the server lacks the script.
 fn run(con: &mut redis::Connection, plan: &Plan) -> Reply {
     let evalsha = redis::cmd("EVALSHA")
-        .arg(&plan.script.sha1)
+        .arg(plan.script.sha1)
         .arg(plan.keys.len())
         .arg(&plan.keys)
         .arg(&plan.args)
@@ -87,7 +87,7 @@ fn limit(uses: u64, window_ms: u64) -> Limit {
 #[test]
 fn the_sha1_is_what_the_server_computes() {
     let mut con = connection();
-    for script in [&*rw::SLIDING, &*rw::FIXED] {
+    for script in [&rw::SLIDING, &rw::FIXED] {
         let sha: String = redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(script.source)

@@ -1,7 +1,5 @@
 //! Plans (script, keys, args) and the decoders of their replies.
 
-use std::sync::LazyLock;
-
 use crate::redis::reply::{ints, Reply, ReplyError};
 use crate::{BatchVerdict, Entry, Window};
 
@@ -17,26 +15,38 @@ pub struct Script {
     pub name: &'static str,
     /// The Lua source.
     pub source: &'static str,
-    /// The SHA1 of the source, lowercase hex, as `SCRIPT LOAD` answers it.
-    pub sha1: String,
-}
-
-impl Script {
-    fn new(name: &'static str, source: &'static str) -> Script {
-        Script {
-            name,
-            source,
-            sha1: sha1_smol::Sha1::from(source).digest().to_string(),
-        }
-    }
+    /// The SHA1 of the source, lowercase hex, as `SCRIPT LOAD` answers it. A constant (a test checks
+    /// it against the source), so no SHA1 code ships in the engine.
+    pub sha1: &'static str,
 }
 
 /// The sliding-log script: consume, peek and release, every key of a call in one step.
-pub static SLIDING: LazyLock<Script> =
-    LazyLock::new(|| Script::new("sliding", include_str!("sliding.lua")));
+pub static SLIDING: Script = Script {
+    name: "sliding",
+    source: include_str!("sliding.lua"),
+    sha1: "59e9fcd22c4c51e82599fe8bd458b5f7aa18406d",
+};
 /// The fixed-window script: hit, get, reset and clear of one key.
-pub static FIXED: LazyLock<Script> =
-    LazyLock::new(|| Script::new("fixed", include_str!("fixed.lua")));
+pub static FIXED: Script = Script {
+    name: "fixed",
+    source: include_str!("fixed.lua"),
+    sha1: "13baa9ef48d201871a36508df3f292fcc67c7090",
+};
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn each_sha1_is_the_sha1_of_its_source() {
+        for script in [&super::SLIDING, &super::FIXED] {
+            let computed = sha1_smol::Sha1::from(script.source).digest().to_string();
+            assert_eq!(
+                script.sha1, computed,
+                "update the {} script's sha1 constant",
+                script.name
+            );
+        }
+    }
+}
 
 /// What to run: a script, its keys and its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,7 +143,12 @@ impl RedisOptions {
         match &self.hash_tag {
             None => out.push_str(key),
             Some(HashTag::Before(separator)) => {
-                let (tag, rest) = key.split_at(key.find(separator.as_str()).unwrap_or(key.len()));
+                // A plain byte search (the separator is short): the tag ends where it first starts.
+                let (bytes, sep) = (key.as_bytes(), separator.as_bytes());
+                let end = (0..bytes.len())
+                    .find(|&i| bytes[i..].starts_with(sep))
+                    .unwrap_or(bytes.len());
+                let (tag, rest) = key.split_at(end);
                 out.push('{');
                 out.push_str(tag);
                 out.push('}');

@@ -1,5 +1,7 @@
 //! What a Redis server answers, as a host hands it back, and the error for an answer of the wrong shape.
 
+use std::fmt::Write as _;
+
 use serde::{Deserialize, Serialize};
 
 /// A Redis reply in the shapes our scripts produce, converted by the host from its client's value.
@@ -23,10 +25,17 @@ impl std::fmt::Display for Reply {
         match self {
             Reply::Nil => f.write_str("nil"),
             Reply::Int(i) => write!(f, "{i}"),
-            Reply::Text(s) if s.chars().count() > 40 => {
-                write!(f, "{:?}…", s.chars().take(40).collect::<String>())
+            // Quoted as is, not escaped: a short, readable rendering for an error message.
+            Reply::Text(s) => {
+                f.write_str("\"")?;
+                for (i, c) in s.chars().enumerate() {
+                    if i == 40 {
+                        return f.write_str("\"…");
+                    }
+                    f.write_char(c)?;
+                }
+                f.write_str("\"")
             }
-            Reply::Text(s) => write!(f, "{s:?}"),
             Reply::Array(items) => {
                 f.write_str("[")?;
                 for (i, item) in items.iter().take(8).enumerate() {

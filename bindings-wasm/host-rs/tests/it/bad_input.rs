@@ -35,11 +35,22 @@ fn bad_limits() -> Vec<(Limit, Error)> {
         ),
         (
             lim(1.0, f64::MAX),
-            invalid("window_ms", &format!("{}", f64::MAX)),
+            // The engine's own spelling of an extreme float (the native core's, to the letter).
+            invalid(
+                "window_ms",
+                &ratewindow_core::Limit::from_f64(1.0, f64::MAX)
+                    .unwrap_err()
+                    .value,
+            ),
         ),
         (
             lim(f64::MIN_POSITIVE, 1.0),
-            invalid("uses", &format!("{}", f64::MIN_POSITIVE)),
+            invalid(
+                "uses",
+                &ratewindow_core::Limit::from_f64(f64::MIN_POSITIVE, 1.0)
+                    .unwrap_err()
+                    .value,
+            ),
         ),
     ]
 }
