@@ -34,7 +34,7 @@ fn script_strings(py: Python<'_>, plan: &Plan) -> (Py<PyString>, Py<PyString>) {
         (&SLIDING_SHA1, &SLIDING_SOURCE)
     };
     (
-        sha.get_or_init(py, || PyString::new(py, &plan.script.sha1).unbind())
+        sha.get_or_init(py, || PyString::new(py, plan.script.sha1).unbind())
             .clone_ref(py),
         source
             .get_or_init(py, || PyString::new(py, plan.script.source).unbind())

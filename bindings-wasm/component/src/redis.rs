@@ -73,10 +73,10 @@ fn reply(r: store_io::Reply) -> Reply {
 /// Runs `plan` through the host: EVALSHA, then EVAL only on `NOSCRIPT`.
 fn run(plan: &Plan) -> Result<Reply, Error> {
     let script = plan.script;
-    match store_io::run_script("", &script.sha1, &plan.keys, &plan.args) {
+    match store_io::run_script("", script.sha1, &plan.keys, &plan.args) {
         Ok(r) => Ok(reply(r)),
         Err(e) if says_noscript(&e) => {
-            store_io::run_script(script.source, &script.sha1, &plan.keys, &plan.args)
+            store_io::run_script(script.source, script.sha1, &plan.keys, &plan.args)
                 .map(reply)
                 .map_err(Error::StoreFailed)
         }
