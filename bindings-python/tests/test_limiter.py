@@ -50,7 +50,7 @@ def test_named_limiters_and_fallback_keys() -> None:
     api = limiter.limiter("api")
     assert api is not None
     keys = [limit.key for limit in api()]
-    assert keys == ["attempts:60:window_ms:60000", "attempts:10000:window_ms:86400000"]
+    assert keys == ["attempts:60:decay:60", "attempts:10000:decay:86400"]
     assert limiter.limiter("missing") is None
 
 

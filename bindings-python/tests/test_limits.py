@@ -93,8 +93,8 @@ def test_by_and_fallback_key() -> None:
     limit = Limit.per_minute(5).by("user:1")
     assert limit.key == "user:1" and limit.uses == 5
     assert isinstance(GlobalLimit(3).by("x"), GlobalLimit)
-    assert limit.fallback_key() == "user:1:attempts:5:window_ms:60000"
-    assert Limit(2, 10).fallback_key() == "attempts:2:window_ms:10"
+    assert limit.fallback_key() == "user:1:attempts:5:decay:60"
+    assert Limit(2, 10).fallback_key() == "attempts:2:decay:0.01"  # as the Node package spells it
     with pytest.raises(TypeError):
         Limit(1, 1, 5)  # type: ignore[arg-type]
 

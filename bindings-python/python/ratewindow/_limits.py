@@ -87,7 +87,10 @@ class Limit(_ratewindow.Limit):
     def fallback_key(self) -> str:
         """A key derived from this limit itself, for limits of one named limiter that share a key."""
         prefix = f"{self.key}:" if self.key else ""
-        return f"{prefix}attempts:{self.uses}:window_ms:{self.window_ms}"
+        # The seed's spelling, as the Node package spells it: `[key:]attempts:<max>:decay:<seconds>`.
+        ms = self.window_ms
+        seconds = str(ms // 1000) if ms % 1000 == 0 else repr(ms / 1000)
+        return f"{prefix}attempts:{self.uses}:decay:{seconds}"
 
     @property
     def decay_seconds(self) -> float:
