@@ -91,6 +91,17 @@ pub(crate) fn core_window(ms: &Bound<'_, PyAny>) -> PyResult<Window> {
     checked.map_err(|e| invalid_limit(ms.py(), &e, ms))
 }
 
+/// The arguments of every fixed-window `hit`: the decay checked by the core, and the amount (an `int`,
+/// 1 when not given).
+pub(crate) fn hit_args(
+    decay_ms: &Bound<'_, PyAny>,
+    amount: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(Window, i64)> {
+    let decay = core_window(decay_ms)?;
+    let amount = amount.map(|a| whole("amount", a)).transpose()?.unwrap_or(1);
+    Ok((decay, amount))
+}
+
 /// An `int` argument that is not a `bool` (counts, amounts, maxima).
 pub(crate) fn whole(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {

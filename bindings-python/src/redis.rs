@@ -13,7 +13,7 @@ use ratewindow_core::redis::{self as core, Plan, RedisOptions, RedisRelease, Rep
 use ratewindow_core::Entry;
 
 use crate::errors::guard;
-use crate::limit::{core_window, whole, Limit};
+use crate::limit::{hit_args, Limit};
 use crate::store::entries as read_entries;
 use crate::verdict::Verdict;
 
@@ -201,8 +201,7 @@ impl RedisPlanner {
         amount: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyPlan> {
         guard(|| {
-            let decay = core_window(decay_ms)?;
-            let amount = amount.map(|a| whole("amount", a)).transpose()?.unwrap_or(1);
+            let (decay, amount) = hit_args(decay_ms, amount)?;
             to_python(py, core::plan_hit(key, decay, amount, &self.options))
         })
     }

@@ -17,10 +17,10 @@ use ratewindow_core::sql::{
     Postgres, RowError, SqlNames, SqlRelease, SqlValue, Sqlite, SqliteCall, SqliteWindowCall,
     Statement,
 };
-use ratewindow_core::{Entry, Window};
+use ratewindow_core::Entry;
 
 use crate::errors::guard;
-use crate::limit::{core_window, whole, Limit};
+use crate::limit::{hit_args, Limit};
 use crate::store::entries;
 use crate::verdict::Verdict;
 
@@ -270,8 +270,7 @@ impl PostgresPlanner {
         amount: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyStatement> {
         guard(|| {
-            let decay = core_window(decay_ms)?;
-            let amount = amount.map(|a| whole("amount", a)).transpose()?.unwrap_or(1);
+            let (decay, amount) = hit_args(decay_ms, amount)?;
             self.window(py, &self.plans.plan_hit(key, decay, amount))
         })
     }
@@ -446,8 +445,7 @@ impl SqlitePlanner {
         now: u64,
     ) -> PyResult<PySqliteWindowCall> {
         guard(|| {
-            let decay: Window = core_window(decay_ms)?;
-            let amount = amount.map(|a| whole("amount", a)).transpose()?.unwrap_or(1);
+            let (decay, amount) = hit_args(decay_ms, amount)?;
             Ok(PySqliteWindowCall::new(
                 self.plans.begin_hit(key, decay, amount, now),
             ))

@@ -11,7 +11,7 @@ use pyo3::PyTraverseError;
 use ratewindow_core::{Clock, Entry, SystemClock};
 
 use crate::errors::guard;
-use crate::limit::{core_window, whole, Limit};
+use crate::limit::{hit_args, whole, Limit};
 use crate::verdict::Verdict;
 
 /// A handle on a store: the core store (shared with every verdict it gave) and this holder's own
@@ -189,8 +189,7 @@ impl MemoryStore {
         amount: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<i64> {
         guard(|| {
-            let decay = core_window(decay_ms)?;
-            let amount = amount.map(|a| whole("amount", a)).transpose()?.unwrap_or(1);
+            let (decay, amount) = hit_args(decay_ms, amount)?;
             let now = self.shared.now(py)?;
             Ok(self.shared.store.hit(key, decay, amount, now))
         })
