@@ -239,12 +239,13 @@ impl NativeRedis {
     ) -> Result<f64, String> {
         guard(|| {
             let reply = reply_of(numbers, json);
-            Ok(match redis::decode_batch(&reply, entries as usize) {
+            Ok(match redis::decode_batch_of(&reply, entries as usize) {
                 Ok(BatchVerdict {
                     allowed: false,
                     retry_after_ms,
                     retry_timestamp,
                     blocked,
+                    ..
                 }) => {
                     self.retry_after_ms = retry_after_ms as f64;
                     self.blocked = blocked.unwrap_or(0) as u32;

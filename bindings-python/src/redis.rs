@@ -239,7 +239,7 @@ impl RedisPlanner {
 #[pyfunction]
 pub(crate) fn redis_decode_batch(reply: &Bound<'_, PyAny>, entries: usize) -> PyResult<Verdict> {
     guard(|| {
-        core::decode_batch(&self::reply(reply, 0), entries)
+        core::decode_batch_of(&self::reply(reply, 0), entries)
             .map(|v| Verdict::batch(v, None))
             .map_err(|e| reply_error(reply.py(), &e))
     })
@@ -249,7 +249,7 @@ pub(crate) fn redis_decode_batch(reply: &Bound<'_, PyAny>, entries: usize) -> Py
 #[pyfunction]
 pub(crate) fn redis_decode_single(reply: &Bound<'_, PyAny>) -> PyResult<Verdict> {
     guard(|| {
-        core::decode_batch(&self::reply(reply, 0), 1)
+        core::decode_batch_of(&self::reply(reply, 0), 1)
             .map(|v| Verdict::single(v.verdict()))
             .map_err(|e| reply_error(reply.py(), &e))
     })

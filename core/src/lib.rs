@@ -43,6 +43,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod call;
 mod clock;
 mod error;
 pub mod fixed;
@@ -63,4 +64,4 @@ pub use error::{LimitError, LimitField, MAX_WINDOW_MS};
 pub use fixed::FixedWindow;
 pub use limit::{Limit, Window};
 pub use memory::{Consumed, MemoryStore, RecordedCall, Release};
-pub use verdict::{BatchVerdict, Entry, Verdict};
+pub use verdict::{BatchVerdict, Entry, Quota, Verdict};

@@ -2,11 +2,71 @@
 
 use serde::{Deserialize, Serialize};
 
+/// What an HTTP answer needs of a verdict (`RateLimit`, `RateLimit-Policy`, `X-RateLimit-*`): the
+/// state of the call's **tightest** entry after the call, in the same round trip as the verdict.
+///
+/// The tightest entry is the one with the fewest uses remaining (ties: the one with the longer window,
+/// then the first); on a refusal it is the blocked entry. For the sliding log:
+/// - `remaining`: uses left after this call (an allowed consume counts itself; a peek counts nothing;
+///   0 on a refusal, never negative);
+/// - `refill_after_ms`: ms until the entry gets a use back, when its oldest call still in the window
+///   leaves (equal to `retry_after_ms` on a refusal); 0 when no call is in its window;
+/// - `reset_after_ms`: ms until its window is empty, when its newest call leaves; 0 when empty.
+///
+/// A batch without entries has a zero quota (`limit` 0: no limit applies).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Quota {
+    /// The tightest entry's `uses`.
+    pub limit: u32,
+    /// Uses the tightest entry has left after this call.
+    pub remaining: u32,
+    /// Ms until the tightest entry gets a use back; 0 when none is used.
+    pub refill_after_ms: u64,
+    /// Ms until the tightest entry's window is empty; 0 when it is.
+    pub reset_after_ms: u64,
+}
+
+impl Quota {
+    /// A zero quota: no entry, no limit.
+    pub const NONE: Quota = Quota {
+        limit: 0,
+        remaining: 0,
+        refill_after_ms: 0,
+        reset_after_ms: 0,
+    };
+
+    /// The quota of an entry under `limit` with no call in its window: every use remains.
+    #[inline]
+    pub const fn unused(limit: crate::Limit) -> Quota {
+        Quota {
+            limit: limit.uses(),
+            remaining: limit.uses(),
+            refill_after_ms: 0,
+            reset_after_ms: 0,
+        }
+    }
+
+    /// The tightest of a batch's entries, each given with its window in ms: the fewest uses remaining,
+    /// ties the longer window, then the first. [`Quota::NONE`] for no entry.
+    pub fn tightest(quotas: impl IntoIterator<Item = (Quota, u64)>) -> Quota {
+        let mut best: Option<(Quota, u64)> = None;
+        for (quota, window_ms) in quotas {
+            let tighter = best.is_none_or(|(b, w)| {
+                quota.remaining < b.remaining || (quota.remaining == b.remaining && window_ms > w)
+            });
+            if tighter {
+                best = Some((quota, window_ms));
+            }
+        }
+        best.map_or(Quota::NONE, |(quota, _)| quota)
+    }
+}
+
 /// The answer to one call against one limit.
 ///
 /// Allowed: `retry_after_ms == 0` and no `retry_timestamp`. Refused: `retry_after_ms >= 1`, and
 /// `retry_timestamp` is when the next call is allowed, in milliseconds on the store's clock — the same for
-/// every refusal in one wait.
+/// every refusal in one wait. `quota` says what an HTTP answer needs (see [`Quota`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Verdict {
     /// Whether the call was allowed (and, for a consume, recorded).
@@ -15,24 +75,35 @@ pub struct Verdict {
     pub retry_after_ms: u64,
     /// When the next call is allowed (store clock, ms); `None` when allowed.
     pub retry_timestamp: Option<u64>,
+    /// Limit, remaining and reset of the key after the call.
+    #[serde(flatten)]
+    pub quota: Quota,
 }
 
 impl Verdict {
-    /// The verdict of an allowed call.
+    /// The verdict of an allowed call (with a zero quota: set it).
     pub const ALLOWED: Verdict = Verdict {
         allowed: true,
         retry_after_ms: 0,
         retry_timestamp: None,
+        quota: Quota::NONE,
     };
 
-    /// A refusal at `now` that lasts until `retry_timestamp` (at least 1 ms).
+    /// A refusal at `now` that lasts until `retry_timestamp` (at least 1 ms), with a zero quota.
     pub const fn refused(now: u64, retry_timestamp: u64) -> Verdict {
         let wait = retry_timestamp.saturating_sub(now);
         Verdict {
             allowed: false,
             retry_after_ms: if wait == 0 { 1 } else { wait },
             retry_timestamp: Some(retry_timestamp),
+            quota: Quota::NONE,
         }
+    }
+
+    /// The same verdict with `quota`.
+    pub const fn with_quota(mut self, quota: Quota) -> Verdict {
+        self.quota = quota;
+        self
     }
 }
 
@@ -50,6 +121,9 @@ pub struct BatchVerdict {
     pub retry_timestamp: Option<u64>,
     /// Index of the entry with the longest wait; `None` when allowed.
     pub blocked: Option<usize>,
+    /// Limit, remaining and reset of the tightest entry after the call (see [`Quota`]).
+    #[serde(flatten)]
+    pub quota: Quota,
 }
 
 impl BatchVerdict {
@@ -59,6 +133,7 @@ impl BatchVerdict {
         retry_after_ms: 0,
         retry_timestamp: None,
         blocked: None,
+        quota: Quota::NONE,
     };
 
     /// The verdict of a batch at `now`: allowed when no entry waits, else refused until the longest
@@ -73,6 +148,7 @@ impl BatchVerdict {
                     retry_after_ms: v.retry_after_ms,
                     retry_timestamp: v.retry_timestamp,
                     blocked: Some(index),
+                    quota: Quota::NONE,
                 }
             }
         }
@@ -84,7 +160,14 @@ impl BatchVerdict {
             allowed: self.allowed,
             retry_after_ms: self.retry_after_ms,
             retry_timestamp: self.retry_timestamp,
+            quota: self.quota,
         }
+    }
+
+    /// The same verdict with `quota`.
+    pub const fn with_quota(mut self, quota: Quota) -> BatchVerdict {
+        self.quota = quota;
+        self
     }
 }
 

@@ -1,10 +1,14 @@
-//! The Redis scripts against a real server (127.0.0.1:6379, or `REDIS_URL`): the plans run as a host
-//! would run them, and the decoders read what the server answered. `scripts/test-core.sh` starts the
-//! server if it is not running.
+//! The Redis call machine against a real server (127.0.0.1:6379, or `REDIS_URL`) and a real
+//! three-master Redis Cluster (`RATEWINDOW_CLUSTER_PORTS`, started by `scripts/test-core.sh`): the
+//! machine's commands run as a host runs them, and its outcomes are checked. `scripts/test-core.sh`
+//! starts what is not running.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ratewindow_core::redis::{self as rw, Plan, RedisOptions, Reply};
+use ratewindow_core::call::{
+    Call, CallError, Command, Fed, GiveBackFailure, Op, Outcome, Redis, ReleaseToken, WindowQuery,
+};
+use ratewindow_core::redis::{self as rw, RedisOptions, RedisRelease, Reply};
 use ratewindow_core::{BatchVerdict, Entry, Limit, Window, MAX_WINDOW_MS};
 
 fn connection() -> redis::Connection {
@@ -35,48 +39,94 @@ fn to_reply(value: redis::Value) -> Reply {
     }
 }
 
-/// Runs a plan as a host does: EVALSHA, and EVAL only when the server lacks the script.
-fn run(con: &mut redis::Connection, plan: &Plan) -> Reply {
-    let evalsha = redis::cmd("EVALSHA")
-        .arg(plan.script.sha1)
-        .arg(plan.keys.len())
-        .arg(&plan.keys)
-        .arg(&plan.args)
-        .query(con);
-    match evalsha {
-        Ok(value) => to_reply(value),
-        Err(e) if e.code() == Some("NOSCRIPT") => to_reply(
-            redis::cmd("EVAL")
-                .arg(plan.script.source)
-                .arg(plan.keys.len())
-                .arg(&plan.keys)
-                .arg(&plan.args)
-                .query(con)
-                .expect("EVAL"),
-        ),
-        Err(e) => panic!("{e}"),
-    }
+/// Runs a machine's command as a host does: EVALSHA or EVAL, the server's error as its message.
+fn run_on(con: &mut impl redis::ConnectionLike, command: Command<'_>) -> Result<Fed, String> {
+    let Command::Script {
+        script,
+        keys,
+        args,
+        by_sha1,
+    } = command
+    else {
+        panic!("a Redis call asked for SQL");
+    };
+    let mut cmd = if by_sha1 {
+        redis::cmd("EVALSHA")
+    } else {
+        redis::cmd("EVAL")
+    };
+    cmd.arg(if by_sha1 { script.sha1 } else { script.source })
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args);
+    cmd.query::<redis::Value>(con)
+        .map(|v| Fed::Reply(to_reply(v)))
+        .map_err(|e| e.to_string())
+}
+
+fn drive(
+    con: &mut impl redis::ConnectionLike,
+    call: Call,
+) -> (Result<Outcome, CallError>, Vec<GiveBackFailure>) {
+    call.drive(|command| run_on(con, command))
+}
+
+fn start(options: &RedisOptions, op: Op) -> Call {
+    Redis::new(options.clone()).start(op)
 }
 
 static ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn consume(
-    con: &mut redis::Connection,
+    con: &mut impl redis::ConnectionLike,
     options: &RedisOptions,
     entries: &[Entry],
-) -> (BatchVerdict, rw::RedisRelease) {
-    let id = format!(
+) -> (BatchVerdict, Option<ReleaseToken>) {
+    let call_id = format!(
         "call-{}",
         ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
-    let (plan, release) = rw::plan_consume_many(entries, options, &id).unwrap();
-    (
-        rw::decode_batch(&run(con, &plan), entries.len()).unwrap(),
-        release,
-    )
+    let op = Op::Consume {
+        entries: entries.to_vec(),
+        call_id,
+    };
+    match drive(con, start(options, op)) {
+        (Ok(Outcome::Verdict { verdict, release }), failures) if failures.is_empty() => {
+            (verdict, release)
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
-fn pttl(con: &mut redis::Connection, key: &str) -> i64 {
+fn peek(
+    con: &mut impl redis::ConnectionLike,
+    options: &RedisOptions,
+    entries: &[Entry],
+) -> BatchVerdict {
+    match drive(
+        con,
+        start(
+            options,
+            Op::Peek {
+                entries: entries.to_vec(),
+            },
+        ),
+    )
+    .0
+    {
+        Ok(Outcome::Verdict {
+            verdict,
+            release: None,
+        }) => verdict,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn op(con: &mut impl redis::ConnectionLike, options: &RedisOptions, op: Op) -> Outcome {
+    drive(con, start(options, op)).0.expect("the call")
+}
+
+fn pttl(con: &mut impl redis::ConnectionLike, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(con).unwrap()
 }
 
@@ -174,8 +224,7 @@ fn a_batch_is_all_or_nothing_and_names_the_longest_wait() {
 fn a_peek_answers_like_consume_and_writes_nothing() {
     let (mut con, options) = (connection(), options("peek"));
     let entries = [Entry::new("k", limit(1, 60_000))];
-    let peek = rw::plan_peek_many(&entries, &options);
-    assert!(rw::decode_batch(&run(&mut con, &peek), 1).unwrap().allowed);
+    assert!(peek(&mut con, &options, &entries).allowed);
     let exists: i64 = redis::cmd("EXISTS")
         .arg(options.log_key("k"))
         .query(&mut con)
@@ -183,7 +232,7 @@ fn a_peek_answers_like_consume_and_writes_nothing() {
     assert_eq!(exists, 0, "a peek creates no key");
     assert!(consume(&mut con, &options, &entries).0.allowed);
     let ttl_before = pttl(&mut con, &options.log_key("k"));
-    let peeked = rw::decode_batch(&run(&mut con, &peek), 1).unwrap();
+    let peeked = peek(&mut con, &options, &entries);
     let consumed = consume(&mut con, &options, &entries).0;
     assert!(!peeked.allowed && !consumed.allowed);
     assert_eq!(peeked.retry_timestamp, consumed.retry_timestamp);
@@ -226,13 +275,31 @@ fn release_gives_back_exactly_its_own_call_once() {
     let (second, release) = consume(&mut con, &options, &entries);
     assert!(second.allowed);
     assert!(!consume(&mut con, &options, &entries).0.allowed);
-    let plan = rw::plan_release(&release);
-    assert_eq!(rw::decode_release(&run(&mut con, &plan)).unwrap(), 2);
+    let token = release.expect("allowed");
+    let members = |con: &mut redis::Connection| -> i64 {
+        redis::cmd("ZCARD")
+            .arg(options.log_key("k"))
+            .query(con)
+            .unwrap()
+    };
+    assert_eq!(members(&mut con), 2);
     assert_eq!(
-        rw::decode_release(&run(&mut con, &plan)).unwrap(),
-        0,
+        op(
+            &mut con,
+            &options,
+            Op::Release {
+                token: token.clone()
+            }
+        ),
+        Outcome::Unit
+    );
+    assert_eq!(members(&mut con), 1);
+    assert_eq!(
+        op(&mut con, &options, Op::Release { token }),
+        Outcome::Unit,
         "idempotent"
     );
+    assert_eq!(members(&mut con), 1);
     assert!(consume(&mut con, &options, &entries).0.allowed);
     assert!(
         !consume(&mut con, &options, &entries).0.allowed,
@@ -244,33 +311,268 @@ fn release_gives_back_exactly_its_own_call_once() {
 fn the_fixed_window_opens_at_the_first_hit_and_is_not_moved() {
     let (mut con, options) = (connection(), options("fixed"));
     let decay = Window::from_ms(60_000).unwrap();
-    let window =
-        |con: &mut redis::Connection, plan: Plan| rw::decode_window(&run(con, &plan)).unwrap();
-    assert_eq!(window(&mut con, rw::plan_get_window("k", &options)), None);
-    let first = window(&mut con, rw::plan_hit("k", decay, 2, &options)).unwrap();
-    assert_eq!((first.count, first.ms_left), (2, 60_000));
+    let hit = |con: &mut redis::Connection, key: &str, decay: Window, amount: i64| match op(
+        con,
+        &options,
+        Op::Hit {
+            key: key.into(),
+            decay,
+            amount,
+        },
+    ) {
+        Outcome::Hit {
+            count,
+            reset_after_ms,
+        } => (count, reset_after_ms),
+        other => panic!("{other:?}"),
+    };
+    let read = |con: &mut redis::Connection, query: WindowQuery| {
+        op(
+            con,
+            &options,
+            Op::Read {
+                key: "k".into(),
+                query,
+            },
+        )
+    };
+    assert_eq!(read(&mut con, WindowQuery::Attempts), Outcome::Int(0));
+    assert_eq!(read(&mut con, WindowQuery::AvailableInMs), Outcome::Int(0));
+    assert_eq!(hit(&mut con, "k", decay, 2), (2, 60_000));
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let second = window(&mut con, rw::plan_hit("k", decay, -1, &options)).unwrap();
-    assert_eq!(second.count, 1);
-    assert!(
-        second.ms_left < 60_000,
-        "hits inside the window do not move it"
+    let (count, left) = hit(&mut con, "k", decay, -1);
+    assert_eq!(count, 1);
+    assert!(left < 60_000, "hits inside the window do not move it");
+    assert_eq!(
+        read(&mut con, WindowQuery::TooManyAttempts { max: 1 }),
+        Outcome::Bool(true)
     );
-    let reset = window(&mut con, rw::plan_reset_attempts("k", &options)).unwrap();
-    assert_eq!(reset.count, 0);
-    assert!(reset.ms_left <= second.ms_left, "reset keeps the window");
-    assert_eq!(window(&mut con, rw::plan_clear("k", &options)), None);
-    assert_eq!(window(&mut con, rw::plan_get_window("k", &options)), None);
+    assert_eq!(
+        read(&mut con, WindowQuery::TooManyAttempts { max: 2 }),
+        Outcome::Bool(false)
+    );
+    assert_eq!(
+        read(&mut con, WindowQuery::Remaining { max: 5 }),
+        Outcome::Int(4)
+    );
+    assert_eq!(read(&mut con, WindowQuery::AvailableIn), Outcome::Int(60));
+    assert_eq!(
+        op(&mut con, &options, Op::ResetAttempts { key: "k".into() }),
+        Outcome::Unit
+    );
+    assert_eq!(read(&mut con, WindowQuery::Attempts), Outcome::Int(0));
+    let Outcome::Int(after_reset) = read(&mut con, WindowQuery::AvailableInMs) else {
+        panic!()
+    };
+    assert!(
+        after_reset > 0 && after_reset as u64 <= left,
+        "reset keeps the window"
+    );
+    assert_eq!(
+        op(&mut con, &options, Op::Clear { key: "k".into() }),
+        Outcome::Unit
+    );
+    assert_eq!(read(&mut con, WindowQuery::AvailableInMs), Outcome::Int(0));
     let short = Window::from_ms(100).unwrap();
-    window(&mut con, rw::plan_hit("s", short, 5, &options));
+    hit(&mut con, "s", short, 5);
     std::thread::sleep(std::time::Duration::from_millis(120));
     assert_eq!(
-        window(&mut con, rw::plan_hit("s", short, 1, &options))
-            .unwrap()
-            .count,
+        hit(&mut con, "s", short, 1).0,
         1,
         "a new window counts from zero"
     );
+}
+
+#[test]
+fn attempt_counts_exactly_max_under_concurrency() {
+    let options = options("attempt");
+    let decay = Window::from_ms(60_000).unwrap();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let options = options.clone();
+            std::thread::spawn(move || {
+                let mut con = connection();
+                (0..20)
+                    .filter(|_| {
+                        let attempt = Op::Attempt {
+                            key: "a".into(),
+                            max: 5,
+                            decay,
+                        };
+                        match op(&mut con, &options, attempt) {
+                            Outcome::Attempt {
+                                allowed,
+                                count,
+                                reset_after_ms,
+                            } => {
+                                assert!(
+                                    count <= 5 && reset_after_ms > 0 && reset_after_ms <= 60_000
+                                );
+                                allowed
+                            }
+                            other => panic!("{other:?}"),
+                        }
+                    })
+                    .count()
+            })
+        })
+        .collect();
+    let counted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(counted, 5);
+    let mut con = connection();
+    let zero = Op::Attempt {
+        key: "z".into(),
+        max: 0,
+        decay,
+    };
+    assert_eq!(
+        op(&mut con, &options, zero),
+        Outcome::Attempt {
+            allowed: false,
+            count: 0,
+            reset_after_ms: 0
+        }
+    );
+}
+
+#[test]
+fn verdicts_carry_the_quota_of_the_tightest_entry() {
+    let (mut con, options) = (connection(), options("quota"));
+    let batch = [
+        Entry::new("a", limit(3, 60_000)),
+        Entry::new("b", limit(2, 10_000)),
+        Entry::new("c", limit(2, 30_000)),
+    ];
+    let (first, _) = consume(&mut con, &options, &batch);
+    // b and c both have 1 left: the longer window (c) is the tightest.
+    assert_eq!((first.quota.limit, first.quota.remaining), (2, 1));
+    assert_eq!(first.quota.refill_after_ms, 30_000);
+    assert_eq!(first.quota.reset_after_ms, 30_000);
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    let (second, _) = consume(&mut con, &options, &batch);
+    assert_eq!((second.quota.limit, second.quota.remaining), (2, 0));
+    assert!(second.quota.refill_after_ms < 30_000 && second.quota.reset_after_ms == 30_000);
+    let refused = consume(&mut con, &options, &batch).0;
+    assert!(!refused.allowed);
+    assert_eq!(refused.blocked, Some(2));
+    assert_eq!(refused.quota.remaining, 0);
+    assert_eq!(refused.quota.refill_after_ms, refused.retry_after_ms);
+    assert!(refused.quota.reset_after_ms > refused.retry_after_ms);
+    let peeked = peek(&mut con, &options, &[Entry::new("a", limit(3, 60_000))]);
+    assert_eq!((peeked.quota.limit, peeked.quota.remaining), (3, 1));
+    let fresh = peek(&mut con, &options, &[Entry::new("new", limit(3, 60_000))]);
+    assert_eq!(
+        (
+            fresh.quota.remaining,
+            fresh.quota.refill_after_ms,
+            fresh.quota.reset_after_ms
+        ),
+        (3, 0, 0)
+    );
+}
+
+#[test]
+fn a_flushed_script_is_sent_in_full_once() {
+    let (mut con, options) = (connection(), options("noscript"));
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut con).unwrap();
+    let mut commands = Vec::new();
+    let entries = vec![Entry::new("k", limit(1, 60_000))];
+    let call = start(
+        &options,
+        Op::Consume {
+            entries,
+            call_id: "x".into(),
+        },
+    );
+    let (outcome, _) = call.drive(|command| {
+        let Command::Script { by_sha1, .. } = command else {
+            panic!()
+        };
+        commands.push(by_sha1);
+        run_on(&mut con, command)
+    });
+    assert!(matches!(outcome, Ok(Outcome::Verdict { verdict, .. }) if verdict.allowed));
+    assert_eq!(commands, [true, false], "EVALSHA, NOSCRIPT, then EVAL");
+}
+
+fn cluster() -> Option<redis::cluster::ClusterConnection> {
+    let ports = std::env::var("RATEWINDOW_CLUSTER_PORTS").ok()?;
+    let nodes: Vec<String> = ports
+        .split_whitespace()
+        .map(|p| format!("redis://127.0.0.1:{p}/"))
+        .collect();
+    let client = redis::cluster::ClusterClient::new(nodes).expect("cluster nodes");
+    Some(
+        client
+            .get_connection()
+            .expect("the Redis Cluster of RATEWINDOW_CLUSTER_PORTS"),
+    )
+}
+
+#[test]
+fn a_cluster_counts_a_cross_slot_batch_key_by_key_and_gives_back_on_a_refusal() {
+    let Some(mut con) = cluster() else {
+        eprintln!("skipped: RATEWINDOW_CLUSTER_PORTS is not set (scripts/test-core.sh sets it)");
+        return;
+    };
+    let options = options("cluster");
+    let batch = [
+        Entry::new("alice", limit(2, 60_000)),
+        Entry::new("bob", limit(1, 60_000)),
+        Entry::new("carol", limit(3, 120_000)),
+    ];
+    let keys: Vec<String> = ["alice", "bob", "carol"]
+        .iter()
+        .map(|k| options.log_key(k))
+        .collect();
+    assert!(
+        rw::key_slot(&keys[0]) != rw::key_slot(&keys[1]),
+        "the test needs keys in two slots"
+    );
+    let (allowed, token) = consume(&mut con, &options, &batch);
+    assert!(allowed.allowed);
+    assert_eq!(
+        (allowed.quota.limit, allowed.quota.remaining),
+        (1, 0),
+        "bob is the tightest"
+    );
+    let Some(ReleaseToken::Redis(RedisRelease { keys: recorded, .. })) = token.clone() else {
+        panic!()
+    };
+    assert_eq!(recorded, keys);
+    // bob refuses: alice, counted first, is given back; carol is peeked for the longest wait.
+    let refused = consume(&mut con, &options, &batch).0;
+    assert_eq!(refused.blocked, Some(1));
+    let zcard = |con: &mut redis::cluster::ClusterConnection, key: &str| -> i64 {
+        redis::cmd("ZCARD").arg(key).query(con).unwrap()
+    };
+    assert_eq!(zcard(&mut con, &keys[0]), 1, "alice's count was given back");
+    // Released key by key: every key loses the call.
+    assert_eq!(
+        op(
+            &mut con,
+            &options,
+            Op::Release {
+                token: token.unwrap()
+            }
+        ),
+        Outcome::Unit
+    );
+    for key in &keys {
+        assert_eq!(zcard(&mut con, key), 0, "{key}");
+    }
+    // A peek across slots answers like the consume would.
+    assert!(peek(&mut con, &options, &batch).allowed);
+    for _ in 0..3 {
+        consume(
+            &mut con,
+            &options,
+            &[Entry::new("carol", limit(3, 120_000))],
+        );
+    }
+    let peeked = peek(&mut con, &options, &batch);
+    assert_eq!(peeked.blocked, Some(2));
+    assert!(peeked.retry_after_ms > 60_000);
 }
 
 #[test]
@@ -296,16 +598,21 @@ fn hash_tags_put_a_calls_keys_in_one_slot() {
 #[test]
 fn replies_of_the_wrong_shape_are_typed_errors_not_verdicts() {
     let ints = |v: &[i64]| Reply::Array(v.iter().map(|&i| Reply::Int(i)).collect());
+    let limits = [limit(3, 1_000), limit(2, 1_000)];
     for bad in [
         Reply::Nil,
         Reply::Int(1),
         Reply::Text("OK".into()),
-        ints(&[1, 0, -1, -1]),
-        ints(&[1, 0, -1, -1, 5, 6]),
-        ints(&[2, 0, -1, -1, 5]),
-        ints(&[0, 0, 10, 0, 5]),  // refused with no wait
-        ints(&[0, 5, 10, 3, 5]),  // blocked index past the entries
-        ints(&[1, 5, -1, -1, 5]), // allowed with a wait
+        ints(&[1, 0, -1, -1, 5]),
+        ints(&[1, 0, -1, -1, 5, 0, 2, 100, 100, 7]),
+        ints(&[2, 0, -1, -1, 5, 0, 2, 100, 100]),
+        ints(&[0, 0, 10, 0, 5, 0, 0, 0, 10]), // refused with no wait
+        ints(&[0, 5, 10, 3, 5, 3, 0, 5, 10]), // blocked index past the entries
+        ints(&[1, 5, -1, -1, 5, 0, 2, 100, 100]), // allowed with a wait
+        ints(&[0, 999, 100, 0, 95, 0, 0, 999, 999]), // a wait the timestamp contradicts
+        ints(&[1, 0, -1, -1, 5, 0, 4, 100, 100]), // more remaining than the limit
+        ints(&[1, 0, -1, -1, 5, 1, 1, 200, 100]), // refill after the reset
+        ints(&[0, 5, 10, 0, 5, 1, 0, 5, 10]), // the tightest is not the blocked entry
         Reply::Array(vec![
             Reply::Int(1),
             Reply::Nil,
@@ -314,13 +621,13 @@ fn replies_of_the_wrong_shape_are_typed_errors_not_verdicts() {
             Reply::Int(5),
         ]),
     ] {
-        let e = rw::decode_batch(&bad, 2).unwrap_err();
+        let e = rw::decode_batch(&bad, &limits).unwrap_err();
         assert!(e.to_string().contains("expected"), "{e}");
     }
     assert!(rw::decode_window(&ints(&[3])).is_err());
     assert!(rw::decode_window(&ints(&[3, -2])).is_err());
     assert!(rw::decode_release(&Reply::Text("x".into())).is_err());
-    let e = rw::decode_batch(&ints(&[9, 9]), 1).unwrap_err();
+    let e = rw::decode_batch(&ints(&[9, 9]), &limits).unwrap_err();
     assert_eq!(e.got, "[9, 9]");
     assert!(rw::plan_consume_many(&[], &RedisOptions::default(), "").is_err());
 }

@@ -130,7 +130,7 @@ impl GuestRedisStore for RedisStore {
         let id = call_id()?;
         let (plan, release) = plans::plan_consume_many(&entries, &self.options, &id)
             .map_err(|e| Error::StoreFailed(e.to_string()))?;
-        let verdict = plans::decode_batch(&run(&plan)?, entries.len()).map_err(malformed)?;
+        let verdict = plans::decode_batch_of(&run(&plan)?, entries.len()).map_err(malformed)?;
         Ok(RedisConsumed {
             release: verdict
                 .allowed
@@ -142,7 +142,7 @@ impl GuestRedisStore for RedisStore {
     fn peek_many(&self, entries: Vec<Entry>) -> Result<BatchVerdict, Error> {
         let entries = convert::entries(entries)?;
         let plan = plans::plan_peek_many(&entries, &self.options);
-        let verdict = plans::decode_batch(&run(&plan)?, entries.len()).map_err(malformed)?;
+        let verdict = plans::decode_batch_of(&run(&plan)?, entries.len()).map_err(malformed)?;
         Ok(verdict.into())
     }
 

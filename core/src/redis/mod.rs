@@ -23,8 +23,8 @@
 //! let (plan, release) = redis::plan_consume_many(&entries, &options, "f3a9c2")?;
 //! assert_eq!(plan.keys, ["ratewindow:log:click:alice"]);
 //! // ... the host runs the plan; the server answers:
-//! let reply = Reply::Array(vec![Reply::Int(0), Reply::Int(700), Reply::Int(1_700_000_010_000), Reply::Int(0), Reply::Int(1_700_000_009_300)]);
-//! let verdict = redis::decode_batch(&reply, entries.len())?;
+//! let reply = Reply::Array([0, 700, 1_700_000_010_000, 0, 1_700_000_009_300, 0, 0, 700, 9_000].map(Reply::Int).to_vec());
+//! let (verdict, _) = redis::decode_batch(&reply, &[entries[0].limit])?;
 //! assert_eq!((verdict.allowed, verdict.retry_after_ms, verdict.blocked), (false, 700, Some(0)));
 //! # let _ = release;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -34,10 +34,12 @@ mod plan;
 mod reply;
 mod slot;
 
+pub(crate) use plan::sliding_plan;
 pub use plan::{
-    decode_batch, decode_release, decode_window, plan_clear, plan_consume_many, plan_get_window,
-    plan_hit, plan_peek_many, plan_release, plan_reset_attempts, EmptyCallId, HashTag, Plan,
-    RedisOptions, RedisRelease, Script, WindowState, FIXED, SLIDING,
+    decode_attempt, decode_batch, decode_batch_of, decode_release, decode_window, plan_attempt,
+    plan_clear, plan_consume_many, plan_get_window, plan_hit, plan_peek_many, plan_release,
+    plan_reset_attempts, EmptyCallId, HashTag, Plan, RedisOptions, RedisRelease, Script,
+    WindowState, FIXED, SLIDING,
 };
 pub use reply::{Reply, ReplyError};
 pub use slot::key_slot;

@@ -1,7 +1,7 @@
 //! Plans (script, keys, args) and the decoders of their replies.
 
 use crate::redis::reply::{ints, Reply, ReplyError};
-use crate::{BatchVerdict, Entry, Window};
+use crate::{BatchVerdict, Entry, Limit, Window};
 
 /// A consume planned without a call id: the id is what keeps calls apart, so it cannot be empty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -24,13 +24,13 @@ pub struct Script {
 pub static SLIDING: Script = Script {
     name: "sliding",
     source: include_str!("sliding.lua"),
-    sha1: "59e9fcd22c4c51e82599fe8bd458b5f7aa18406d",
+    sha1: "ff21beb746d35b868bd4ddef1ad8d871d5927836",
 };
 /// The fixed-window script: hit, get, reset and clear of one key.
 pub static FIXED: Script = Script {
     name: "fixed",
     source: include_str!("fixed.lua"),
-    sha1: "13baa9ef48d201871a36508df3f292fcc67c7090",
+    sha1: "5bd641fed3d297b670adb9f4d6c37bf01ef7299d",
 };
 
 #[cfg(test)]
@@ -178,7 +178,12 @@ pub struct RedisRelease {
     pub call_id: String,
 }
 
-fn sliding_plan(mode: &str, entries: &[Entry], options: &RedisOptions, call_id: &str) -> Plan {
+pub(crate) fn sliding_plan(
+    mode: &str,
+    entries: &[Entry],
+    options: &RedisOptions,
+    call_id: &str,
+) -> Plan {
     let mut keys: Vec<String> = Vec::new();
     let mut args = Vec::with_capacity(2 + 3 * entries.len());
     args.push(mode.to_owned());
@@ -237,28 +242,54 @@ pub fn plan_release(release: &RedisRelease) -> Plan {
     }
 }
 
-/// Decodes a consume or peek reply of a call with `entries` entries.
-pub fn decode_batch(reply: &Reply, entries: usize) -> Result<BatchVerdict, ReplyError> {
-    const EXPECTED: &str =
-        "[allowed 0|1, retry_after_ms >= 0, retry_timestamp, blocked index, server time]";
+/// Decodes a consume or peek reply of a call whose entries have `limits` (in entry order): the
+/// verdict, and the index of its tightest entry (see [`Quota`](crate::Quota)). A reply is believed
+/// only when it is consistent with itself and with the call.
+pub fn decode_batch(reply: &Reply, limits: &[Limit]) -> Result<(BatchVerdict, usize), ReplyError> {
+    const EXPECTED: &str = "[allowed 0|1, retry_after_ms, retry_timestamp, blocked, server time, \
+         tightest entry, remaining, refill_after_ms, reset_after_ms], consistent with the call";
     let err = || ReplyError::new("sliding", EXPECTED, reply);
-    let [allowed, retry_after, retry_ts, blocked, now] = ints::<5>(reply).ok_or_else(err)?;
+    let [allowed, retry_after, retry_ts, blocked, now, tight, remaining, refill, reset] =
+        ints::<9>(reply).ok_or_else(err)?;
+    let entry = |i: i64| usize::try_from(i).ok().filter(|&i| i < limits.len());
+    let tight_index = entry(tight).ok_or_else(err)?;
+    let uses = limits[tight_index].uses();
+    let counts_ok =
+        now >= 0 && (0..=uses as i64).contains(&remaining) && refill >= 0 && reset >= refill;
+    let quota = crate::Quota {
+        limit: uses,
+        remaining: remaining as u32,
+        refill_after_ms: refill as u64,
+        reset_after_ms: reset as u64,
+    };
     match allowed {
-        1 if retry_after == 0 && retry_ts == -1 && blocked == -1 && now >= 0 => {
-            Ok(BatchVerdict::ALLOWED)
-        }
-        0 if retry_after >= 1
-            && retry_ts > now
-            && now >= 0
-            && blocked >= 0
-            && (blocked as usize) < entries =>
+        1 if counts_ok
+            && retry_after == 0
+            && retry_ts == -1
+            && blocked == -1
+            && (remaining < uses as i64 || refill == 0)
+            && (refill == 0) == (reset == 0) =>
         {
-            Ok(BatchVerdict {
-                allowed: false,
-                retry_after_ms: retry_after as u64,
-                retry_timestamp: Some(retry_ts as u64),
-                blocked: Some(blocked as usize),
-            })
+            Ok((BatchVerdict::ALLOWED.with_quota(quota), tight_index))
+        }
+        0 if counts_ok
+            && retry_after >= 1
+            && retry_ts > now
+            && retry_ts - now == retry_after
+            && blocked == tight
+            && remaining == 0
+            && refill == retry_after =>
+        {
+            Ok((
+                BatchVerdict {
+                    allowed: false,
+                    retry_after_ms: retry_after as u64,
+                    retry_timestamp: Some(retry_ts as u64),
+                    blocked: Some(tight_index),
+                    quota,
+                },
+                tight_index,
+            ))
         }
         _ => Err(err()),
     }
@@ -272,7 +303,7 @@ pub fn decode_release(reply: &Reply) -> Result<u64, ReplyError> {
     }
 }
 
-fn fixed_plan(key: &str, options: &RedisOptions, args: Vec<String>) -> Plan {
+pub(crate) fn fixed_plan(key: &str, options: &RedisOptions, args: Vec<String>) -> Plan {
     Plan {
         script: &FIXED,
         keys: vec![options.window_key(key)],
@@ -338,4 +369,48 @@ pub fn decode_window(reply: &Reply) -> Result<Option<WindowState>, ReplyError> {
             reply,
         )),
     }
+}
+
+/// Counts one hit on `key`'s fixed window only if it holds fewer than `max` (opening a window of
+/// `decay` if none runs), atomically.
+pub fn plan_attempt(key: &str, decay: Window, max: i64, options: &RedisOptions) -> Plan {
+    fixed_plan(
+        key,
+        options,
+        vec![
+            "attempt".to_owned(),
+            decay.as_ms().to_string(),
+            max.to_string(),
+        ],
+    )
+}
+
+/// Decodes an attempt reply: whether the hit was counted, and the window after the call.
+pub fn decode_attempt(reply: &Reply) -> Result<(bool, Option<WindowState>), ReplyError> {
+    let err = || {
+        ReplyError::new(
+            "fixed",
+            "[counted 0|1, count, ms until the window ends >= 0]",
+            reply,
+        )
+    };
+    match ints::<3>(reply).ok_or_else(err)? {
+        [0, 0, 0] => Ok((false, None)),
+        [counted @ (0 | 1), count, ms_left] if ms_left > 0 && (counted == 0 || count >= 1) => Ok((
+            counted == 1,
+            Some(WindowState {
+                count,
+                ms_left: ms_left as u64,
+            }),
+        )),
+        _ => Err(err()),
+    }
+}
+
+/// Interim, for bindings not yet driving [`crate::call::Call`]: [`decode_batch`] of a call of
+/// `entries` entries whose limits it does not know (the quota's `limit` is then unchecked).
+#[doc(hidden)]
+pub fn decode_batch_of(reply: &Reply, entries: usize) -> Result<BatchVerdict, ReplyError> {
+    let any = Limit::new(u32::MAX as u64, crate::MAX_WINDOW_MS).expect("the largest limit");
+    decode_batch(reply, &vec![any; entries]).map(|(verdict, _)| verdict)
 }

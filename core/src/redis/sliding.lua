@@ -6,7 +6,11 @@
 -- ARGV[3..] per entry, three at a time: key index (1-based into KEYS), uses, window_ms
 --
 -- Reply (consume, peek): {allowed (1|0), retry_after_ms, retry_timestamp (-1 if allowed),
---                         blocked (0-based entry index, -1 if allowed), server time in ms}
+--                         blocked (0-based entry index, -1 if allowed), server time in ms,
+--                         tightest (0-based entry index), remaining, refill_after_ms, reset_after_ms}
+--   The tightest entry has the fewest uses left after the call (ties: the longer window, then the
+--   first); on a refusal it is the blocked one. refill: ms until its oldest call in the window leaves
+--   (the wait, on a refusal); reset: ms until its newest call leaves; both 0 for an empty window.
 -- Reply (release): {members removed}
 if redis.replicate_commands then redis.replicate_commands() end
 local mode, id = ARGV[1], ARGV[2]
@@ -40,6 +44,7 @@ end
 
 -- Every entry is checked before anything is recorded; the longest wait blocks (ties keep the first).
 local blocked, until_ = -1, -1
+local count = {}
 for i = 0, entries - 1 do
   local k, uses, w = tonumber(ARGV[3 + 3 * i]), tonumber(ARGV[4 + 3 * i]), tonumber(ARGV[5 + 3 * i])
   local inside
@@ -48,6 +53,7 @@ for i = 0, entries - 1 do
   else
     inside = redis.call('ZCOUNT', KEYS[k], int(now - w + 1), '+inf')
   end
+  count[i] = inside
   if inside >= uses then
     -- The oldest of the newest `uses` calls decides the wait.
     local call = redis.call('ZREVRANGE', KEYS[k], int(uses - 1), int(uses - 1), 'WITHSCORES')
@@ -56,9 +62,23 @@ for i = 0, entries - 1 do
   end
 end
 if blocked >= 0 then
-  return {0, math.max(1, until_ - now), until_, blocked, now}
+  local k, w = tonumber(ARGV[3 + 3 * blocked]), tonumber(ARGV[5 + 3 * blocked])
+  local newest = redis.call('ZRANGE', KEYS[k], -1, -1, 'WITHSCORES')
+  local wait = math.max(1, until_ - now)
+  return {0, wait, until_, blocked, now, blocked, 0, wait, math.max(wait, tonumber(newest[2]) + w - now)}
 end
 
+-- The tightest entry after the call: an allowed consume counts itself in every entry.
+local recorded = (mode == 'c') and 1 or 0
+local tight, left, tight_w = 0, nil, 0
+for i = 0, entries - 1 do
+  local uses, w = tonumber(ARGV[4 + 3 * i]), tonumber(ARGV[5 + 3 * i])
+  local l = uses - count[i] - recorded
+  if left == nil or l < left or (l == left and w > tight_w) then tight, left, tight_w = i, l, w end
+end
+local tight_k = tonumber(ARGV[3 + 3 * tight])
+
+local recorded_at = {}
 if mode == 'c' then
   for k = 1, #KEYS do
     local at = now
@@ -68,10 +88,18 @@ if mode == 'c' then
       if tonumber(newest[2]) > at then at = tonumber(newest[2]) end
     end
     redis.call('ZADD', KEYS[k], int(at), id)
+    recorded_at[k] = at
     -- The key lives until its newest call leaves the longest window it was counted under (a new key
     -- has no expiry yet; an existing one keeps a longer one).
     local ttl = longest[k] + at - now
     if size[k] == 0 or redis.call('PTTL', KEYS[k]) < ttl then redis.call('PEXPIRE', KEYS[k], int(ttl)) end
   end
 end
-return {1, 0, -1, -1, now}
+local refill, reset = 0, 0
+if count[tight] + recorded > 0 then
+  local oldest = redis.call('ZRANGEBYSCORE', KEYS[tight_k], int(now - tight_w + 1), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local newest = recorded_at[tight_k]
+  if not newest then newest = tonumber(redis.call('ZRANGE', KEYS[tight_k], -1, -1, 'WITHSCORES')[2]) end
+  refill, reset = tonumber(oldest[2]) + tight_w - now, newest + tight_w - now
+end
+return {1, 0, -1, -1, now, tight, left, refill, reset}

@@ -1,0 +1,620 @@
+//! The Redis call machine: one script a call; `NOSCRIPT` → the source; `CROSSSLOT` → key by key.
+
+use super::{
+    errors, Call, CallError, Command, Fed, GiveBackFailure, Op, Outcome, ReleaseToken, WindowQuery,
+};
+use crate::redis::{self as plan, Plan, RedisOptions, RedisRelease, Reply, ReplyError, SLIDING};
+use crate::{BatchVerdict, Limit, Quota};
+
+/// Starts call machines for one Redis (Valkey, KeyDB, Redis Cluster) store: its key options, and
+/// whether the host can run scripts by SHA1.
+///
+/// ```
+/// use ratewindow_core::call::{Command, Fed, Next, Op, Outcome, Redis};
+/// use ratewindow_core::redis::{RedisOptions, Reply};
+/// use ratewindow_core::{Entry, Limit};
+///
+/// let store = Redis::new(RedisOptions::default());
+/// let entries = vec![Entry::new("click:alice", Limit::new(3, 10_000)?)];
+/// let mut call = store.start(Op::Consume { entries, call_id: "f3a9c2".into() });
+/// let Next::Run(Command::Script { by_sha1, keys, .. }) = call.next() else { unreachable!() };
+/// assert!(by_sha1);
+/// assert_eq!(keys, ["ratewindow:log:click:alice"]);
+/// call.fail("NOSCRIPT No matching script. Please use EVAL.");
+/// let Next::Run(Command::Script { by_sha1: false, .. }) = call.next() else { unreachable!() };
+/// // The server answers: allowed; 2 uses left; the use back in 10 s.
+/// call.feed(Fed::Reply(Reply::Array([1, 0, -1, -1, 1_000, 0, 2, 10_000, 10_000].map(Reply::Int).to_vec())));
+/// let Next::Done(Ok(Outcome::Verdict { verdict, release })) = call.next() else { unreachable!() };
+/// assert!(verdict.allowed && release.is_some());
+/// assert_eq!(verdict.quota.remaining, 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Redis {
+    options: RedisOptions,
+    evalsha: bool,
+}
+
+impl Redis {
+    /// Calls on a store with `options`, running scripts by SHA1 first (`EVALSHA`, then `EVAL` with the
+    /// source only on `NOSCRIPT`).
+    pub fn new(options: RedisOptions) -> Redis {
+        Redis {
+            options,
+            evalsha: true,
+        }
+    }
+
+    /// Whether the host runs scripts by SHA1 (`true` by default). A host that can only `EVAL` says
+    /// `false`, and every command carries the source.
+    pub fn evalsha(mut self, evalsha: bool) -> Redis {
+        self.evalsha = evalsha;
+        self
+    }
+
+    /// The key options.
+    pub fn options(&self) -> &RedisOptions {
+        &self.options
+    }
+
+    /// Starts `op`. Times are the server's (`TIME` inside the scripts).
+    pub fn start(&self, op: Op) -> Call {
+        let o = &self.options;
+        let (plan, kind) = match op {
+            Op::Consume { entries, call_id } => {
+                if call_id.is_empty() {
+                    return Call::done(Err(CallError::Unsupported(
+                        "a call id must not be empty: pass a fresh random id for every call",
+                    )));
+                }
+                if entries.is_empty() {
+                    return Call::done(Ok(allowed(Quota::NONE, Some(Vec::new()), call_id)));
+                }
+                let limits = entries.iter().map(|e| e.limit).collect();
+                let plan = plan::sliding_plan("c", &entries, o, &call_id);
+                (plan, Kind::Consume { limits, call_id })
+            }
+            Op::Peek { entries } => {
+                if entries.is_empty() {
+                    return Call::done(Ok(Outcome::Verdict {
+                        verdict: BatchVerdict::ALLOWED,
+                        release: None,
+                    }));
+                }
+                let limits = entries.iter().map(|e| e.limit).collect();
+                (
+                    plan::sliding_plan("p", &entries, o, "-"),
+                    Kind::Peek { limits },
+                )
+            }
+            Op::Release { token } => match token {
+                ReleaseToken::Redis(release) if release.keys.is_empty() => {
+                    return Call::done(Ok(Outcome::Unit))
+                }
+                ReleaseToken::Redis(release) => (plan::plan_release(&release), Kind::Release),
+                ReleaseToken::Sql(_) => {
+                    return Call::done(Err(CallError::Unsupported(
+                        "a SQL store's release token was given to a Redis store",
+                    )))
+                }
+            },
+            Op::Hit { key, decay, amount } => (
+                plan::plan_hit(&key, decay, amount, o),
+                Kind::Fixed(Fixed::Hit),
+            ),
+            Op::Attempt { key, max, decay } => (
+                plan::plan_attempt(&key, decay, max, o),
+                Kind::Fixed(Fixed::Attempt),
+            ),
+            Op::Read { key, query } => (
+                plan::plan_get_window(&key, o),
+                Kind::Fixed(Fixed::Read(query)),
+            ),
+            Op::ResetAttempts { key } => {
+                (plan::plan_reset_attempts(&key, o), Kind::Fixed(Fixed::Unit))
+            }
+            Op::Clear { key } => (plan::plan_clear(&key, o), Kind::Fixed(Fixed::Unit)),
+        };
+        Call::redis(RedisCall {
+            plan,
+            by_sha1: self.evalsha,
+            evalsha: self.evalsha,
+            kind,
+            apart: None,
+            done: None,
+        })
+    }
+}
+
+fn allowed(quota: Quota, keys: Option<Vec<String>>, call_id: String) -> Outcome {
+    Outcome::Verdict {
+        verdict: BatchVerdict::ALLOWED.with_quota(quota),
+        release: keys.map(|keys| ReleaseToken::Redis(RedisRelease { keys, call_id })),
+    }
+}
+
+#[derive(Debug)]
+enum Kind {
+    Consume { limits: Vec<Limit>, call_id: String },
+    Peek { limits: Vec<Limit> },
+    Release,
+    Fixed(Fixed),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fixed {
+    Hit,
+    Attempt,
+    Read(WindowQuery),
+    Unit,
+}
+
+/// One Redis call in progress.
+#[derive(Debug)]
+pub(crate) struct RedisCall {
+    /// The command running now.
+    plan: Plan,
+    /// Whether the command runs by SHA1 now.
+    by_sha1: bool,
+    /// Whether the host can run scripts by SHA1 at all.
+    evalsha: bool,
+    kind: Kind,
+    /// Set once the keys turned out to span Cluster slots.
+    apart: Option<Box<Apart>>,
+    done: Option<Result<Outcome, CallError>>,
+}
+
+impl RedisCall {
+    pub(crate) fn command(&self) -> Command<'_> {
+        Command::Script {
+            script: self.plan.script,
+            keys: &self.plan.keys,
+            args: &self.plan.args,
+            by_sha1: self.by_sha1,
+        }
+    }
+
+    pub(crate) fn result(
+        &mut self,
+        give_back_failures: &mut Vec<GiveBackFailure>,
+    ) -> Option<Result<Outcome, CallError>> {
+        let done = self.done.take()?;
+        if let Some(apart) = &mut self.apart {
+            give_back_failures.append(&mut apart.failures);
+        }
+        Some(done)
+    }
+
+    pub(crate) fn feed(&mut self, fed: Result<Fed, String>) {
+        if self.done.is_some() {
+            self.done = Some(Err(CallError::Protocol {
+                expected: "nothing (the call is over)",
+                got: "a result",
+            }));
+            return;
+        }
+        let reply = match fed {
+            Ok(Fed::Reply(reply)) => Ok(reply),
+            Ok(Fed::Rows(_)) => {
+                self.done = Some(Err(CallError::Protocol {
+                    expected: "a Redis reply",
+                    got: "rows",
+                }));
+                return;
+            }
+            Err(message) => {
+                if self.by_sha1 && errors::is_noscript(&message) {
+                    // Nothing ran: the same command again, with the source.
+                    self.by_sha1 = false;
+                    return;
+                }
+                Err(message)
+            }
+        };
+        if self.apart.is_some() {
+            return self.feed_apart(reply);
+        }
+        if let Err(message) = &reply {
+            if self.plan.keys.len() > 1
+                && errors::is_crossslot(message)
+                && !matches!(self.kind, Kind::Fixed(_))
+            {
+                return self.go_apart();
+            }
+        }
+        self.done = Some(self.decide(reply));
+    }
+
+    /// The outcome of the one-script path.
+    fn decide(&mut self, reply: Result<Reply, String>) -> Result<Outcome, CallError> {
+        let reply = reply.map_err(|message| CallError::Store { message })?;
+        match &mut self.kind {
+            Kind::Consume { limits, call_id } => {
+                let (verdict, _) = plan::decode_batch(&reply, limits)?;
+                Ok(if verdict.allowed {
+                    let keys = std::mem::take(&mut self.plan.keys);
+                    allowed(verdict.quota, Some(keys), std::mem::take(call_id))
+                } else {
+                    Outcome::Verdict {
+                        verdict,
+                        release: None,
+                    }
+                })
+            }
+            Kind::Peek { limits } => Ok(Outcome::Verdict {
+                verdict: plan::decode_batch(&reply, limits)?.0,
+                release: None,
+            }),
+            Kind::Release => plan::decode_release(&reply)
+                .map(|_| Outcome::Unit)
+                .map_err(Into::into),
+            Kind::Fixed(fixed) => decide_fixed(*fixed, &reply),
+        }
+    }
+
+    /// The keys span Cluster slots: count key by key, in order of first appearance.
+    fn go_apart(&mut self) {
+        let call_id = self.plan.args.get(1).cloned().unwrap_or_default();
+        let groups = Group::of(&self.plan);
+        let mode = match &self.kind {
+            Kind::Consume { .. } => Mode::Consume,
+            Kind::Peek { .. } => Mode::Peek,
+            _ => Mode::Release,
+        };
+        let limits: Vec<Limit> = match &self.kind {
+            Kind::Consume { limits, .. } | Kind::Peek { limits } => limits.clone(),
+            _ => Vec::new(),
+        };
+        let apart = Box::new(Apart {
+            mode,
+            limits,
+            call_id,
+            keys: std::mem::take(&mut self.plan.keys),
+            groups,
+            next: 0,
+            phase: match mode {
+                Mode::Consume => Phase::Count,
+                Mode::Peek => Phase::Peek,
+                Mode::Release => Phase::ReleaseEach,
+            },
+            counted: Vec::new(),
+            give_back: Vec::new(),
+            refusal: None,
+            tightest: None,
+            error: None,
+            failures: Vec::new(),
+        });
+        self.by_sha1 = self.evalsha;
+        self.plan = apart.command();
+        self.apart = Some(apart);
+    }
+
+    fn feed_apart(&mut self, reply: Result<Reply, String>) {
+        let Some(apart) = self.apart.as_mut() else {
+            return;
+        };
+        match apart.feed(reply) {
+            Some(done) => self.done = Some(done),
+            None => {
+                self.plan = apart.command();
+                // Each new command starts by SHA1 again (the script is loaded by now).
+                self.by_sha1 = self.evalsha;
+            }
+        }
+    }
+}
+
+fn decide_fixed(fixed: Fixed, reply: &Reply) -> Result<Outcome, CallError> {
+    Ok(match fixed {
+        Fixed::Hit => match plan::decode_window(reply)? {
+            Some(w) => Outcome::Hit {
+                count: w.count,
+                reset_after_ms: w.ms_left,
+            },
+            None => {
+                return Err(ReplyError::new(
+                    "fixed",
+                    "[count, ms until the window ends > 0] after a hit",
+                    reply,
+                )
+                .into())
+            }
+        },
+        Fixed::Attempt => {
+            let (allowed, window) = plan::decode_attempt(reply)?;
+            let (count, reset_after_ms) = window.map_or((0, 0), |w| (w.count, w.ms_left));
+            Outcome::Attempt {
+                allowed,
+                count,
+                reset_after_ms,
+            }
+        }
+        Fixed::Read(query) => query.answer(plan::decode_window(reply)?),
+        Fixed::Unit => {
+            plan::decode_window(reply)?;
+            Outcome::Unit
+        }
+    })
+}
+
+/// The entries of one key, as a group of a call counted key by key.
+#[derive(Debug)]
+struct Group {
+    /// Index into the call's keys.
+    key: usize,
+    /// The call's entry indices of this key, in order.
+    entries: Vec<usize>,
+    /// Their `(uses, window_ms)` argument pairs.
+    args: Vec<(String, String)>,
+}
+
+impl Group {
+    /// The groups of a sliding plan (`mode, id, (key index, uses, window)*`), in order of keys.
+    fn of(plan: &Plan) -> Vec<Group> {
+        let mut groups: Vec<Group> = (0..plan.keys.len())
+            .map(|key| Group {
+                key,
+                entries: Vec::new(),
+                args: Vec::new(),
+            })
+            .collect();
+        for (i, triple) in plan.args.get(2..).unwrap_or(&[]).chunks(3).enumerate() {
+            let [k, uses, window] = triple else { continue };
+            let Some(group) = k
+                .parse::<usize>()
+                .ok()
+                .and_then(|k| groups.get_mut(k.wrapping_sub(1)))
+            else {
+                continue;
+            };
+            group.entries.push(i);
+            group.args.push((uses.clone(), window.clone()));
+        }
+        groups
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Consume,
+    Peek,
+    Release,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Consume: counting group `next`.
+    Count,
+    /// Giving back the keys in `give_back` (one script each), then `after`.
+    GiveBack,
+    /// Peeking group `next` (after a refusal, or for a peek).
+    Peek,
+    /// Release: removing the call from key `next`.
+    ReleaseEach,
+}
+
+/// A call whose keys span Cluster slots, counted key by key.
+#[derive(Debug)]
+struct Apart {
+    mode: Mode,
+    call_id: String,
+    keys: Vec<String>,
+    limits: Vec<Limit>,
+    groups: Vec<Group>,
+    next: usize,
+    phase: Phase,
+    /// Groups counted so far (consume).
+    counted: Vec<usize>,
+    /// Keys still to give back.
+    give_back: Vec<usize>,
+    /// The longest refusal so far, with `blocked` as the call's entry index.
+    refusal: Option<BatchVerdict>,
+    /// The tightest allowed quota so far, with its window.
+    tightest: Option<(Quota, u64)>,
+    /// The error to answer once the give-back is over.
+    error: Option<CallError>,
+    failures: Vec<GiveBackFailure>,
+}
+
+impl Apart {
+    fn command(&self) -> Plan {
+        match self.phase {
+            Phase::Count | Phase::Peek => {
+                let group = &self.groups[self.next];
+                let mode = if self.phase == Phase::Count { "c" } else { "p" };
+                let id = if self.phase == Phase::Count {
+                    self.call_id.as_str()
+                } else {
+                    "-"
+                };
+                let mut args = Vec::with_capacity(2 + 3 * group.args.len());
+                args.push(mode.to_owned());
+                args.push(id.to_owned());
+                for (uses, window) in &group.args {
+                    args.push("1".to_owned());
+                    args.push(uses.clone());
+                    args.push(window.clone());
+                }
+                Plan {
+                    script: &SLIDING,
+                    keys: vec![self.keys[group.key].clone()],
+                    args,
+                }
+            }
+            Phase::GiveBack => self.release_plan(self.give_back[0]),
+            Phase::ReleaseEach => self.release_plan(self.next),
+        }
+    }
+
+    fn release_plan(&self, key: usize) -> Plan {
+        plan::plan_release(&RedisRelease {
+            keys: vec![self.keys[key].clone()],
+            call_id: self.call_id.clone(),
+        })
+    }
+
+    fn group_limits(&self, g: usize) -> Vec<Limit> {
+        self.groups[g]
+            .entries
+            .iter()
+            .filter_map(|&i| self.limits.get(i).copied())
+            .collect()
+    }
+
+    /// Decodes group `g`'s verdict, with `blocked` mapped to the call's entry index, and the window of
+    /// its tightest entry.
+    fn decode(&self, g: usize, reply: &Reply) -> Result<(BatchVerdict, u64), CallError> {
+        let limits = self.group_limits(g);
+        let (mut verdict, tight) = plan::decode_batch(reply, &limits)?;
+        verdict.blocked = verdict.blocked.map(|b| self.groups[g].entries[b]);
+        Ok((verdict, limits[tight].window_ms()))
+    }
+
+    fn merge_allowed(&mut self, quota: Quota, window: u64) {
+        let tighter = match self.tightest {
+            None => true,
+            Some((best, best_window)) => {
+                (quota.remaining, std::cmp::Reverse(window))
+                    < (best.remaining, std::cmp::Reverse(best_window))
+            }
+        };
+        if tighter {
+            self.tightest = Some((quota, window));
+        }
+    }
+
+    fn merge_refusal(&mut self, verdict: BatchVerdict) {
+        // The longest wait blocks; ties keep the earlier entry. Waits, not timestamps: the nodes of a
+        // cluster have clocks of their own.
+        if self
+            .refusal
+            .is_none_or(|best| verdict.retry_after_ms > best.retry_after_ms)
+        {
+            self.refusal = Some(verdict);
+        }
+    }
+
+    /// Feeds a result; `Some` when the call is over.
+    fn feed(&mut self, reply: Result<Reply, String>) -> Option<Result<Outcome, CallError>> {
+        match self.phase {
+            Phase::Count => {
+                let g = self.next;
+                let decoded = reply
+                    .map_err(|message| CallError::Store { message })
+                    .and_then(|r| self.decode(g, &r));
+                match decoded {
+                    Ok((verdict, window)) if verdict.allowed => {
+                        self.counted.push(g);
+                        self.merge_allowed(verdict.quota, window);
+                        self.next += 1;
+                        return (self.next == self.groups.len()).then(|| Ok(self.allowed()));
+                    }
+                    Ok((verdict, _)) => {
+                        self.merge_refusal(verdict);
+                        self.next += 1;
+                        self.give_back = self.counted.iter().map(|&g| self.groups[g].key).collect();
+                        self.phase = Phase::GiveBack;
+                    }
+                    Err(error) => {
+                        // The script may have run (a timeout): its give-back removes nothing if not.
+                        self.error = Some(error);
+                        self.give_back = self.counted.iter().map(|&g| self.groups[g].key).collect();
+                        self.give_back.push(self.groups[g].key);
+                        self.phase = Phase::GiveBack;
+                    }
+                }
+                self.after_give_back()
+            }
+            Phase::GiveBack => {
+                let key = self.give_back.remove(0);
+                let failed = match reply {
+                    Ok(r) => plan::decode_release(&r).err().map(|e| e.to_string()),
+                    Err(message) => Some(message),
+                };
+                if let Some(message) = failed {
+                    self.failures.push(GiveBackFailure {
+                        keys: vec![self.keys[key].clone()],
+                        call_id: self.call_id.clone(),
+                        message,
+                    });
+                }
+                self.after_give_back()
+            }
+            Phase::Peek => {
+                let g = self.next;
+                let decoded = reply
+                    .map_err(|message| CallError::Store { message })
+                    .and_then(|r| self.decode(g, &r));
+                match decoded {
+                    Ok((verdict, window)) if verdict.allowed => {
+                        self.merge_allowed(verdict.quota, window)
+                    }
+                    Ok((verdict, _)) => self.merge_refusal(verdict),
+                    // After a consume's refusal a failed peek leaves the refusal standing (it is
+                    // right; only its wait may be shorter than the longest). A peek cannot answer
+                    // without every key.
+                    Err(error) if self.mode == Mode::Peek => return Some(Err(error)),
+                    Err(_) => {}
+                }
+                self.next += 1;
+                self.peek_or_done()
+            }
+            Phase::ReleaseEach => {
+                let failed = match reply {
+                    Ok(r) => plan::decode_release(&r).err().map(CallError::from),
+                    Err(message) => Some(CallError::Store { message }),
+                };
+                if self.error.is_none() {
+                    self.error = failed;
+                }
+                self.next += 1;
+                if self.next < self.keys.len() {
+                    return None;
+                }
+                // A release is idempotent: the host may run the same token again after a failure.
+                Some(match self.error.take() {
+                    Some(error) => Err(error),
+                    None => Ok(Outcome::Unit),
+                })
+            }
+        }
+    }
+
+    /// After a give-back step (or none): more keys to give back, the error, or the peeks.
+    fn after_give_back(&mut self) -> Option<Result<Outcome, CallError>> {
+        if !self.give_back.is_empty() {
+            self.phase = Phase::GiveBack;
+            return None;
+        }
+        if let Some(error) = self.error.take() {
+            return Some(Err(error));
+        }
+        self.phase = Phase::Peek;
+        self.peek_or_done()
+    }
+
+    fn peek_or_done(&mut self) -> Option<Result<Outcome, CallError>> {
+        if self.next < self.groups.len() {
+            return None;
+        }
+        Some(Ok(match self.refusal {
+            Some(verdict) => Outcome::Verdict {
+                verdict,
+                release: None,
+            },
+            None => Outcome::Verdict {
+                verdict: BatchVerdict::ALLOWED
+                    .with_quota(self.tightest.map_or(Quota::NONE, |(q, _)| q)),
+                release: None,
+            },
+        }))
+    }
+
+    fn allowed(&mut self) -> Outcome {
+        allowed(
+            self.tightest.map_or(Quota::NONE, |(q, _)| q),
+            Some(std::mem::take(&mut self.keys)),
+            std::mem::take(&mut self.call_id),
+        )
+    }
+}
