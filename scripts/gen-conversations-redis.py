@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+# Writes tests/vectors/conversations/redis.json (run from that folder). The JSON is what the tests read;
+# this keeps its replies consistent when a case is added.
+import json
+P = "ratewindow:"
+def lk(k, p=P): return p + "log:" + k
+def wk(k, p=P): return p + "win:" + k
+def E(k, u, w): return {"key": k, "limit": {"uses": u, "window_ms": w}}
+def sargs(mode, entries, cid="{call_id}"):
+    keys = []
+    args = [mode, cid]
+    for e in entries:
+        if e["key"] not in keys: keys.append(e["key"])
+        args += [str(keys.index(e["key"]) + 1), str(e["limit"]["uses"]), str(e["limit"]["window_ms"])]
+    return keys, args
+def S(script, by_sha1, keys, args, **res):
+    d = {"command": {"script": script, "by_sha1": by_sha1, "keys": keys, "args": args}}
+    d.update(res); return d
+def slide(mode, entries, by_sha1=True, p=P, **res):
+    keys, args = sargs(mode, entries, "-" if mode == "p" else "{call_id}")
+    return S("sliding", by_sha1, [lk(k, p) for k in keys], args, **res)
+def rel(keys, by_sha1=True, **res):
+    return S("sliding", by_sha1, [lk(k) for k in keys], ["r", "{call_id}"], **res)
+def fixed(key, args, by_sha1=True, **res):
+    return S("fixed", by_sha1, [wk(key)], args, **res)
+def ok(now, tight, rem, refill, reset): return [1, 0, -1, -1, now, tight, rem, refill, reset]
+def no(now, wait, blocked, reset): return [0, wait, now + wait, blocked, now, blocked, 0, wait, reset]
+def V(allowed, wait=0, ts=None, blocked=None, limit=0, rem=0, refill=0, reset=0, single=False):
+    v = {"allowed": allowed, "retry_after_ms": wait, "retry_timestamp": ts}
+    if not single: v["blocked"] = blocked
+    v.update({"limit": limit, "remaining": rem, "refill_after_ms": refill, "reset_after_ms": reset})
+    return v
+CROSS = "CROSSSLOT Keys in request don't hash to the same slot"
+LOST = "Connection is closed."
+NOSCRIPT = "NOSCRIPT No matching script. Please use EVAL."
+a, b, c = E("a", 2, 1000), E("b", 1, 1000), E("c", 3, 2000)
+cases = []
+def case(name, calls, options=None):
+    cases.append({"name": name, "store": "redis", "options": options or {"prefix": P, "evalsha": True}, "calls": calls})
+
+one = E("k", 3, 1000)
+case("an allowed consume is one EVALSHA and carries the quota", [
+  {"op": {"op": "consume", "key": "k", "limit": one["limit"]}, "steps": [slide("c", [one], reply=ok(1000, 0, 2, 1000, 1000))],
+   "outcome": {"verdict": V(True, limit=3, rem=2, refill=1000, reset=1000, single=True), "release": True}}])
+case("NOSCRIPT: the script is sent in full, once", [
+  {"op": {"op": "consume_many", "entries": [one]}, "steps": [slide("c", [one], fail=NOSCRIPT), slide("c", [one], by_sha1=False, reply=ok(1000, 0, 2, 1000, 1000))],
+   "outcome": {"verdict": V(True, limit=3, rem=2, refill=1000, reset=1000), "release": True}}])
+case("a store without EVALSHA sends the source every time; a refusal names the wait", [
+  {"op": {"op": "consume_many", "entries": [one]}, "steps": [slide("c", [one], by_sha1=False, reply=no(1000, 400, 0, 900))],
+   "outcome": {"verdict": V(False, 400, 1400, 0, 3, 0, 400, 900), "release": False}}], {"prefix": P, "evalsha": False})
+case("NOSCRIPT, then the connection is lost: a store error, never a third try", [
+  {"op": {"op": "consume_many", "entries": [one]}, "steps": [slide("c", [one], fail=NOSCRIPT), slide("c", [one], by_sha1=False, fail=LOST)],
+   "outcome": {"error": "store"}}])
+case("a connection lost mid-call is a store error", [
+  {"op": {"op": "peek_many", "entries": [one]}, "steps": [slide("p", [one], fail=LOST)], "outcome": {"error": "store"}}])
+case("a reply of the wrong shape is a reply error, not a verdict", [
+  {"op": {"op": "consume_many", "entries": [one]}, "steps": [slide("c", [one], reply="OK")], "outcome": {"error": "reply"}}])
+case("a reply that contradicts itself is not believed", [
+  {"op": {"op": "consume_many", "entries": [one]}, "steps": [slide("c", [one], reply=[0, 999, 100, 0, 95, 0, 0, 999, 999])], "outcome": {"error": "reply"}}])
+case("an empty batch asks nothing of the store", [
+  {"op": {"op": "consume_many", "entries": []}, "steps": [], "outcome": {"verdict": V(True), "release": True}},
+  {"op": {"op": "peek_many", "entries": []}, "steps": [], "outcome": {"verdict": V(True), "release": False}}])
+dup = [E("a", 2, 1000), E("a", 5, 3000)]
+case("a key named twice is one KEY counted against both limits", [
+  {"op": {"op": "consume_many", "entries": dup}, "steps": [S("sliding", True, [lk("a")], ["c", "{call_id}", "1", "2", "1000", "1", "5", "3000"], reply=ok(50, 0, 1, 1000, 1000))],
+   "outcome": {"verdict": V(True, limit=2, rem=1, refill=1000, reset=1000), "release": True}}])
+tag = E("click:alice", 1, 1000)
+case("a prefix and a hash tag shape the key", [
+  {"op": {"op": "peek_many", "entries": [tag, E("click", 10, 1000)]},
+   "steps": [S("sliding", True, ["p:log:{click}:alice", "p:log:{click}"], ["p", "-", "1", "1", "1000", "2", "10", "1000"], reply=ok(7, 0, 1, 0, 0))],
+   "outcome": {"verdict": V(True, limit=1, rem=1), "release": False}}], {"prefix": "p:", "evalsha": True, "hash_tag": ":"})
+
+abc = [a, b, c]
+case("CROSSSLOT: counted key by key; a refusal gives back what was counted, then peeks the rest", [
+  {"op": {"op": "consume_many", "entries": abc}, "steps": [
+     slide("c", abc, fail=CROSS),
+     slide("c", [a], reply=ok(1000, 0, 1, 1000, 1000)),
+     slide("c", [b], reply=no(1000, 300, 0, 300)),
+     rel(["a"], reply=[1]),
+     slide("p", [c], reply=ok(1001, 0, 3, 0, 0))],
+   "outcome": {"verdict": V(False, 300, 1300, 1, 1, 0, 300, 300), "release": False}}])
+case("CROSSSLOT: a failed give-back is reported, and the refusal stands", [
+  {"op": {"op": "consume_many", "entries": abc}, "steps": [
+     slide("c", abc, fail=CROSS),
+     slide("c", [a], reply=ok(1000, 0, 1, 1000, 1000)),
+     slide("c", [b], reply=no(1000, 300, 0, 300)),
+     rel(["a"], fail=LOST),
+     slide("p", [c], reply=ok(1001, 0, 3, 0, 0))],
+   "outcome": {"verdict": V(False, 300, 1300, 1, 1, 0, 300, 300), "release": False},
+   "give_back_failures": [{"keys": [lk("a")]}]}])
+case("CROSSSLOT: the longest wait of the peeked keys blocks (a failed peek leaves the refusal standing)", [
+  {"op": {"op": "consume_many", "entries": [b, c, a]}, "steps": [
+     slide("c", [b, c, a], fail=CROSS),
+     slide("c", [b], reply=no(1000, 300, 0, 300)),
+     slide("p", [c], reply=no(1000, 700, 0, 1500)),
+     slide("p", [a], fail=LOST)],
+   "outcome": {"verdict": V(False, 700, 1700, 1, 3, 0, 700, 1500), "release": False}}])
+case("CROSSSLOT: a failure mid-way gives back every key it may have counted, then fails", [
+  {"op": {"op": "consume_many", "entries": abc}, "steps": [
+     slide("c", abc, fail=CROSS),
+     slide("c", [a], reply=ok(1000, 0, 1, 1000, 1000)),
+     slide("c", [b], fail=LOST),
+     rel(["a"], reply=[1]),
+     rel(["b"], reply=[0])],
+   "outcome": {"error": "store"}}])
+case("CROSSSLOT: allowed everywhere, the tightest entry's quota; the release goes key by key", [
+  {"op": {"op": "consume_many", "entries": abc}, "steps": [
+     slide("c", abc, fail=CROSS),
+     slide("c", [a], reply=ok(1000, 0, 1, 1000, 1000)),
+     slide("c", [b], reply=ok(1000, 0, 0, 1000, 1000)),
+     slide("c", [c], reply=ok(1001, 0, 2, 2000, 2000))],
+   "outcome": {"verdict": V(True, limit=1, rem=0, refill=1000, reset=1000), "release": True}},
+  {"op": {"op": "release", "of": 0}, "steps": [
+     rel(["a", "b", "c"], fail=CROSS), rel(["a"], reply=[1]), rel(["b"], reply=[1]), rel(["c"], reply=[1])],
+   "outcome": {"unit": None}}])
+case("CROSSSLOT on a peek: each key peeked; any failure fails the peek", [
+  {"op": {"op": "peek_many", "entries": abc}, "steps": [
+     slide("p", abc, fail=CROSS), slide("p", [a], reply=ok(5, 0, 1, 100, 100)), slide("p", [b], fail=LOST)],
+   "outcome": {"error": "store"}},
+  {"op": {"op": "peek_many", "entries": abc}, "steps": [
+     slide("p", abc, fail=CROSS), slide("p", [a], reply=ok(5, 0, 1, 100, 100)), slide("p", [b], reply=ok(5, 0, 1, 0, 0)), slide("p", [c], reply=ok(5, 0, 3, 0, 0))],
+   "outcome": {"verdict": V(True, limit=2, rem=1, refill=100, reset=100), "release": False}}])
+case("a failed release is a store error; the same release may run again", [
+  {"op": {"op": "consume_many", "entries": [one]}, "steps": [slide("c", [one], reply=ok(1000, 0, 2, 1000, 1000))],
+   "outcome": {"verdict": V(True, limit=3, rem=2, refill=1000, reset=1000), "release": True}},
+  {"op": {"op": "release", "of": 0}, "steps": [rel(["k"], fail=LOST)], "outcome": {"error": "store"}}])
+
+case("fixed window: every operation is one script on one key", [
+  {"op": {"op": "hit", "key": "w", "decay_ms": 60000, "amount": 2}, "steps": [fixed("w", ["hit", "60000", "2"], reply=[2, 60000])], "outcome": {"hit": {"count": 2, "reset_after_ms": 60000}}},
+  {"op": {"op": "attempt", "key": "w", "max": 3, "decay_ms": 60000}, "steps": [fixed("w", ["attempt", "60000", "3"], reply=[1, 3, 59000])], "outcome": {"attempt": {"allowed": True, "count": 3, "reset_after_ms": 59000}}},
+  {"op": {"op": "attempt", "key": "w", "max": 3, "decay_ms": 60000}, "steps": [fixed("w", ["attempt", "60000", "3"], reply=[0, 3, 58000])], "outcome": {"attempt": {"allowed": False, "count": 3, "reset_after_ms": 58000}}},
+  {"op": {"op": "attempts", "key": "w"}, "steps": [fixed("w", ["get"], reply=[3, 1500])], "outcome": {"int": 3}},
+  {"op": {"op": "too_many_attempts", "key": "w", "max": 3}, "steps": [fixed("w", ["get"], reply=[3, 1500])], "outcome": {"bool": True}},
+  {"op": {"op": "remaining", "key": "w", "max": 5}, "steps": [fixed("w", ["get"], reply=[3, 1500])], "outcome": {"int": 2}},
+  {"op": {"op": "remaining", "key": "w", "max": 2}, "steps": [fixed("w", ["get"], reply=[3, 1500])], "outcome": {"int": 0}},
+  {"op": {"op": "available_in", "key": "w"}, "steps": [fixed("w", ["get"], reply=[3, 1500])], "outcome": {"int": 2}},
+  {"op": {"op": "available_in_ms", "key": "w"}, "steps": [fixed("w", ["get"], reply=[3, 1500])], "outcome": {"int": 1500}},
+  {"op": {"op": "reset_attempts", "key": "w"}, "steps": [fixed("w", ["reset"], reply=[0, 1400])], "outcome": {"unit": None}},
+  {"op": {"op": "clear", "key": "w"}, "steps": [fixed("w", ["clear"], reply=[0, 0])], "outcome": {"unit": None}},
+  {"op": {"op": "attempts", "key": "w"}, "steps": [fixed("w", ["get"], reply=[0, 0])], "outcome": {"int": 0}},
+  {"op": {"op": "too_many_attempts", "key": "w", "max": 0}, "steps": [fixed("w", ["get"], reply=[0, 0])], "outcome": {"bool": False}}])
+case("fixed window: NOSCRIPT, lost connections and replies of the wrong shape", [
+  {"op": {"op": "hit", "key": "w", "decay_ms": 1000, "amount": -1}, "steps": [fixed("w", ["hit", "1000", "-1"], fail=NOSCRIPT), fixed("w", ["hit", "1000", "-1"], by_sha1=False, reply=[-1, 1000])], "outcome": {"hit": {"count": -1, "reset_after_ms": 1000}}},
+  {"op": {"op": "hit", "key": "w", "decay_ms": 1000, "amount": 1}, "steps": [fixed("w", ["hit", "1000", "1"], reply=[0, 0])], "outcome": {"error": "reply"}},
+  {"op": {"op": "attempts", "key": "w"}, "steps": [fixed("w", ["get"], reply=[3])], "outcome": {"error": "reply"}},
+  {"op": {"op": "attempt", "key": "w", "max": 1, "decay_ms": 1000}, "steps": [fixed("w", ["attempt", "1000", "1"], reply=[2, 1, 5])], "outcome": {"error": "reply"}},
+  {"op": {"op": "clear", "key": "w"}, "steps": [fixed("w", ["clear"], fail=LOST)], "outcome": {"error": "store"}}])
+doc = {"description": "Redis (and Cluster): EVALSHA and NOSCRIPT, the key-by-key fallback on CROSSSLOT with its give-back and longest-wait peeks, failures and replies of the wrong shape, every fixed-window operation.", "cases": cases}
+json.dump(doc, open("redis.json", "w"), indent=1)
+print(len(cases))
