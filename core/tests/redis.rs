@@ -472,6 +472,27 @@ fn verdicts_carry_the_quota_of_the_tightest_entry() {
 }
 
 #[test]
+fn a_refusal_under_a_large_limit_has_the_same_quota_shape() {
+    // Limits above 16 uses read the wait and the newest call apart (two reads instead of one).
+    let (mut con, options) = (connection(), options("large"));
+    for uses in [16, 17, 40] {
+        let entries = [Entry::new(format!("k{uses}"), limit(uses, 60_000))];
+        for _ in 0..uses {
+            assert!(consume(&mut con, &options, &entries).0.allowed);
+        }
+        let refused = consume(&mut con, &options, &entries).0;
+        assert!(!refused.allowed, "{uses}");
+        assert_eq!(
+            (refused.quota.limit as u64, refused.quota.remaining),
+            (uses, 0)
+        );
+        assert_eq!(refused.quota.refill_after_ms, refused.retry_after_ms);
+        assert!(refused.quota.reset_after_ms >= refused.retry_after_ms);
+        assert!(refused.quota.reset_after_ms <= 60_000);
+    }
+}
+
+#[test]
 fn a_flushed_script_is_sent_in_full_once() {
     let (mut con, options) = (connection(), options("noscript"));
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut con).unwrap();

@@ -24,7 +24,7 @@ pub struct Script {
 pub static SLIDING: Script = Script {
     name: "sliding",
     source: include_str!("sliding.lua"),
-    sha1: "ff21beb746d35b868bd4ddef1ad8d871d5927836",
+    sha1: "a6510d84d06a68ba02889aa662c025420b4728e5",
 };
 /// The fixed-window script: hit, get, reset and clear of one key.
 pub static FIXED: Script = Script {

@@ -43,7 +43,7 @@ if mode == 'c' then
 end
 
 -- Every entry is checked before anything is recorded; the longest wait blocks (ties keep the first).
-local blocked, until_ = -1, -1
+local blocked, until_, blocked_reset = -1, -1, 0
 local count = {}
 for i = 0, entries - 1 do
   local k, uses, w = tonumber(ARGV[3 + 3 * i]), tonumber(ARGV[4 + 3 * i]), tonumber(ARGV[5 + 3 * i])
@@ -55,17 +55,22 @@ for i = 0, entries - 1 do
   end
   count[i] = inside
   if inside >= uses then
-    -- The oldest of the newest `uses` calls decides the wait.
-    local call = redis.call('ZREVRANGE', KEYS[k], int(uses - 1), int(uses - 1), 'WITHSCORES')
-    local u = tonumber(call[2]) + w
-    if u > until_ then blocked, until_ = i, u end
+    -- The oldest of the newest `uses` calls decides the wait; the newest, when the window empties.
+    -- One read for a small limit, two (each O(log n)) for a large one.
+    local u, newest
+    if uses <= 16 then
+      local calls = redis.call('ZREVRANGE', KEYS[k], 0, int(uses - 1), 'WITHSCORES')
+      u, newest = tonumber(calls[2 * uses]) + w, tonumber(calls[2])
+    else
+      u = tonumber(redis.call('ZREVRANGE', KEYS[k], int(uses - 1), int(uses - 1), 'WITHSCORES')[2]) + w
+      newest = tonumber(redis.call('ZREVRANGE', KEYS[k], 0, 0, 'WITHSCORES')[2])
+    end
+    if u > until_ then blocked, until_, blocked_reset = i, u, newest + w - now end
   end
 end
 if blocked >= 0 then
-  local k, w = tonumber(ARGV[3 + 3 * blocked]), tonumber(ARGV[5 + 3 * blocked])
-  local newest = redis.call('ZRANGE', KEYS[k], -1, -1, 'WITHSCORES')
   local wait = math.max(1, until_ - now)
-  return {0, wait, until_, blocked, now, blocked, 0, wait, math.max(wait, tonumber(newest[2]) + w - now)}
+  return {0, wait, until_, blocked, now, blocked, 0, wait, math.max(wait, blocked_reset)}
 end
 
 -- The tightest entry after the call: an allowed consume counts itself in every entry.
