@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 
 use crate::fixed::{self, FixedWindow};
 use crate::sliding::{self, CallLog};
-use crate::{BatchVerdict, Entry, Limit, Verdict, Window};
+use crate::{BatchVerdict, Entry, Limit, Quota, Verdict, Window};
 
 type Hasher = foldhash::fast::RandomState;
 type Map<V> = IndexMap<Box<str>, V, Hasher>;
@@ -141,7 +141,7 @@ impl Shard {
     /// Records a call to `key` (whose log is at `index`, if known) at `now`, or at its newest call if
     /// the clock stepped back; returns the log's life and the recorded time. The key lives until the
     /// call leaves its window, counted from the horizon if the clock is behind it, so a call recorded
-    /// while the clock lags is not dead on arrival.
+    /// while the clock lags is not dead on arrival. Also returns the log's index.
     fn record(
         &mut self,
         key: Key<'_>,
@@ -149,7 +149,7 @@ impl Shard {
         limit: Limit,
         window_ms: u64,
         at: Moment,
-    ) -> (u64, u64) {
+    ) -> (u64, u64, usize) {
         let Moment { now, horizon } = at;
         let index = match index.or_else(|| self.log_index(key)) {
             Some(i) => i,
@@ -180,7 +180,7 @@ impl Shard {
         log.expires_at = log
             .expires_at
             .max(at.max(horizon).saturating_add(window_ms));
-        (log.instance(), at)
+        (log.instance(), at, index)
     }
 
     fn live_window(&mut self, key: Key<'_>, horizon: u64) -> Option<&mut FixedWindow> {
@@ -381,23 +381,29 @@ impl MemoryStore {
     }
 
     /// Counts one call to `key` under `limit` at `now`: allowed and recorded, or refused with the wait.
+    /// The verdict's [`Quota`] is the key's after the call.
     pub fn consume(&self, key: &str, limit: Limit, now: u64) -> Verdict {
         let horizon = self.advance(now);
         let (shard, key) = self.key(key);
         let mut shard = self.lock(shard);
         let index = shard.live_log(key, now, horizon, limit.window_ms());
-        let wait = index.and_then(|i| shard.logs[i].wait_until(limit, now));
+        let wait = index.and_then(|i| Some((i, shard.logs[i].wait_until(limit, now)?)));
         let verdict = match wait {
-            Some(until) => Verdict::refused(now, until),
+            Some((i, until)) => {
+                let refused = Verdict::refused(now, until);
+                let quota = shard.logs[i].refused_quota(limit, now, refused.retry_after_ms);
+                refused.with_quota(quota)
+            }
             None => {
-                shard.record(
+                let (_, _, i) = shard.record(
                     key,
                     index,
                     limit,
                     limit.window_ms(),
                     Moment { now, horizon },
                 );
-                Verdict::ALLOWED
+                // Trimmed to this window and then recorded: every call in the log is inside it.
+                Verdict::ALLOWED.with_quota(shard.logs[i].quota_from(0, limit, now))
             }
         };
         if shard.sweep(horizon) {
@@ -408,17 +414,20 @@ impl MemoryStore {
     }
 
     /// The verdict [`consume`](Self::consume) would give at `now`, recording, trimming and creating
-    /// nothing.
+    /// nothing. Its [`Quota`] is the key's as it stands (a peek uses nothing).
     pub fn peek(&self, key: &str, limit: Limit, now: u64) -> Verdict {
         let horizon = self.horizon_at(now);
         let (shard, key) = self.key(key);
         let shard = self.lock(shard);
-        match shard
-            .peek_log(key, horizon)
-            .and_then(|log| log.wait_until(limit, now))
-        {
-            Some(until) => Verdict::refused(now, until),
-            None => Verdict::ALLOWED,
+        let Some(log) = shard.peek_log(key, horizon) else {
+            return Verdict::ALLOWED.with_quota(Quota::unused(limit));
+        };
+        match log.wait_until(limit, now) {
+            Some(until) => {
+                let refused = Verdict::refused(now, until);
+                refused.with_quota(log.refused_quota(limit, now, refused.retry_after_ms))
+            }
+            None => Verdict::ALLOWED.with_quota(log.quota(limit, now)),
         }
     }
 
@@ -427,6 +436,9 @@ impl MemoryStore {
     /// A key named by several entries is checked against each of their limits and records the call
     /// once. Each key is first trimmed by the longest window its entries give. An empty batch is
     /// allowed and records nothing.
+    ///
+    /// The verdict's [`Quota`] is the tightest entry's after the call (the blocked one on a refusal);
+    /// entries naming one key each see the one call recorded.
     pub fn consume_many(&self, entries: &[Entry], now: u64) -> Consumed {
         self.batch(entries, now, true)
     }
@@ -498,7 +510,7 @@ impl MemoryStore {
                 .map(|i| {
                     let window_ms = longest(i);
                     let moment = Moment { now, horizon };
-                    let (instance, at) =
+                    let (instance, at, _) =
                         guards[slot(i)].record(key(i), None, entries[i].limit, window_ms, moment);
                     RecordedCall {
                         key: entries[i].key.clone(),
@@ -513,6 +525,22 @@ impl MemoryStore {
                 calls,
             }
         });
+        let quota = match verdict.blocked {
+            Some(b) => guards[slot(b)]
+                .peek_log(key(b), horizon)
+                .map_or(Quota::NONE, |log| {
+                    log.refused_quota(entries[b].limit, now, verdict.retry_after_ms)
+                }),
+            None => Quota::tightest(entries.iter().enumerate().map(|(i, entry)| {
+                let quota = guards[slot(i)]
+                    .peek_log(key(i), horizon)
+                    .map_or(Quota::unused(entry.limit), |log| {
+                        log.quota(entry.limit, now)
+                    });
+                (quota, entry.limit.window_ms())
+            })),
+        };
+        let verdict = verdict.with_quota(quota);
         if record {
             let foreign = guards
                 .iter_mut()
@@ -555,27 +583,66 @@ impl MemoryStore {
     /// the count. The first hit opens a window of `decay`; hits inside it do not move it; after it ends
     /// the count starts from zero. Counts saturate at the `i64` bounds.
     pub fn hit(&self, key: &str, decay: Window, amount: i64, now: u64) -> i64 {
+        self.hit_window(key, decay, amount, now).0
+    }
+
+    /// [`hit`](Self::hit), returning the count and the milliseconds until the window ends together
+    /// (counted from `now`: more than `decay` when the clock lags a window opened at the horizon).
+    pub fn hit_window(&self, key: &str, decay: Window, amount: i64, now: u64) -> (i64, u64) {
         let horizon = self.advance(now);
         let (shard, key) = self.key(key);
         let mut shard = self.lock(shard);
-        let count = match shard.live_window(key, horizon) {
+        let window = match shard.live_window(key, horizon) {
             Some(window) => {
                 window.count = window.count.saturating_add(amount);
-                window.count
+                *window
             }
             None => {
                 // Opened at the horizon when the clock lags it, so it is not dead on arrival.
                 let mut window = FixedWindow::open(now.max(horizon), decay);
                 window.count = amount;
                 shard.windows.insert(key.text.into(), window);
-                amount
+                window
             }
         };
         if shard.sweep(horizon) {
             drop(shard);
             self.sweep_foreign(horizon);
         }
-        count
+        (window.count, window.available_in_ms(now))
+    }
+
+    /// Counts one hit on `key`'s fixed window at `now` only if it holds fewer than `max` hits, in one
+    /// step under the key's lock: however many threads attempt at once, at most `max` are counted in
+    /// a window. A key without a running window opens one of `decay` for the hit (if `max >= 1`).
+    ///
+    /// Returns whether the hit was counted, the count after the call, and the milliseconds until the
+    /// window ends (0 when none runs).
+    pub fn attempt(&self, key: &str, max: i64, decay: Window, now: u64) -> (bool, i64, u64) {
+        let horizon = self.advance(now);
+        let (shard, key) = self.key(key);
+        let mut shard = self.lock(shard);
+        let answer = match shard.live_window(key, horizon) {
+            Some(window) => {
+                let counted = window.count < max;
+                if counted {
+                    window.count += 1; // below max <= i64::MAX: cannot overflow
+                }
+                (counted, window.count, window.available_in_ms(now))
+            }
+            None if max >= 1 => {
+                let mut window = FixedWindow::open(now.max(horizon), decay);
+                window.count = 1;
+                shard.windows.insert(key.text.into(), window);
+                (true, 1, window.available_in_ms(now))
+            }
+            None => (false, 0, 0),
+        };
+        if shard.sweep(horizon) {
+            drop(shard);
+            self.sweep_foreign(horizon);
+        }
+        answer
     }
 
     /// `key`'s live window at `now`, if any.

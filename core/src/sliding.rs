@@ -4,12 +4,19 @@
 //! Times later than `now` (a clock that stepped back) are inside. Arithmetic never overflows: a
 //! `retry_timestamp` past `u64::MAX` saturates there.
 
-use crate::Limit;
+use crate::{Limit, Quota};
 
 /// Whether a call recorded at `t` still counts at `now` in a window of `window_ms`.
 #[inline]
 pub fn in_window(t: u64, now: u64, window_ms: u64) -> bool {
     now < t || now - t < window_ms
+}
+
+/// Ms from `now` until a call recorded at `t` leaves a window of `window_ms` (saturating: a call
+/// recorded after `now`, by a clock that stepped back, leaves more than a window later).
+#[inline]
+pub fn leaves_in(t: u64, window_ms: u64, now: u64) -> u64 {
+    t.saturating_add(window_ms).saturating_sub(now)
 }
 
 /// Slots before the ring in a log's allocation: which life of the key this is.
@@ -118,6 +125,53 @@ impl CallLog {
             self.get(self.len() - uses)
                 .saturating_add(limit.window_ms()),
         )
+    }
+
+    /// The index of the first call still inside a window of `window_ms` at `now` (the calls inside
+    /// are a suffix: times are sorted).
+    #[inline]
+    pub fn first_inside(&self, now: u64, window_ms: u64) -> usize {
+        self.partition_point(|t| !in_window(t, now, window_ms))
+    }
+
+    /// The quota of this log under `limit` at `now`, as it stands: every call inside the window uses
+    /// one of `uses`; a use comes back when the oldest of them leaves, and the window is empty when the
+    /// newest leaves. Use it after recording for a consume, as is for a peek.
+    #[inline]
+    pub fn quota(&self, limit: Limit, now: u64) -> Quota {
+        self.quota_from(self.first_inside(now, limit.window_ms()), limit, now)
+    }
+
+    /// [`quota`](Self::quota) when every call from index `first` on is known to be inside the window
+    /// (after a [`trim`](Self::trim) to it: `first` is 0).
+    #[inline]
+    pub fn quota_from(&self, first: usize, limit: Limit, now: u64) -> Quota {
+        let inside = self.len() - first;
+        if inside == 0 {
+            return Quota::unused(limit);
+        }
+        let window_ms = limit.window_ms();
+        Quota {
+            limit: limit.uses(),
+            remaining: (limit.uses() as usize).saturating_sub(inside) as u32,
+            refill_after_ms: leaves_in(self.get(first), window_ms, now),
+            reset_after_ms: leaves_in(self.get(self.len() - 1), window_ms, now),
+        }
+    }
+
+    /// The quota of a refusal under `limit` at `now` that waits `retry_after_ms`: nothing remains, a
+    /// use comes back after the wait, and the window is empty when the newest call leaves.
+    #[inline]
+    pub fn refused_quota(&self, limit: Limit, now: u64, retry_after_ms: u64) -> Quota {
+        let newest = self
+            .newest()
+            .map_or(0, |t| leaves_in(t, limit.window_ms(), now));
+        Quota {
+            limit: limit.uses(),
+            remaining: 0,
+            refill_after_ms: retry_after_ms,
+            reset_after_ms: newest.max(retry_after_ms),
+        }
     }
 
     /// Drops the calls that have left a window of `window_ms` at `now`.

@@ -49,6 +49,12 @@ impl Engine for MemoryStore {
     fn clear(&mut self, key: &str) {
         MemoryStore::clear(self, key)
     }
+    fn hit_window(&mut self, key: &str, decay: Window, amount: i64, now: u64) -> (i64, u64) {
+        MemoryStore::hit_window(self, key, decay, amount, now)
+    }
+    fn attempt(&mut self, key: &str, max: i64, decay: Window, now: u64) -> (bool, i64, u64) {
+        MemoryStore::attempt(self, key, max, decay, now)
+    }
 }
 
 #[test]

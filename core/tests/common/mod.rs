@@ -25,6 +25,34 @@ pub trait Engine {
     fn available_in_ms(&mut self, key: &str, now: u64) -> u64;
     fn reset_attempts(&mut self, key: &str, now: u64);
     fn clear(&mut self, key: &str);
+
+    /// A hit returning the count and the ms until its window ends. The default composes `hit` and
+    /// `available_in_ms` (fine for an engine the vectors drive from one thread); an engine that
+    /// answers both in one step overrides it.
+    fn hit_window(&mut self, key: &str, decay: Window, amount: i64, now: u64) -> (i64, u64) {
+        let count = self.hit(key, decay, amount, now);
+        (count, self.available_in_ms(key, now))
+    }
+
+    /// One hit only if the key has fewer than `max` in its running window: `(counted, count after,
+    /// ms until the window ends)`. The default composes the other fixed-window ops (one thread only,
+    /// not atomic); an engine with an atomic attempt overrides it.
+    fn attempt(&mut self, key: &str, max: i64, decay: Window, now: u64) -> (bool, i64, u64) {
+        let ms_left = self.available_in_ms(key, now);
+        if ms_left > 0 {
+            let count = self.attempts(key, now);
+            if count < max {
+                let (count, ms_left) = self.hit_window(key, decay, 1, now);
+                return (true, count, ms_left);
+            }
+            return (false, count, ms_left);
+        }
+        if max < 1 {
+            return (false, 0, 0);
+        }
+        let (count, ms_left) = self.hit_window(key, decay, 1, now);
+        (true, count, ms_left)
+    }
 }
 
 pub struct Case {
@@ -118,6 +146,20 @@ pub fn run_case<E: Engine>(engine: &mut E, case: &Case) -> Vec<String> {
                     op["amount"].as_i64().expect("amount"),
                     now
                 )),
+                "hit_window" => {
+                    let (count, reset_after_ms) = engine.hit_window(
+                        key(),
+                        Window::from_f64(num(op, "decay_ms"))?,
+                        op["amount"].as_i64().expect("amount"),
+                        now,
+                    );
+                    json!({ "count": count, "reset_after_ms": reset_after_ms })
+                }
+                "attempt" => {
+                    let (allowed, count, reset_after_ms) =
+                        engine.attempt(key(), max(), Window::from_f64(num(op, "decay_ms"))?, now);
+                    json!({ "allowed": allowed, "count": count, "reset_after_ms": reset_after_ms })
+                }
                 "attempts" => json!(engine.attempts(key(), now)),
                 "too_many_attempts" => json!(engine.too_many_attempts(key(), max(), now)),
                 "remaining" => json!(engine.remaining(key(), max(), now)),
