@@ -131,3 +131,38 @@ fn a_panic_in_another_thread_does_not_break_the_store() {
     .join();
     assert!(!store.consume("k", limit, 1).allowed);
 }
+
+#[test]
+fn attempt_counts_exactly_max_under_threads() {
+    let store = Arc::new(MemoryStore::new());
+    let decay = Window::from_ms(60_000).unwrap();
+    let start = Arc::new(Barrier::new(8));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, start) = (Arc::clone(&store), Arc::clone(&start));
+            thread::spawn(move || {
+                start.wait();
+                (0..50)
+                    .filter(|i| store.attempt("job", 5, decay, 1_000 + i % 3).0)
+                    .count()
+            })
+        })
+        .collect();
+    let counted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(counted, 5);
+    assert_eq!(store.attempts("job", 1_002), 5);
+    let (allowed, count, ms_left) = store.attempt("job", 5, decay, 1_002);
+    assert!(!allowed);
+    assert_eq!(count, 5);
+    assert!((59_998..=60_000).contains(&ms_left), "{ms_left}");
+}
+
+#[test]
+fn hit_window_returns_the_count_and_the_end_together() {
+    let store = MemoryStore::new();
+    let decay = Window::from_ms(1_000).unwrap();
+    assert_eq!(store.hit_window("k", decay, 2, 0), (2, 1_000));
+    assert_eq!(store.hit_window("k", decay, -1, 400), (1, 600));
+    assert_eq!(store.hit("k", decay, 1, 500), 2);
+    assert_eq!(store.hit_window("k", decay, 1, 1_000), (1, 1_000));
+}
