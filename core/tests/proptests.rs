@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 use ratewindow_core::{
-    BatchVerdict, Entry, Limit, MemoryStore, Release, Verdict, Window, MAX_WINDOW_MS,
+    BatchVerdict, Entry, Limit, MemoryStore, Quota, Release, Verdict, Window, MAX_WINDOW_MS,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -70,6 +70,37 @@ impl Model {
             allowed: false,
             retry_after_ms: (until.saturating_sub(now)).max(1),
             retry_timestamp: Some(until),
+            quota: Quota::NONE,
+        }
+    }
+
+    /// The calls of `key` inside `l`'s window at `now`, sorted (none for a dead log).
+    fn inside_calls(&self, key: &str, l: Limit, now: u64, horizon: u64) -> Vec<u64> {
+        let mut times: Vec<u64> = self
+            .logs
+            .get(key)
+            .filter(|log| alive(log.expires, horizon))
+            .map(|log| log.times.clone())
+            .unwrap_or_default();
+        times.retain(|&t| inside(t, now, l.window_ms()));
+        times.sort();
+        times
+    }
+
+    /// Ms from `now` until a call at `t` leaves a window of `w`, saturating at the end of time.
+    fn leaves(t: u64, w: u64, now: u64) -> u64 {
+        ((t as u128 + w as u128).min(u64::MAX as u128)).saturating_sub(now as u128) as u64
+    }
+
+    /// An entry's quota as its log stands.
+    fn quota(&self, key: &str, l: Limit, now: u64, horizon: u64) -> Quota {
+        let times = self.inside_calls(key, l, now, horizon);
+        let w = l.window_ms();
+        Quota {
+            limit: l.uses(),
+            remaining: (l.uses() as usize).saturating_sub(times.len()) as u32,
+            refill_after_ms: times.first().map_or(0, |&t| Model::leaves(t, w, now)),
+            reset_after_ms: times.last().map_or(0, |&t| Model::leaves(t, w, now)),
         }
     }
 
@@ -108,11 +139,22 @@ impl Model {
         }
         if let Some((i, until)) = blocked {
             let v = Model::refusal(now, until);
+            let l = entries[i].limit;
+            let newest = *self
+                .inside_calls(&entries[i].key, l, now, horizon)
+                .last()
+                .expect("a refusing entry has calls inside");
             let bv = BatchVerdict {
                 allowed: false,
                 retry_after_ms: v.retry_after_ms,
                 retry_timestamp: v.retry_timestamp,
                 blocked: Some(i),
+                quota: Quota {
+                    limit: l.uses(),
+                    remaining: 0,
+                    refill_after_ms: v.retry_after_ms,
+                    reset_after_ms: Model::leaves(newest, l.window_ms(), now).max(v.retry_after_ms),
+                },
             };
             return (bv, Vec::new());
         }
@@ -139,7 +181,20 @@ impl Model {
                 });
             }
         }
-        (BatchVerdict::ALLOWED, calls)
+        // The tightest: fewest remaining, then the longer window, then the first.
+        let quota = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                (
+                    self.quota(&e.key, e.limit, now, horizon),
+                    e.limit.window_ms(),
+                    i,
+                )
+            })
+            .min_by_key(|&(q, w, i)| (q.remaining, std::cmp::Reverse(w), i))
+            .map_or(Quota::NONE, |(q, _, _)| q);
+        (BatchVerdict::ALLOWED.with_quota(quota), calls)
     }
 
     fn release(&mut self, calls: &[MCall], now: u64) {
@@ -177,6 +232,23 @@ impl Model {
         self.windows.insert(key.to_owned(), window);
         window.0
     }
+
+    fn attempt(&mut self, key: &str, max: i64, decay: u64, now: u64) -> (bool, i64, u64) {
+        self.horizon = self.horizon.max(now);
+        match self.live_window(key, now) {
+            Some((count, ends)) if count < max => {
+                self.windows.insert(key.to_owned(), (count + 1, ends));
+                (true, count + 1, ends.saturating_sub(now))
+            }
+            Some((count, ends)) => (false, count, ends.saturating_sub(now)),
+            None if max > 0 => {
+                let ends = self.horizon.saturating_add(decay);
+                self.windows.insert(key.to_owned(), (1, ends));
+                (true, 1, ends.saturating_sub(now))
+            }
+            None => (false, 0, 0),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -190,6 +262,7 @@ enum Op {
     PeekMany(Vec<(usize, Limit)>),
     Release(usize),
     Hit(usize, u64, i64),
+    Attempt(usize, i64, u64),
     Attempts(usize),
     AvailableIn(usize),
     ResetAttempts(usize),
@@ -217,6 +290,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0usize..8).prop_map(Op::Release),
         3 => (key.clone(), prop_oneof![Just(1u64), 2u64..300, Just(MAX_WINDOW_MS)], -3i64..5)
             .prop_map(|(k, d, a)| Op::Hit(k, d, a)),
+        2 => (key.clone(), -1i64..4, prop_oneof![Just(1u64), 2u64..300, Just(MAX_WINDOW_MS)])
+            .prop_map(|(k, m, d)| Op::Attempt(k, m, d)),
         1 => key.clone().prop_map(Op::Attempts),
         1 => key.clone().prop_map(Op::AvailableIn),
         1 => key.clone().prop_map(Op::ResetAttempts),
@@ -302,7 +377,21 @@ fn run(ops: &[Op], steps: &[i64], start: u64, shards: usize) -> Result<(), TestC
             }
             Op::Hit(k, decay, amount) => {
                 let want = model.hit(KEYS[*k], *decay, *amount, now);
-                let got = store.hit(KEYS[*k], Window::from_ms(*decay).unwrap(), *amount, now);
+                let ends = model.live_window(KEYS[*k], now).map(|(_, e)| e);
+                let want_ms = ends.map_or(0, |e| e.saturating_sub(now));
+                let decay = Window::from_ms(*decay).unwrap();
+                // hit and hit_window alternate, so both are checked against the model.
+                if i % 2 == 0 {
+                    let got = store.hit(KEYS[*k], decay, *amount, now);
+                    prop_assert_eq!(got, want, "op {} {:?} at {}", i, op, now);
+                } else {
+                    let got = store.hit_window(KEYS[*k], decay, *amount, now);
+                    prop_assert_eq!(got, (want, want_ms), "op {} {:?} at {}", i, op, now);
+                }
+            }
+            Op::Attempt(k, max, decay) => {
+                let want = model.attempt(KEYS[*k], *max, *decay, now);
+                let got = store.attempt(KEYS[*k], *max, Window::from_ms(*decay).unwrap(), now);
                 prop_assert_eq!(got, want, "op {} {:?} at {}", i, op, now);
             }
             Op::Attempts(k) => {
@@ -383,7 +472,13 @@ fn extreme_limits_never_panic_or_overflow() {
         Verdict {
             allowed: false,
             retry_after_ms: 1,
-            retry_timestamp: Some(u64::MAX)
+            retry_timestamp: Some(u64::MAX),
+            quota: Quota {
+                limit: 1,
+                remaining: 0,
+                refill_after_ms: 1,
+                reset_after_ms: 1,
+            },
         }
     );
     let decay = Window::from_ms(MAX_WINDOW_MS).unwrap();
