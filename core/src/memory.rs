@@ -505,13 +505,17 @@ impl MemoryStore {
             }
         }
         let verdict = BatchVerdict::at(now, blocked);
+        // Where each key's log sits after recording (recording only inserts: the indices hold).
+        let mut recorded: SmallVec<[usize; 8]> = SmallVec::new();
         let release = (record && verdict.allowed).then(|| {
+            recorded.resize(entries.len(), usize::MAX);
             let calls = keys()
                 .map(|i| {
                     let window_ms = longest(i);
                     let moment = Moment { now, horizon };
-                    let (instance, at, _) =
+                    let (instance, at, index) =
                         guards[slot(i)].record(key(i), None, entries[i].limit, window_ms, moment);
+                    recorded[i] = index;
                     RecordedCall {
                         key: entries[i].key.clone(),
                         instance,
@@ -532,11 +536,15 @@ impl MemoryStore {
                     log.refused_quota(entries[b].limit, now, verdict.retry_after_ms)
                 }),
             None => Quota::tightest(entries.iter().enumerate().map(|(i, entry)| {
-                let quota = guards[slot(i)]
-                    .peek_log(key(i), horizon)
-                    .map_or(Quota::unused(entry.limit), |log| {
-                        log.quota(entry.limit, now)
-                    });
+                let shard = &guards[slot(i)];
+                let quota = match recorded.get(first[i]) {
+                    Some(&index) => shard.logs[index].quota(entry.limit, now),
+                    None => shard
+                        .peek_log(key(i), horizon)
+                        .map_or(Quota::unused(entry.limit), |log| {
+                            log.quota(entry.limit, now)
+                        }),
+                };
                 (quota, entry.limit.window_ms())
             })),
         };
