@@ -461,11 +461,16 @@ impl Apart {
             .collect()
     }
 
-    /// Decodes group `g`'s verdict, with `blocked` mapped to the call's entry index, and the window of
+    /// Decodes group `g`'s reply (a failure is the store's), with `blocked` mapped to the call's entry index, and the window of
     /// its tightest entry.
-    fn decode(&self, g: usize, reply: &Reply) -> Result<(BatchVerdict, u64), CallError> {
+    fn decode(
+        &self,
+        g: usize,
+        reply: Result<Reply, String>,
+    ) -> Result<(BatchVerdict, u64), CallError> {
+        let reply = reply.map_err(|message| CallError::Store { message })?;
         let limits = self.group_limits(g);
-        let (mut verdict, tight) = plan::decode_batch(reply, &limits)?;
+        let (mut verdict, tight) = plan::decode_batch(&reply, &limits)?;
         verdict.blocked = verdict.blocked.map(|b| self.groups[g].entries[b]);
         Ok((verdict, limits[tight].window_ms()))
     }
@@ -499,10 +504,7 @@ impl Apart {
         match self.phase {
             Phase::Count => {
                 let g = self.next;
-                let decoded = reply
-                    .map_err(|message| CallError::Store { message })
-                    .and_then(|r| self.decode(g, &r));
-                match decoded {
+                match self.decode(g, reply) {
                     Ok((verdict, window)) if verdict.allowed => {
                         self.counted.push(g);
                         self.merge_allowed(verdict.quota, window);
@@ -541,11 +543,7 @@ impl Apart {
                 self.after_give_back()
             }
             Phase::Peek => {
-                let g = self.next;
-                let decoded = reply
-                    .map_err(|message| CallError::Store { message })
-                    .and_then(|r| self.decode(g, &r));
-                match decoded {
+                match self.decode(self.next, reply) {
                     Ok((verdict, window)) if verdict.allowed => {
                         self.merge_allowed(verdict.quota, window)
                     }
