@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use postgres::types::ToSql;
 use ratewindow_core::sql::{Postgres, SqlNames, SqlValue, Statement};
-use ratewindow_core::{BatchVerdict, Entry, Limit, Window};
+use ratewindow_core::{BatchVerdict, Entry, Limit, Quota, Window};
 
 fn connect() -> postgres::Client {
     let host = std::env::var("PGHOST").unwrap_or_else(|_| "/var/run/postgresql".to_owned());
@@ -48,6 +48,7 @@ impl Drop for Schema {
         let p = self.plans.names().prefix();
         let _ = connect().batch_execute(&format!(
             "DROP FUNCTION IF EXISTS {p}_consume; DROP FUNCTION IF EXISTS {p}_window; \
+             DROP FUNCTION IF EXISTS {p}_sliding; DROP FUNCTION IF EXISTS {p}_attempt; \
              DROP TABLE IF EXISTS {p}_calls; DROP TABLE IF EXISTS {p}_windows;"
         ));
     }
@@ -71,10 +72,18 @@ fn to_sql(statement: &Statement) -> Vec<Box<dyn ToSql + Sync>> {
 }
 
 fn run(client: &mut postgres::Client, statement: &Statement) -> Vec<Vec<SqlValue>> {
+    try_run(client, statement).unwrap()
+}
+
+fn try_run(
+    client: &mut postgres::Client,
+    statement: &Statement,
+) -> Result<Vec<Vec<SqlValue>>, postgres::Error> {
     let params = to_sql(statement);
     let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
-    let rows = client.query(statement.sql.as_str(), &refs).unwrap();
-    rows.iter()
+    let rows = client.query(statement.sql.as_str(), &refs)?;
+    Ok(rows
+        .iter()
         .map(|row| {
             (0..row.len())
                 .map(|i| match row.columns()[i].type_().name() {
@@ -85,7 +94,7 @@ fn run(client: &mut postgres::Client, statement: &Statement) -> Vec<Vec<SqlValue
                 })
                 .collect()
         })
-        .collect()
+        .collect())
 }
 
 static ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -278,32 +287,84 @@ fn purge_removes_exactly_what_left_its_window() {
 
 #[test]
 fn rows_of_the_wrong_shape_are_typed_errors() {
-    let row = |v: Vec<SqlValue>| vec![v];
+    let row = |v: Vec<i64>| {
+        let mut row = vec![SqlValue::Bool(v[0] == 1)];
+        row.extend(v[1..].iter().map(|&i| SqlValue::Int(i)));
+        vec![row]
+    };
     assert!(Postgres::decode_batch(&[], 1).is_err());
-    assert!(Postgres::decode_batch(&row(vec![SqlValue::Bool(true)]), 1).is_err());
-    let refused_no_wait = row(vec![
-        SqlValue::Bool(false),
-        SqlValue::Int(0),
-        SqlValue::Int(9),
-        SqlValue::Int(0),
-        SqlValue::Int(1),
-    ]);
-    assert!(Postgres::decode_batch(&refused_no_wait, 1).is_err());
-    let text_ints = row(vec![
+    assert!(Postgres::decode_batch(&[vec![SqlValue::Bool(true)]], 1).is_err());
+    // allowed, retry_after, retry_ts, blocked, now, limit, remaining, refill, reset
+    assert!(Postgres::decode_batch(&row(vec![1, 0, -1, -1, 1, 3, 2, 10, 10]), 1).is_ok());
+    assert!(
+        Postgres::decode_batch(&row(vec![1, 0, -1, -1, 1]), 1).is_err(),
+        "no quota"
+    );
+    for bad in [
+        vec![0, 0, 9, 0, 1, 3, 0, 0, 5],      // refused without a wait
+        vec![1, 0, -1, -1, 1, 3, 4, 10, 10],  // more left than the limit
+        vec![1, 0, -1, -1, 1, 0, 0, 0, 0],    // no limit
+        vec![1, 0, -1, -1, 1, 3, 2, 10, 5],   // refills after the window is empty
+        vec![1, 0, -1, -1, 1, 3, 3, 10, 10],  // all left, yet calls in the window
+        vec![1, 0, -1, -1, 1, 3, 2, 0, 0],    // a use taken, no call in the window
+        vec![1, 0, -1, -1, 1, 3, -1, 10, 10], // negative remaining
+        vec![0, 5, 15, 0, 10, 3, 1, 5, 10],   // refused with uses left
+        vec![0, 5, 15, 0, 10, 3, 0, 4, 10],   // refused, refill is not the wait
+    ] {
+        assert!(
+            Postgres::decode_batch(&row(bad.clone()), 1).is_err(),
+            "{bad:?}"
+        );
+    }
+    let text_ints = vec![vec![
         SqlValue::Text("f".into()),
         SqlValue::Text("5".into()),
         SqlValue::Text("15".into()),
         SqlValue::Int(0),
         SqlValue::Text("10".into()),
-    ]);
+        SqlValue::Text("3".into()),
+        SqlValue::Text("0".into()),
+        SqlValue::Text("5".into()),
+        SqlValue::Text("9".into()),
+    ]];
     assert_eq!(
-        Postgres::decode_batch(&text_ints, 1)
-            .unwrap()
-            .retry_after_ms,
-        5,
+        Postgres::decode_batch(&text_ints, 1).unwrap().quota,
+        Quota {
+            limit: 3,
+            remaining: 0,
+            refill_after_ms: 5,
+            reset_after_ms: 9
+        },
         "node-postgres gives bigint as text"
     );
-    assert!(Postgres::decode_window(&row(vec![SqlValue::Int(1), SqlValue::Int(-1)])).is_err());
+    assert!(Postgres::decode_window(&[vec![SqlValue::Int(1), SqlValue::Int(-1)]]).is_err());
+    assert!(Postgres::decode_attempt(
+        &[vec![
+            SqlValue::Bool(true),
+            SqlValue::Int(6),
+            SqlValue::Int(5)
+        ]],
+        5
+    )
+    .is_err());
+    assert!(Postgres::decode_attempt(
+        &[vec![
+            SqlValue::Bool(false),
+            SqlValue::Int(4),
+            SqlValue::Int(5)
+        ]],
+        5
+    )
+    .is_err());
+    assert!(Postgres::decode_attempt(
+        &[vec![
+            SqlValue::Bool(false),
+            SqlValue::Int(5),
+            SqlValue::Int(5)
+        ]],
+        5
+    )
+    .is_ok());
     assert!(Postgres::decode_purge(&[]).is_err());
 }
 
@@ -381,4 +442,448 @@ fn a_durable_plan_leaves_a_callers_transaction_its_own_commit_setting() {
         .unwrap()
         .get(0);
     assert_eq!(after, "on");
+}
+
+// ---- The call machine, driven on the real server ----
+
+use ratewindow_core::call::{
+    Call, CallError, Command, Fed, Next, Op, Outcome, ReleaseToken, WindowQuery,
+};
+
+/// Runs each command's statements in order on `client`; the driver's message on the first failure.
+fn answer(client: &mut postgres::Client, command: Command<'_>) -> Result<Fed, String> {
+    let Command::Sql { statements } = command else {
+        return Err("a SQL host runs no scripts".to_owned());
+    };
+    let mut rows = Vec::new();
+    for statement in statements {
+        rows = try_run(client, statement).map_err(|e| e.to_string())?;
+    }
+    Ok(Fed::Rows(rows))
+}
+
+fn drive(client: &mut postgres::Client, call: Call) -> Result<Outcome, CallError> {
+    let (result, give_backs) = call.drive(|command| answer(client, command));
+    assert!(give_backs.is_empty());
+    result
+}
+
+fn call_id() -> String {
+    format!(
+        "m-{}-{}",
+        std::process::id(),
+        ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
+fn consume_op(entries: &[Entry]) -> Op {
+    Op::Consume {
+        entries: entries.to_vec(),
+        call_id: call_id(),
+    }
+}
+
+fn verdict_of(outcome: Result<Outcome, CallError>) -> (BatchVerdict, Option<ReleaseToken>) {
+    match outcome {
+        Ok(Outcome::Verdict { verdict, release }) => (verdict, release),
+        other => panic!("expected a verdict, got {other:?}"),
+    }
+}
+
+fn quota(limit: u32, remaining: u32, refill_after_ms: u64, reset_after_ms: u64) -> Quota {
+    Quota {
+        limit,
+        remaining,
+        refill_after_ms,
+        reset_after_ms,
+    }
+}
+
+#[test]
+fn the_machine_consumes_peeks_and_releases_with_the_quota() {
+    let schema = Schema::install("mslide");
+    let (plans, mut client) = (&schema.plans, connect());
+    let one = [Entry::new("k", limit(3, 60_000))];
+
+    let (first, release) = verdict_of(drive(&mut client, plans.start(consume_op(&one))));
+    assert!(first.allowed && release.is_some());
+    assert_eq!(
+        first.quota,
+        quota(3, 2, 60_000, 60_000),
+        "the call itself, recorded now"
+    );
+
+    let (second, _) = verdict_of(drive(&mut client, plans.start(consume_op(&one))));
+    assert_eq!((second.quota.limit, second.quota.remaining), (3, 1));
+    assert!(second.quota.refill_after_ms <= 60_000 && second.quota.refill_after_ms > 59_000);
+    assert_eq!(
+        second.quota.reset_after_ms, 60_000,
+        "the newest call is this one"
+    );
+
+    let (peeked, none) = verdict_of(drive(
+        &mut client,
+        plans.start(Op::Peek {
+            entries: one.to_vec(),
+        }),
+    ));
+    assert!(peeked.allowed && none.is_none());
+    assert_eq!(
+        (peeked.quota.limit, peeked.quota.remaining),
+        (3, 1),
+        "a peek counts nothing"
+    );
+    assert!(peeked.quota.refill_after_ms <= peeked.quota.reset_after_ms);
+
+    let (third, third_release) = verdict_of(drive(&mut client, plans.start(consume_op(&one))));
+    assert_eq!(third.quota.remaining, 0);
+    let (refused, no_release) = verdict_of(drive(&mut client, plans.start(consume_op(&one))));
+    assert!(!refused.allowed && no_release.is_none());
+    assert_eq!(refused.blocked, Some(0));
+    assert_eq!(refused.quota.remaining, 0);
+    assert_eq!(refused.quota.refill_after_ms, refused.retry_after_ms);
+    assert!(refused.quota.reset_after_ms >= refused.retry_after_ms);
+    assert!(refused.quota.reset_after_ms <= 60_000);
+
+    // A release gives exactly that call back.
+    let token = third_release.expect("allowed");
+    assert_eq!(
+        drive(
+            &mut client,
+            plans.start(Op::Release {
+                token: token.clone()
+            })
+        ),
+        Ok(Outcome::Unit)
+    );
+    let (again, _) = verdict_of(drive(&mut client, plans.start(consume_op(&one))));
+    assert!(again.allowed);
+    assert_eq!(again.quota.remaining, 0);
+    assert!(
+        !verdict_of(drive(&mut client, plans.start(consume_op(&one))))
+            .0
+            .allowed
+    );
+}
+
+#[test]
+fn the_machine_names_the_tightest_entry_of_a_batch() {
+    let schema = Schema::install("mtight");
+    let (plans, mut client) = (&schema.plans, connect());
+    // Fewest left wins.
+    let batch = [
+        Entry::new("a", limit(5, 60_000)),
+        Entry::new("b", limit(2, 1_000)),
+    ];
+    let (v, _) = verdict_of(drive(&mut client, plans.start(consume_op(&batch))));
+    assert_eq!(v.quota, quota(2, 1, 1_000, 1_000));
+    // Ties: the longer window.
+    let tie = [
+        Entry::new("c", limit(2, 1_000)),
+        Entry::new("d", limit(2, 60_000)),
+    ];
+    let (v, _) = verdict_of(drive(&mut client, plans.start(consume_op(&tie))));
+    assert_eq!(v.quota, quota(2, 1, 60_000, 60_000));
+    // Ties of both: the first (3 uses with one taken before, 2 fresh: both have 1 left after).
+    drive(
+        &mut client,
+        plans.start(consume_op(&[Entry::new("e", limit(3, 60_000))])),
+    )
+    .unwrap();
+    let first = [
+        Entry::new("e", limit(3, 60_000)),
+        Entry::new("f", limit(2, 60_000)),
+    ];
+    let (v, _) = verdict_of(drive(
+        &mut client,
+        plans.start(Op::Peek {
+            entries: first.to_vec(),
+        }),
+    ));
+    assert_eq!(
+        (v.quota.limit, v.quota.remaining),
+        (3, 2),
+        "a peek: e has 2 left, f 2"
+    );
+    let (v, _) = verdict_of(drive(&mut client, plans.start(consume_op(&first))));
+    assert_eq!((v.quota.limit, v.quota.remaining), (3, 1));
+    assert!(v.quota.refill_after_ms <= 60_000 && v.quota.refill_after_ms > 59_000);
+    assert_eq!(v.quota.reset_after_ms, 60_000);
+    // A refusal: the blocked entry, even when another has as few left.
+    let (v, _) = verdict_of(drive(&mut client, plans.start(consume_op(&first))));
+    assert!(v.allowed, "e: 1 left, f: 1 left");
+    let (v, _) = verdict_of(drive(&mut client, plans.start(consume_op(&first))));
+    assert!(!v.allowed);
+    // e's oldest of its newest 3 calls is older than f's oldest of its newest 2: f waits longer.
+    assert_eq!(v.blocked, Some(1), "the longest wait blocks");
+    assert_eq!(
+        (v.quota.limit, v.quota.remaining),
+        (2, 0),
+        "the blocked entry's quota"
+    );
+    assert_eq!(v.quota.refill_after_ms, v.retry_after_ms);
+    // The same key twice takes the many-entry path: one record, both entries see it.
+    let twice = [
+        Entry::new("g", limit(4, 60_000)),
+        Entry::new("g", limit(2, 30_000)),
+    ];
+    let (v, _) = verdict_of(drive(&mut client, plans.start(consume_op(&twice))));
+    assert_eq!(v.quota, quota(2, 1, 30_000, 30_000));
+}
+
+#[test]
+fn the_machine_runs_every_fixed_window_operation() {
+    let schema = Schema::install("mfixed");
+    let (plans, mut client) = (&schema.plans, connect());
+    let decay = Window::from_ms(60_000).unwrap();
+    let mut go = |op: Op| drive(&mut client, plans.start(op)).unwrap();
+    let read = |query| Op::Read {
+        key: "k".into(),
+        query,
+    };
+    assert_eq!(go(read(WindowQuery::Attempts)), Outcome::Int(0));
+    assert_eq!(go(read(WindowQuery::AvailableInMs)), Outcome::Int(0));
+    assert_eq!(
+        go(Op::Hit {
+            key: "k".into(),
+            decay,
+            amount: 2
+        }),
+        Outcome::Hit {
+            count: 2,
+            reset_after_ms: 60_000
+        }
+    );
+    let Outcome::Attempt {
+        allowed: true,
+        count: 3,
+        reset_after_ms,
+    } = go(Op::Attempt {
+        key: "k".into(),
+        max: 3,
+        decay,
+    })
+    else {
+        panic!("the third hit fits under 3");
+    };
+    assert!(reset_after_ms <= 60_000 && reset_after_ms > 59_000);
+    let Outcome::Attempt {
+        allowed: false,
+        count: 3,
+        ..
+    } = go(Op::Attempt {
+        key: "k".into(),
+        max: 3,
+        decay,
+    })
+    else {
+        panic!("a fourth does not");
+    };
+    assert_eq!(
+        go(read(WindowQuery::TooManyAttempts { max: 3 })),
+        Outcome::Bool(true)
+    );
+    assert_eq!(go(read(WindowQuery::Remaining { max: 5 })), Outcome::Int(2));
+    assert_eq!(go(read(WindowQuery::AvailableIn)), Outcome::Int(60));
+    assert_eq!(go(Op::ResetAttempts { key: "k".into() }), Outcome::Unit);
+    assert_eq!(go(read(WindowQuery::Attempts)), Outcome::Int(0));
+    assert_eq!(go(Op::Clear { key: "k".into() }), Outcome::Unit);
+    assert_eq!(go(read(WindowQuery::AvailableInMs)), Outcome::Int(0));
+    // An attempt on a key without a window opens one; with max 0 it counts nothing.
+    assert_eq!(
+        go(Op::Attempt {
+            key: "z".into(),
+            max: 0,
+            decay
+        }),
+        Outcome::Attempt {
+            allowed: false,
+            count: 0,
+            reset_after_ms: 0
+        }
+    );
+    assert_eq!(
+        go(Op::Attempt {
+            key: "n".into(),
+            max: 1,
+            decay
+        }),
+        Outcome::Attempt {
+            allowed: true,
+            count: 1,
+            reset_after_ms: 60_000
+        }
+    );
+}
+
+#[test]
+fn attempt_lets_exactly_max_through_under_concurrency() {
+    let schema = Schema::install("mattempt");
+    let decay = Window::from_ms(60_000).unwrap();
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let plans = schema.plans.clone();
+            std::thread::spawn(move || {
+                let mut client = connect();
+                (0..20)
+                    .filter(|_| {
+                        let op = Op::Attempt {
+                            key: "race".into(),
+                            max: 5,
+                            decay,
+                        };
+                        match drive(&mut client, plans.start(op)) {
+                            Ok(Outcome::Attempt { allowed, count, .. }) => {
+                                assert!((1..=5).contains(&count));
+                                allowed
+                            }
+                            other => panic!("{other:?}"),
+                        }
+                    })
+                    .count()
+            })
+        })
+        .collect();
+    let allowed: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(allowed, 5);
+}
+
+#[test]
+fn a_connection_lost_mid_call_is_a_store_error() {
+    let schema = Schema::install("mlost");
+    let mut client = connect();
+    let pid: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
+    connect()
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .unwrap();
+    let call = schema
+        .plans
+        .start(consume_op(&[Entry::new("k", limit(1, 1_000))]));
+    match drive(&mut client, call) {
+        Err(CallError::Store { message }) => assert!(!message.is_empty()),
+        other => panic!("expected a store error, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_machine_types_rows_of_the_wrong_shape_and_misuse() {
+    let plans = Postgres::default();
+    let one = vec![Entry::new("k", limit(3, 1_000))];
+    let feed = |op: Op, rows: Vec<Vec<SqlValue>>| {
+        let mut call = plans.start(op);
+        let Next::Run(Command::Sql { statements }) = call.next() else {
+            panic!("one statement");
+        };
+        assert_eq!(statements.len(), 1);
+        call.feed(Fed::Rows(rows));
+        match call.next() {
+            Next::Done(result) => result,
+            Next::Run(command) => panic!("one round trip, then {command:?}"),
+        }
+    };
+    let ints = |v: &[i64]| {
+        let mut row = vec![SqlValue::Bool(v[0] == 1)];
+        row.extend(v[1..].iter().map(|&i| SqlValue::Int(i)));
+        vec![row]
+    };
+    // A limit no entry has; an allowed consume with every use left.
+    for rows in [
+        ints(&[1, 0, -1, -1, 1, 4, 2, 10, 10]),
+        ints(&[1, 0, -1, -1, 1, 3, 3, 0, 0]),
+        vec![],
+        vec![vec![SqlValue::Text("nope".into())]],
+    ] {
+        let result = feed(
+            Op::Consume {
+                entries: one.clone(),
+                call_id: "x".into(),
+            },
+            rows.clone(),
+        );
+        assert!(
+            matches!(result, Err(CallError::Rows(_))),
+            "{rows:?}: {result:?}"
+        );
+    }
+    // A peek may leave every use.
+    assert!(feed(
+        Op::Peek {
+            entries: one.clone()
+        },
+        ints(&[1, 0, -1, -1, 1, 3, 3, 0, 0])
+    )
+    .is_ok());
+    let err = feed(
+        Op::Hit {
+            key: "k".into(),
+            decay: Window::from_ms(10).unwrap(),
+            amount: 1,
+        },
+        vec![vec![SqlValue::Int(1), SqlValue::Int(0)]],
+    );
+    assert!(
+        matches!(err, Err(CallError::Rows(_))),
+        "a hit leaves a window: {err:?}"
+    );
+    let err = feed(
+        Op::Attempt {
+            key: "k".into(),
+            max: 2,
+            decay: Window::from_ms(10).unwrap(),
+        },
+        vec![vec![
+            SqlValue::Bool(true),
+            SqlValue::Int(3),
+            SqlValue::Int(5),
+        ]],
+    );
+    assert!(matches!(err, Err(CallError::Rows(_))), "{err:?}");
+    assert_eq!(err.unwrap_err().kind(), "reply");
+
+    // A Redis reply is a host bug.
+    let mut call = plans.start(Op::Clear { key: "k".into() });
+    let _ = call.next();
+    call.feed(Fed::Reply(ratewindow_core::redis::Reply::Nil));
+    assert!(matches!(
+        call.next(),
+        Next::Done(Err(CallError::Protocol { .. }))
+    ));
+    // An empty batch: allowed, no quota, no statement.
+    for op in [
+        Op::Peek { entries: vec![] },
+        Op::Consume {
+            entries: vec![],
+            call_id: "e".into(),
+        },
+    ] {
+        let mut call = plans.start(op);
+        match call.next() {
+            Next::Done(Ok(Outcome::Verdict { verdict, .. })) => {
+                assert!(verdict.allowed);
+                assert_eq!(verdict.quota, Quota::NONE);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // A Redis token, an empty call id.
+    let token = ReleaseToken::Redis(ratewindow_core::redis::RedisRelease {
+        keys: vec!["k".into()],
+        call_id: "x".into(),
+    });
+    let mut call = plans.start(Op::Release { token });
+    assert!(matches!(
+        call.next(),
+        Next::Done(Err(CallError::Unsupported(_)))
+    ));
+    let mut call = plans.start(Op::Consume {
+        entries: one,
+        call_id: String::new(),
+    });
+    assert!(matches!(
+        call.next(),
+        Next::Done(Err(CallError::Unsupported(_)))
+    ));
 }

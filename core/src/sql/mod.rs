@@ -8,12 +8,17 @@
 //!   cannot both take the last use; the host's clock (one host, one clock). The host runs the
 //!   statements of [`SqliteCall`] in order and hands the rows of the last one back.
 //!
+//! Hosts start a [`Call`](crate::call::Call) with [`Postgres::start`] or [`Sqlite::start`] and drive
+//! it; the plan and decide functions below remain for hosts that drive the steps themselves.
+//!
 //! Rows leave as keys are used; [`Postgres::plan_purge`] and [`Sqlite::plan_purge`] clear the rest
 //! (schedule one, e.g. every hour).
 
+mod call;
 mod postgres;
 mod sqlite;
 
+pub(crate) use call::SqlCall;
 pub use postgres::Postgres;
 pub use sqlite::{Decided, Sqlite, SqliteCall, SqliteWindowCall};
 

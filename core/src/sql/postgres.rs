@@ -4,7 +4,7 @@ use crate::redis::{EmptyCallId, WindowState};
 use crate::sql::{
     distinct_keys, window_state, RowError, SqlNames, SqlRelease, SqlValue, Statement,
 };
-use crate::{BatchVerdict, Entry, Window};
+use crate::{BatchVerdict, Entry, Quota, Window};
 
 const SCHEMA: &str = include_str!("postgres_schema.sql");
 /// The server's clock in ms, as the functions read it.
@@ -28,6 +28,7 @@ pub struct Postgres {
     durable: bool,
     consume: String,
     window: String,
+    attempt: String,
     release: String,
     purge: String,
 }
@@ -43,10 +44,14 @@ impl Postgres {
     pub fn new(names: SqlNames) -> Postgres {
         Postgres {
             consume: names.apply(
-                "SELECT allowed, retry_after_ms, retry_timestamp, blocked, now_ms \
-                 FROM {p}_consume($1, $2, $3::text[], $4::bigint[], $5::bigint[], $6::boolean)",
+                "SELECT allowed, retry_after_ms, retry_timestamp, blocked, now_ms, \
+                 quota_limit, remaining, refill_after_ms, reset_after_ms \
+                 FROM {p}_sliding($1, $2, $3::text[], $4::bigint[], $5::bigint[], $6::boolean)",
             ),
             window: names.apply("SELECT hits, ms_left FROM {p}_window($1, $2, $3::bigint, $4::bigint, $5::boolean)"),
+            attempt: names.apply(
+                "SELECT counted, hits, ms_left FROM {p}_attempt($1, $2::bigint, $3::bigint, $4::boolean)",
+            ),
             release: names.apply("DELETE FROM {p}_calls WHERE key = ANY($1::text[]) AND id = $2"),
             purge: names.apply(&format!(
                 "WITH calls AS (DELETE FROM {{p}}_calls WHERE expires_at <= {NOW_MS} RETURNING 1), \
@@ -147,6 +152,21 @@ impl Postgres {
         self.fixed("hit", key, decay.as_ms(), amount)
     }
 
+    /// One hit on `key`'s fixed window only if it holds fewer than `max` (opening a window of `decay`
+    /// if none runs), atomically. Returns one row: (counted, hits, ms_left); see
+    /// [`decode_attempt`](Self::decode_attempt).
+    pub fn plan_attempt(&self, key: &str, max: i64, decay: Window) -> Statement {
+        Statement::new(
+            self.attempt.clone(),
+            vec![
+                SqlValue::Text(key.to_owned()),
+                SqlValue::Int(max),
+                SqlValue::Int(decay.as_ms() as i64),
+                SqlValue::Bool(!self.durable),
+            ],
+        )
+    }
+
     /// Reads `key`'s fixed window.
     pub fn plan_get_window(&self, key: &str) -> Statement {
         self.fixed("get", key, 0, 0)
@@ -168,41 +188,10 @@ impl Postgres {
         Statement::new(self.purge.clone(), vec![])
     }
 
-    /// Decodes the row of a consume or peek of `entries` entries.
+    /// Decodes the row of a consume or peek of `entries` entries: the verdict and the quota of its
+    /// tightest entry.
     pub fn decode_batch(rows: &[Vec<SqlValue>], entries: usize) -> Result<BatchVerdict, RowError> {
-        const EXPECTED: &str =
-            "one row (allowed, retry_after_ms, retry_timestamp, blocked, now_ms)";
-        let err = || RowError::new("consume", EXPECTED, rows);
-        let [row] = rows else { return Err(err()) };
-        let [allowed, retry_after, retry_ts, blocked, now] = row.as_slice() else {
-            return Err(err());
-        };
-        let (allowed, retry_after, retry_ts, blocked, now) = (
-            allowed.bool().ok_or_else(err)?,
-            retry_after.int().ok_or_else(err)?,
-            retry_ts.int().ok_or_else(err)?,
-            blocked.int().ok_or_else(err)?,
-            now.int().ok_or_else(err)?,
-        );
-        match allowed {
-            true if retry_after == 0 && retry_ts == -1 && blocked == -1 && now >= 0 => {
-                Ok(BatchVerdict::ALLOWED)
-            }
-            false
-                if retry_after >= 1
-                    && retry_ts > now
-                    && now >= 0
-                    && (0..entries as i64).contains(&blocked) =>
-            {
-                Ok(BatchVerdict {
-                    allowed: false,
-                    retry_after_ms: retry_after as u64,
-                    retry_timestamp: Some(retry_ts as u64),
-                    blocked: Some(blocked as usize),
-                })
-            }
-            _ => Err(err()),
-        }
+        decode_sliding(rows, entries, None)
     }
 
     /// Decodes the row of any fixed-window statement: the window, or `None` when the key has none.
@@ -219,6 +208,31 @@ impl Postgres {
         Ok(window_state(hits, ms_left))
     }
 
+    /// Decodes the row of an attempt with `max`: whether the hit was counted, the count after the call
+    /// and the ms left (0 without a window).
+    pub fn decode_attempt(rows: &[Vec<SqlValue>], max: i64) -> Result<(bool, i64, u64), RowError> {
+        let err = || RowError::new("attempt", "one row (counted, hits, ms_left >= 0)", rows);
+        let [row] = rows else { return Err(err()) };
+        let [counted, hits, ms_left] = row.as_slice() else {
+            return Err(err());
+        };
+        let (counted, hits, ms_left) = (
+            counted.bool().ok_or_else(err)?,
+            hits.int().ok_or_else(err)?,
+            ms_left.int().ok_or_else(err)?,
+        );
+        let consistent = if counted {
+            // Counted: below max before, so at most max after, in a running window.
+            ms_left >= 1 && hits <= max
+        } else {
+            (ms_left >= 1 && hits >= max) || (ms_left == 0 && hits == 0 && max < 1)
+        };
+        if !consistent {
+            return Err(err());
+        }
+        Ok((counted, hits, ms_left as u64))
+    }
+
     /// Decodes the row of a purge: (calls deleted, windows deleted).
     pub fn decode_purge(rows: &[Vec<SqlValue>]) -> Result<(u64, u64), RowError> {
         let err = || RowError::new("purge", "one row (calls, windows)", rows);
@@ -231,4 +245,83 @@ impl Postgres {
             _ => Err(err()),
         }
     }
+}
+
+/// Decodes the row of a consume or peek of `entries` entries. With `limits` (the machine knows them)
+/// the quota is checked against the call too: its limit is an entry's (the blocked one's on a
+/// refusal), and an allowed consume (`consumed`) has used one.
+pub(crate) fn decode_sliding(
+    rows: &[Vec<SqlValue>],
+    entries: usize,
+    known: Option<(&[crate::Limit], bool)>,
+) -> Result<BatchVerdict, RowError> {
+    const EXPECTED: &str = "one row (allowed, retry_after_ms, retry_timestamp, blocked, now_ms, \
+                            quota_limit, remaining, refill_after_ms, reset_after_ms) of one verdict";
+    let err = || RowError::new("consume", EXPECTED, rows);
+    let [row] = rows else { return Err(err()) };
+    let [allowed, rest @ ..] = row.as_slice() else {
+        return Err(err());
+    };
+    let allowed = allowed.bool().ok_or_else(err)?;
+    let [retry_after, retry_ts, blocked, now, limit, remaining, refill, reset] = rest else {
+        return Err(err());
+    };
+    let int = |v: &SqlValue| v.int().ok_or_else(err);
+    let (retry_after, retry_ts, blocked, now) =
+        (int(retry_after)?, int(retry_ts)?, int(blocked)?, int(now)?);
+    let (limit, remaining, refill, reset) =
+        (int(limit)?, int(remaining)?, int(refill)?, int(reset)?);
+    // Every quota: a limit an entry can have, uses left within it, and the window's times in order;
+    // no call in the window (all uses left) exactly when nothing is to refill or reset.
+    let quota_ok = (1..=u32::MAX as i64).contains(&limit)
+        && (0..=limit).contains(&remaining)
+        && refill >= 0
+        && reset >= refill
+        && (refill == 0) == (reset == 0)
+        && (remaining == limit) == (reset == 0);
+    if !quota_ok || now < 0 {
+        return Err(err());
+    }
+    let quota = Quota {
+        limit: limit as u32,
+        remaining: remaining as u32,
+        refill_after_ms: refill as u64,
+        reset_after_ms: reset as u64,
+    };
+    let verdict = if allowed {
+        if retry_after != 0 || retry_ts != -1 || blocked != -1 {
+            return Err(err());
+        }
+        BatchVerdict::ALLOWED.with_quota(quota)
+    } else {
+        if retry_after < 1
+            || retry_ts <= now
+            || !(0..entries as i64).contains(&blocked)
+            || remaining != 0
+            || refill != retry_after
+        {
+            return Err(err());
+        }
+        BatchVerdict {
+            allowed: false,
+            retry_after_ms: retry_after as u64,
+            retry_timestamp: Some(retry_ts as u64),
+            blocked: Some(blocked as usize),
+            quota,
+        }
+    };
+    if let Some((limits, consumed)) = known {
+        let uses = |i: usize| limits.get(i).map(|l| l.uses());
+        let ok = match verdict.blocked {
+            Some(i) => uses(i) == Some(quota.limit),
+            None => {
+                limits.iter().any(|l| l.uses() == quota.limit)
+                    && (!consumed || quota.remaining < quota.limit)
+            }
+        };
+        if limits.len() != entries || !ok {
+            return Err(err());
+        }
+    }
+    Ok(verdict)
 }

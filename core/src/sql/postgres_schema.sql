@@ -1,5 +1,6 @@
 -- ratewindow on PostgreSQL: run once per database (idempotent). {p} is the name prefix (default
--- `ratewindow`), so the objects are {p}_calls, {p}_windows, {p}_consume and {p}_window.
+-- `ratewindow`), so the objects are {p}_calls, {p}_windows, {p}_sliding, {p}_consume, {p}_window and
+-- {p}_attempt.
 BEGIN;
 -- Two processes installing at once take turns.
 SELECT pg_advisory_xact_lock(7259046392211300101);
@@ -24,10 +25,14 @@ CREATE TABLE IF NOT EXISTS {p}_windows (
 );
 
 -- The sliding log for every entry of one call, in one statement and one transaction: 'c' consumes
--- (trims, checks every entry, records against all or none), 'p' peeks (writes nothing).
-CREATE OR REPLACE FUNCTION {p}_consume(p_mode text, p_id text, p_keys text[], p_uses bigint[], p_windows bigint[],
+-- (trims, checks every entry, records against all or none), 'p' peeks (writes nothing). Besides the
+-- verdict, the quota of the call's tightest entry (fewest uses left, ties the longer window, then the
+-- first; on a refusal the blocked entry): its uses, the uses left after the call, the ms until its
+-- oldest call in the window leaves and until its newest does.
+CREATE OR REPLACE FUNCTION {p}_sliding(p_mode text, p_id text, p_keys text[], p_uses bigint[], p_windows bigint[],
   p_relaxed boolean)
-RETURNS TABLE (allowed boolean, retry_after_ms bigint, retry_timestamp bigint, blocked integer, now_ms bigint)
+RETURNS TABLE (allowed boolean, retry_after_ms bigint, retry_timestamp bigint, blocked integer, now_ms bigint,
+  quota_limit bigint, remaining bigint, refill_after_ms bigint, reset_after_ms bigint)
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -35,9 +40,18 @@ DECLARE
   v_key text;
   v_longest bigint;
   v_count bigint;
+  v_min bigint;
   v_at bigint;
   v_until bigint := -1;
   v_blocked integer := -1;
+  v_wait bigint;
+  v_counts bigint[];
+  v_mins bigint[];
+  v_maxs bigint[];
+  v_best integer := 0;
+  v_left bigint;
+  v_best_left bigint;
+  v_taken bigint := CASE WHEN p_mode = 'c' THEN 1 ELSE 0 END;
 BEGIN
   IF p_mode IS NULL OR p_mode NOT IN ('c', 'p') THEN
     RAISE EXCEPTION 'ratewindow: unknown mode %', p_mode;
@@ -63,20 +77,26 @@ BEGIN
     IF p_mode = 'c' THEN
       DELETE FROM {p}_calls c WHERE c.key = p_keys[1] AND c.at <= v_now - p_windows[1];
     END IF;
-    SELECT count(*), max(c.at) INTO v_count, v_at FROM {p}_calls c
+    SELECT count(*), min(c.at), max(c.at) INTO v_count, v_min, v_at FROM {p}_calls c
       WHERE c.key = p_keys[1] AND c.at > v_now - p_windows[1];
     IF v_count >= p_uses[1] THEN
       SELECT c.at + p_windows[1] INTO v_until FROM {p}_calls c
         WHERE c.key = p_keys[1] ORDER BY c.at DESC OFFSET p_uses[1] - 1 LIMIT 1;
-      RETURN QUERY SELECT false, greatest(1, v_until - v_now), v_until, 0, v_now;
+      v_wait := greatest(1, v_until - v_now);
+      RETURN QUERY SELECT false, v_wait, v_until, 0, v_now,
+        p_uses[1], 0::bigint, v_wait, v_at + p_windows[1] - v_now;
       RETURN;
     END IF;
     IF p_mode = 'c' THEN
       -- Trimmed above, so the newest call inside the window is the newest call.
       v_at := greatest(v_now, v_at);
       INSERT INTO {p}_calls (key, at, id, expires_at) VALUES (p_keys[1], v_at, p_id, v_at + p_windows[1]);
+      RETURN QUERY SELECT true, 0::bigint, -1::bigint, -1, v_now,
+        p_uses[1], p_uses[1] - v_count - 1, coalesce(v_min, v_at) + p_windows[1] - v_now, v_at + p_windows[1] - v_now;
+      RETURN;
     END IF;
-    RETURN QUERY SELECT true, 0::bigint, -1::bigint, -1, v_now;
+    RETURN QUERY SELECT true, 0::bigint, -1::bigint, -1, v_now, p_uses[1], p_uses[1] - v_count,
+      coalesce(v_min + p_windows[1] - v_now, 0), coalesce(v_at + p_windows[1] - v_now, 0);
     RETURN;
   END IF;
 
@@ -98,7 +118,11 @@ BEGIN
 
   -- Every entry is checked before anything is recorded; the longest wait blocks (ties keep the first).
   FOR i IN 1 .. coalesce(cardinality(p_keys), 0) LOOP
-    SELECT count(*) INTO v_count FROM {p}_calls c WHERE c.key = p_keys[i] AND c.at > v_now - p_windows[i];
+    SELECT count(*), min(c.at), max(c.at) INTO v_count, v_min, v_at FROM {p}_calls c
+      WHERE c.key = p_keys[i] AND c.at > v_now - p_windows[i];
+    v_counts[i] := v_count;
+    v_mins[i] := v_min;
+    v_maxs[i] := v_at;
     IF v_count >= p_uses[i] THEN
       -- The oldest of the newest `uses` calls decides the wait.
       SELECT c.at + p_windows[i] INTO v_at FROM {p}_calls c
@@ -110,7 +134,9 @@ BEGIN
     END IF;
   END LOOP;
   IF v_blocked >= 0 THEN
-    RETURN QUERY SELECT false, greatest(1, v_until - v_now), v_until, v_blocked, v_now;
+    v_wait := greatest(1, v_until - v_now);
+    RETURN QUERY SELECT false, v_wait, v_until, v_blocked, v_now, p_uses[v_blocked + 1], 0::bigint, v_wait,
+      v_maxs[v_blocked + 1] + p_windows[v_blocked + 1] - v_now;
     RETURN;
   END IF;
 
@@ -121,8 +147,36 @@ BEGIN
       INSERT INTO {p}_calls (key, at, id, expires_at) VALUES (v_key, v_at, p_id, v_at + v_longest);
     END LOOP;
   END IF;
-  RETURN QUERY SELECT true, 0::bigint, -1::bigint, -1, v_now;
+  -- The tightest entry: fewest uses left, ties the longer window, then the first.
+  FOR i IN 1 .. coalesce(cardinality(p_keys), 0) LOOP
+    v_left := p_uses[i] - v_counts[i] - v_taken;
+    IF v_best = 0 OR v_left < v_best_left OR (v_left = v_best_left AND p_windows[i] > p_windows[v_best]) THEN
+      v_best := i;
+      v_best_left := v_left;
+    END IF;
+  END LOOP;
+  IF v_best = 0 THEN
+    RETURN QUERY SELECT true, 0::bigint, -1::bigint, -1, v_now, 0::bigint, 0::bigint, 0::bigint, 0::bigint;
+  ELSIF p_mode = 'c' THEN
+    -- The call was recorded at the newest of now and the key's calls; calls of the key outside this
+    -- entry's window are older than now, so its own newest decides.
+    v_at := greatest(v_now, v_maxs[v_best]);
+    RETURN QUERY SELECT true, 0::bigint, -1::bigint, -1, v_now, p_uses[v_best], v_best_left,
+      coalesce(v_mins[v_best], v_at) + p_windows[v_best] - v_now, v_at + p_windows[v_best] - v_now;
+  ELSE
+    RETURN QUERY SELECT true, 0::bigint, -1::bigint, -1, v_now, p_uses[v_best], v_best_left,
+      coalesce(v_mins[v_best] + p_windows[v_best] - v_now, 0), coalesce(v_maxs[v_best] + p_windows[v_best] - v_now, 0);
+  END IF;
 END
+$fn$;
+
+-- The verdict without the quota, for processes of an earlier version sharing the database.
+CREATE OR REPLACE FUNCTION {p}_consume(p_mode text, p_id text, p_keys text[], p_uses bigint[], p_windows bigint[],
+  p_relaxed boolean)
+RETURNS TABLE (allowed boolean, retry_after_ms bigint, retry_timestamp bigint, blocked integer, now_ms bigint)
+LANGUAGE sql AS $fn$
+  SELECT s.allowed, s.retry_after_ms, s.retry_timestamp, s.blocked, s.now_ms
+  FROM {p}_sliding(p_mode, p_id, p_keys, p_uses, p_windows, p_relaxed) AS s
 $fn$;
 
 -- One key's fixed window: 'hit' (adds p_amount, opening a window of p_decay ms if none runs), 'get',
@@ -173,6 +227,44 @@ BEGIN
     v_hits := 0;
   END IF;
   RETURN QUERY SELECT v_hits, v_ends - v_now;
+END
+$fn$;
+
+-- One key's fixed window, atomically: one hit if the window holds fewer than p_max, else nothing (a
+-- window of p_decay ms opens on a counted hit when none runs). Returns whether the hit was counted,
+-- the count after the call and the ms left (0 without a window).
+CREATE OR REPLACE FUNCTION {p}_attempt(p_key text, p_max bigint, p_decay bigint, p_relaxed boolean)
+RETURNS TABLE (counted boolean, hits bigint, ms_left bigint)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+  v_now bigint;
+  v_hits bigint;
+  v_ends bigint;
+BEGIN
+  IF p_relaxed THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
+  END IF;
+  -- The lock {p}_window takes: attempts and hits on one key take turns.
+  PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 1));
+  v_now := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+  SELECT w.hits, w.ends_at INTO v_hits, v_ends FROM {p}_windows w WHERE w.key = p_key;
+  IF NOT FOUND OR v_ends <= v_now THEN
+    IF p_max < 1 THEN
+      RETURN QUERY SELECT false, 0::bigint, 0::bigint;
+      RETURN;
+    END IF;
+    INSERT INTO {p}_windows (key, hits, ends_at) VALUES (p_key, 1, v_now + p_decay)
+      ON CONFLICT (key) DO UPDATE SET hits = excluded.hits, ends_at = excluded.ends_at;
+    RETURN QUERY SELECT true, 1::bigint, p_decay;
+    RETURN;
+  END IF;
+  IF v_hits >= p_max THEN
+    RETURN QUERY SELECT false, v_hits, v_ends - v_now;
+    RETURN;
+  END IF;
+  UPDATE {p}_windows w SET hits = w.hits + 1 WHERE w.key = p_key RETURNING w.hits INTO v_hits;
+  RETURN QUERY SELECT true, v_hits, v_ends - v_now;
 END
 $fn$;
 COMMIT;

@@ -6,7 +6,7 @@ use crate::sliding::in_window;
 use crate::sql::{
     distinct_keys, window_state, RowError, SqlNames, SqlRelease, SqlValue, Statement,
 };
-use crate::{BatchVerdict, Entry, Limit, Window};
+use crate::{BatchVerdict, Entry, Limit, Quota, Window};
 
 const SCHEMA: &str = include_str!("sqlite_schema.sql");
 
@@ -50,6 +50,7 @@ impl Sqlite {
     }
 
     fn begin(&self, entries: &[Entry], now: u64, call_id: Option<&str>) -> SqliteCall {
+        let now = now.min(i64::MAX as u64);
         let keys = distinct_keys(entries);
         let mut statements = Vec::new();
         if call_id.is_some() {
@@ -122,6 +123,7 @@ impl Sqlite {
     }
 
     fn begin_window(&self, op: WindowOp, key: &str, now: u64) -> SqliteWindowCall {
+        let now = now.min(i64::MAX as u64);
         let mut statements = Vec::new();
         if op != WindowOp::Get {
             statements.push(Statement::new("BEGIN IMMEDIATE", vec![]));
@@ -143,6 +145,12 @@ impl Sqlite {
     /// Starts adding `amount` hits to `key`'s fixed window at `now`, opening one of `decay` if none runs.
     pub fn begin_hit(&self, key: &str, decay: Window, amount: i64, now: u64) -> SqliteWindowCall {
         self.begin_window(WindowOp::Hit { decay, amount }, key, now)
+    }
+
+    /// Starts one hit on `key`'s fixed window at `now` only if it holds fewer than `max` (opening a
+    /// window of `decay` if none runs), inside the `BEGIN IMMEDIATE` transaction: atomic.
+    pub fn begin_attempt(&self, key: &str, max: i64, decay: Window, now: u64) -> SqliteWindowCall {
+        self.begin_window(WindowOp::Attempt { max, decay }, key, now)
     }
 
     /// Starts reading `key`'s fixed window at `now`.
@@ -221,7 +229,8 @@ impl SqliteCall {
         self.call_id.is_some()
     }
 
-    /// Decides the call from the rows (`key TEXT, at INTEGER`) of the last statement.
+    /// Decides the call from the rows (`key TEXT, at INTEGER`) of the last statement: the verdict
+    /// with the quota of the tightest entry, and the statements still to run.
     pub fn decide(self, rows: &[Vec<SqlValue>]) -> Result<Decided, RowError> {
         let err = || RowError::new("the calls select", "rows (key of this call, at >= 0)", rows);
         let keys = distinct_keys_owned(&self.entries);
@@ -237,11 +246,11 @@ impl SqliteCall {
         for log in &mut times {
             log.sort_unstable();
         }
-        let times_of = |key: &str| {
-            &times[keys
-                .iter()
+        let times_of = |key: &str| -> &[u64] {
+            keys.iter()
                 .position(|(k, _)| k == key)
-                .expect("a key of this call")]
+                .and_then(|i| times.get(i))
+                .map_or(&[], Vec::as_slice)
         };
 
         let mut blocked: Option<(usize, u64)> = None;
@@ -253,8 +262,33 @@ impl SqliteCall {
             }
         }
         let commit = || Statement::new("COMMIT", vec![]);
+        let record = self.call_id.is_some() && blocked.is_none();
+        // A clock that stepped back records at the newest call, keeping the log in order.
+        let recorded_at = |key: &str| {
+            times_of(key)
+                .last()
+                .map_or(self.now, |&newest| newest.max(self.now))
+        };
+        let quota = match blocked {
+            Some((i, _)) => {
+                let retry_after = BatchVerdict::at(self.now, blocked).retry_after_ms;
+                self.entries.get(i).map_or(Quota::NONE, |(key, limit)| {
+                    let seen = EntryWindow::of(times_of(key), *limit, self.now, None);
+                    Quota {
+                        limit: limit.uses(),
+                        remaining: 0,
+                        refill_after_ms: retry_after,
+                        reset_after_ms: seen.reset_after_ms(),
+                    }
+                })
+            }
+            None => tightest(self.entries.iter().map(|(key, limit)| {
+                let at = record.then(|| recorded_at(key));
+                EntryWindow::of(times_of(key), *limit, self.now, at)
+            })),
+        };
+        let verdict = BatchVerdict::at(self.now, blocked).with_quota(quota);
         let Some(call_id) = self.call_id.clone() else {
-            let verdict = BatchVerdict::at(self.now, blocked);
             return Ok(Decided {
                 verdict,
                 statements: vec![],
@@ -263,7 +297,7 @@ impl SqliteCall {
         };
         if blocked.is_some() {
             return Ok(Decided {
-                verdict: BatchVerdict::at(self.now, blocked),
+                verdict,
                 statements: vec![commit()],
                 release: None,
             });
@@ -271,10 +305,7 @@ impl SqliteCall {
         let mut statements: Vec<Statement> = keys
             .iter()
             .map(|(key, longest)| {
-                // A clock that stepped back records at the newest call, keeping the log in order.
-                let at = times_of(key)
-                    .last()
-                    .map_or(self.now, |&newest| newest.max(self.now));
+                let at = recorded_at(key);
                 let expires_at = at.saturating_add(*longest).min(i64::MAX as u64);
                 Statement::new(
                     self.insert.clone(),
@@ -293,11 +324,78 @@ impl SqliteCall {
             call_id,
         };
         Ok(Decided {
-            verdict: BatchVerdict::ALLOWED,
+            verdict,
             statements,
             release: Some(release),
         })
     }
+}
+
+/// One entry's window at `now`, after the call: its limit, the calls in it, the oldest and newest.
+struct EntryWindow {
+    limit: Limit,
+    now: u64,
+    inside: u64,
+    oldest: Option<u64>,
+    newest: Option<u64>,
+}
+
+impl EntryWindow {
+    /// From the key's sorted `times`, with the call recorded `at` (an allowed consume) counted.
+    fn of(times: &[u64], limit: Limit, now: u64, at: Option<u64>) -> EntryWindow {
+        // The calls inside the window are a suffix of the sorted times.
+        let first = times.partition_point(|&t| !in_window(t, now, limit.window_ms()));
+        let inside = &times[first.min(times.len())..];
+        // A recorded call is at or after every call of its key.
+        EntryWindow {
+            limit,
+            now,
+            inside: inside.len() as u64 + u64::from(at.is_some()),
+            oldest: inside.first().copied().or(at),
+            newest: at.or(inside.last().copied()),
+        }
+    }
+
+    fn remaining(&self) -> u32 {
+        u64::from(self.limit.uses()).saturating_sub(self.inside) as u32
+    }
+
+    fn left(&self, t: Option<u64>) -> u64 {
+        t.map_or(0, |t| {
+            t.saturating_add(self.limit.window_ms())
+                .saturating_sub(self.now)
+        })
+    }
+
+    fn reset_after_ms(&self) -> u64 {
+        self.left(self.newest)
+    }
+
+    fn quota(&self) -> Quota {
+        Quota {
+            limit: self.limit.uses(),
+            remaining: self.remaining(),
+            refill_after_ms: self.left(self.oldest),
+            reset_after_ms: self.reset_after_ms(),
+        }
+    }
+}
+
+/// The quota of the tightest entry: fewest uses left, ties the longer window, then the first.
+fn tightest(entries: impl Iterator<Item = EntryWindow>) -> Quota {
+    let mut best: Option<EntryWindow> = None;
+    for entry in entries {
+        let tighter = best.as_ref().is_none_or(|b| {
+            (
+                entry.remaining(),
+                std::cmp::Reverse(entry.limit.window_ms()),
+            ) < (b.remaining(), std::cmp::Reverse(b.limit.window_ms()))
+        });
+        if tighter {
+            best = Some(entry);
+        }
+    }
+    best.map_or(Quota::NONE, |b| b.quota())
 }
 
 fn distinct_keys_owned(entries: &[(String, Limit)]) -> Vec<(String, u64)> {
@@ -324,6 +422,7 @@ fn wait_until(times: &[u64], limit: Limit, now: u64) -> Option<u64> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum WindowOp {
     Hit { decay: Window, amount: i64 },
+    Attempt { max: i64, decay: Window },
     Get,
     Reset,
 }
@@ -357,6 +456,11 @@ impl SqliteWindowCall {
         self,
         rows: &[Vec<SqlValue>],
     ) -> Result<(Option<WindowState>, Vec<Statement>), RowError> {
+        self.settle(rows).map(|s| (s.window, s.statements))
+    }
+
+    /// [`decide`](Self::decide), saying also whether an attempt counted its hit.
+    pub(crate) fn settle(self, rows: &[Vec<SqlValue>]) -> Result<Settled, RowError> {
         let err = || {
             RowError::new(
                 "the window select",
@@ -378,42 +482,82 @@ impl SqliteWindowCall {
         let key = SqlValue::Text(self.key.clone());
         let commit = Statement::new("COMMIT", vec![]);
         let ms_left = |ends_at: i64| ends_at.saturating_sub(self.now as i64);
+        let update = |hits: i64, key: SqlValue| {
+            let sql = self
+                .names
+                .apply("UPDATE {p}_windows SET hits = ? WHERE key = ?");
+            Statement::new(sql, vec![SqlValue::Int(hits), key])
+        };
+        let open = |hits: i64, decay: Window, key: SqlValue| {
+            let ends_at = self.now.saturating_add(decay.as_ms()).min(i64::MAX as u64) as i64;
+            let upsert = self
+                .names
+                .apply("INSERT OR REPLACE INTO {p}_windows (key, hits, ends_at) VALUES (?, ?, ?)");
+            let params = vec![key, SqlValue::Int(hits), SqlValue::Int(ends_at)];
+            (
+                window_state(hits, ms_left(ends_at)),
+                Statement::new(upsert, params),
+            )
+        };
+        let settled = |window, counted, statements| Settled {
+            window,
+            counted,
+            statements,
+        };
         Ok(match (self.op, live) {
-            (WindowOp::Get, live) => (live.and_then(|(h, e)| window_state(h, ms_left(e))), vec![]),
-            (WindowOp::Reset, None) => (None, vec![commit]),
+            (WindowOp::Get, live) => settled(
+                live.and_then(|(h, e)| window_state(h, ms_left(e))),
+                false,
+                vec![],
+            ),
+            (WindowOp::Reset, None) => settled(None, false, vec![commit]),
             (WindowOp::Reset, Some((_, ends_at))) => {
-                let update = self
+                let reset = self
                     .names
                     .apply("UPDATE {p}_windows SET hits = 0 WHERE key = ?");
-                (
+                settled(
                     window_state(0, ms_left(ends_at)),
-                    vec![Statement::new(update, vec![key]), commit],
+                    false,
+                    vec![Statement::new(reset, vec![key]), commit],
                 )
             }
             (WindowOp::Hit { amount, .. }, Some((hits, ends_at))) => {
                 let hits = hits.saturating_add(amount);
-                let update = self
-                    .names
-                    .apply("UPDATE {p}_windows SET hits = ? WHERE key = ?");
-                (
+                settled(
                     window_state(hits, ms_left(ends_at)),
-                    vec![
-                        Statement::new(update, vec![SqlValue::Int(hits), key]),
-                        commit,
-                    ],
+                    true,
+                    vec![update(hits, key), commit],
                 )
             }
             (WindowOp::Hit { decay, amount }, None) => {
-                let ends_at = self.now.saturating_add(decay.as_ms()).min(i64::MAX as u64) as i64;
-                let upsert = self.names.apply(
-                    "INSERT OR REPLACE INTO {p}_windows (key, hits, ends_at) VALUES (?, ?, ?)",
-                );
-                let params = vec![key, SqlValue::Int(amount), SqlValue::Int(ends_at)];
-                (
-                    window_state(amount, ms_left(ends_at)),
-                    vec![Statement::new(upsert, params), commit],
+                let (window, upsert) = open(amount, decay, key);
+                settled(window, true, vec![upsert, commit])
+            }
+            (WindowOp::Attempt { max, .. }, Some((hits, ends_at))) if hits >= max => {
+                settled(window_state(hits, ms_left(ends_at)), false, vec![commit])
+            }
+            (WindowOp::Attempt { .. }, Some((hits, ends_at))) => {
+                let hits = hits.saturating_add(1);
+                settled(
+                    window_state(hits, ms_left(ends_at)),
+                    true,
+                    vec![update(hits, key), commit],
                 )
+            }
+            (WindowOp::Attempt { max, .. }, None) if max < 1 => settled(None, false, vec![commit]),
+            (WindowOp::Attempt { decay, .. }, None) => {
+                let (window, upsert) = open(1, decay, key);
+                settled(window, true, vec![upsert, commit])
             }
         })
     }
+}
+
+/// What a fixed-window call on SQLite settled: the window after it, whether a hit was counted, and the
+/// statements still to run.
+#[derive(Debug)]
+pub(crate) struct Settled {
+    pub(crate) window: Option<WindowState>,
+    pub(crate) counted: bool,
+    pub(crate) statements: Vec<Statement>,
 }

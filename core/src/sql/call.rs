@@ -1,0 +1,389 @@
+//! The SQL call machines: PostgreSQL's one statement a call, SQLite's `BEGIN IMMEDIATE` sequence with
+//! its `ROLLBACK`, driven by [`Call`].
+//!
+//! PostgreSQL: every operation is one statement (a function of the schema, or the release `DELETE`):
+//! its rows decide, a failure is the store's. SQLite: a write opens with `BEGIN IMMEDIATE` and reads;
+//! the machine decides from the rows and asks for the writes and `COMMIT`. Any failure, or rows of the
+//! wrong shape, after `BEGIN` → `ROLLBACK`, then the original error (a failed rollback changes
+//! nothing: the error stands). A busy timeout (`database is locked`) is a store error like any other:
+//! the transaction rolled back, nothing was counted.
+
+use crate::call::{Call, CallError, Command, Fed, Op, Outcome, ReleaseToken, WindowQuery};
+use crate::redis::WindowState;
+use crate::sql::postgres::decode_sliding;
+use crate::sql::sqlite::Settled;
+use crate::sql::{
+    Postgres, RowError, SqlRelease, SqlValue, Sqlite, SqliteCall, SqliteWindowCall, Statement,
+};
+use crate::{BatchVerdict, Limit, Quota};
+
+const EMPTY_CALL_ID: &str = "a call id must not be empty: pass a fresh random id for every call";
+const REDIS_TOKEN: &str = "a Redis store's release token was given to a SQL store";
+
+/// One SQL operation in progress: the statements it waits on, and what their rows mean.
+#[derive(Debug)]
+pub(crate) struct SqlCall {
+    statements: Vec<Statement>,
+    step: Step,
+    result: Option<Result<Outcome, CallError>>,
+}
+
+/// What the rows of the statements asked for mean.
+#[derive(Debug)]
+enum Step {
+    /// PostgreSQL's one statement.
+    Postgres(PgRows),
+    /// SQLite's sliding log: the calls' select (after `BEGIN IMMEDIATE` and the trims for a consume).
+    SqliteSliding(SqliteCall),
+    /// SQLite's fixed window: the window's select (after `BEGIN IMMEDIATE` for a write).
+    SqliteWindow(SqliteWindowCall, FixedOutcome),
+    /// Statements whose rows say nothing (the writes and `COMMIT`, a release, a clear): then this.
+    Then(Outcome),
+    /// `ROLLBACK` after a failure: then the original error, whatever the rollback gives.
+    RollBack(CallError),
+    /// The result is out.
+    Over,
+}
+
+/// How PostgreSQL's rows decode.
+#[derive(Debug)]
+enum PgRows {
+    Sliding {
+        limits: Vec<Limit>,
+        /// `Some` for a consume: its token when allowed.
+        release: Option<SqlRelease>,
+    },
+    Hit,
+    Attempt {
+        max: i64,
+    },
+    Window(FixedOutcome),
+}
+
+/// What a fixed-window call answers from the window after it.
+#[derive(Debug, Clone, Copy)]
+enum FixedOutcome {
+    Hit,
+    Attempt,
+    Read(WindowQuery),
+    Unit,
+}
+
+impl FixedOutcome {
+    fn outcome(self, window: Option<WindowState>, counted: bool) -> Outcome {
+        let (count, reset_after_ms) = window.map_or((0, 0), |w| (w.count, w.ms_left));
+        match self {
+            FixedOutcome::Hit => Outcome::Hit {
+                count,
+                reset_after_ms,
+            },
+            FixedOutcome::Attempt => Outcome::Attempt {
+                allowed: counted,
+                count,
+                reset_after_ms,
+            },
+            FixedOutcome::Read(query) => query.answer(window),
+            FixedOutcome::Unit => Outcome::Unit,
+        }
+    }
+}
+
+fn empty_batch(call_id: Option<String>) -> Call {
+    Call::done(Ok(Outcome::Verdict {
+        verdict: BatchVerdict::ALLOWED.with_quota(Quota::NONE),
+        release: call_id.map(|call_id| {
+            ReleaseToken::Sql(SqlRelease {
+                keys: Vec::new(),
+                call_id,
+            })
+        }),
+    }))
+}
+
+fn verdict(verdict: BatchVerdict, release: Option<SqlRelease>) -> Outcome {
+    Outcome::Verdict {
+        release: release.filter(|_| verdict.allowed).map(ReleaseToken::Sql),
+        verdict,
+    }
+}
+
+impl SqlCall {
+    fn call(statements: Vec<Statement>, step: Step) -> Call {
+        Call::sql(SqlCall {
+            statements,
+            step,
+            result: None,
+        })
+    }
+
+    pub(crate) fn command(&self) -> Command<'_> {
+        Command::Sql {
+            statements: &self.statements,
+        }
+    }
+
+    /// Whether the statements asked for run inside a transaction this machine opened (or may have:
+    /// a failed `BEGIN IMMEDIATE` leaves none, and the `ROLLBACK` that follows fails harmlessly).
+    fn in_transaction(&self) -> bool {
+        match &self.step {
+            Step::SqliteSliding(call) => call.in_transaction(),
+            Step::SqliteWindow(call, _) => call.in_transaction(),
+            Step::Then(_) => self.statements.last().is_some_and(|s| s.sql == "COMMIT"),
+            Step::Postgres(_) | Step::RollBack(_) | Step::Over => false,
+        }
+    }
+
+    pub(crate) fn feed(&mut self, fed: Result<Fed, String>) {
+        let failure = match fed {
+            Ok(Fed::Rows(rows)) => return self.rows(rows),
+            Ok(Fed::Reply(_)) => CallError::Protocol {
+                expected: "rows",
+                got: "a Redis reply",
+            },
+            Err(message) => CallError::Store { message },
+        };
+        match std::mem::replace(&mut self.step, Step::Over) {
+            // The original error stands, whatever the rollback gave.
+            Step::RollBack(error) => self.finish(Err(error)),
+            Step::Over => self.finish(Err(CallError::Protocol {
+                expected: "nothing (the call is over)",
+                got: if matches!(failure, CallError::Store { .. }) {
+                    "a failure"
+                } else {
+                    "a Redis reply"
+                },
+            })),
+            step => {
+                self.step = step;
+                self.fail(failure);
+            }
+        }
+    }
+
+    /// Ends with `error`, rolling back first inside a transaction.
+    fn fail(&mut self, error: CallError) {
+        if self.in_transaction() {
+            self.statements = vec![Statement::new(SqliteCall::ROLLBACK, vec![])];
+            self.step = Step::RollBack(error);
+        } else {
+            self.finish(Err(error));
+        }
+    }
+
+    fn finish(&mut self, result: Result<Outcome, CallError>) {
+        self.statements.clear();
+        self.step = Step::Over;
+        self.result = Some(result);
+    }
+
+    fn rows(&mut self, rows: Vec<Vec<SqlValue>>) {
+        let decided: Result<Outcome, RowError> =
+            match std::mem::replace(&mut self.step, Step::Over) {
+                Step::Over => {
+                    return self.finish(Err(CallError::Protocol {
+                        expected: "nothing (the call is over)",
+                        got: "rows",
+                    }))
+                }
+                Step::RollBack(error) => return self.finish(Err(error)),
+                Step::Then(outcome) => Ok(outcome),
+                Step::Postgres(PgRows::Sliding { limits, release }) => {
+                    let known = Some((limits.as_slice(), release.is_some()));
+                    decode_sliding(&rows, limits.len(), known).map(|v| verdict(v, release))
+                }
+                Step::Postgres(PgRows::Hit) => {
+                    Postgres::decode_window(&rows).and_then(|w| match w {
+                        Some(w) => Ok(FixedOutcome::Hit.outcome(Some(w), true)),
+                        // A hit always leaves a running window.
+                        None => Err(RowError::new("hit", "one row (hits, ms_left >= 1)", &rows)),
+                    })
+                }
+                Step::Postgres(PgRows::Attempt { max }) => Postgres::decode_attempt(&rows, max)
+                    .map(|(allowed, count, reset_after_ms)| Outcome::Attempt {
+                        allowed,
+                        count,
+                        reset_after_ms,
+                    }),
+                Step::Postgres(PgRows::Window(then)) => {
+                    Postgres::decode_window(&rows).map(|w| then.outcome(w, false))
+                }
+                Step::SqliteSliding(call) => {
+                    let transaction = call.in_transaction();
+                    match call.decide(&rows) {
+                        Ok(decided) if decided.statements.is_empty() => {
+                            Ok(verdict(decided.verdict, decided.release))
+                        }
+                        Ok(decided) => {
+                            self.statements = decided.statements;
+                            self.step = Step::Then(verdict(decided.verdict, decided.release));
+                            return;
+                        }
+                        Err(e) => {
+                            return self.rows_failed(e, transaction);
+                        }
+                    }
+                }
+                Step::SqliteWindow(call, then) => {
+                    let transaction = call.in_transaction();
+                    match call.settle(&rows) {
+                        Ok(Settled {
+                            window,
+                            counted,
+                            statements,
+                        }) => {
+                            let outcome = then.outcome(window, counted);
+                            if statements.is_empty() {
+                                Ok(outcome)
+                            } else {
+                                self.statements = statements;
+                                self.step = Step::Then(outcome);
+                                return;
+                            }
+                        }
+                        Err(e) => return self.rows_failed(e, transaction),
+                    }
+                }
+            };
+        self.finish(decided.map_err(CallError::Rows));
+    }
+
+    fn rows_failed(&mut self, error: RowError, transaction: bool) {
+        if transaction {
+            self.statements = vec![Statement::new(SqliteCall::ROLLBACK, vec![])];
+            self.step = Step::RollBack(CallError::Rows(error));
+        } else {
+            self.finish(Err(CallError::Rows(error)));
+        }
+    }
+
+    pub(crate) fn result(&mut self) -> Option<Result<Outcome, CallError>> {
+        self.result.take()
+    }
+}
+
+impl Postgres {
+    /// Starts `op`: one statement, one round trip, one transaction, on the server's clock.
+    pub fn start(&self, op: Op) -> Call {
+        let (statement, rows) = match op {
+            Op::Consume { entries, call_id } => {
+                if call_id.is_empty() {
+                    return Call::done(Err(CallError::Unsupported(EMPTY_CALL_ID)));
+                }
+                if entries.is_empty() {
+                    return empty_batch(Some(call_id));
+                }
+                let Ok((statement, release)) = self.plan_consume_many(&entries, &call_id) else {
+                    return Call::done(Err(CallError::Unsupported(EMPTY_CALL_ID)));
+                };
+                let limits = entries.iter().map(|e| e.limit).collect();
+                (
+                    statement,
+                    PgRows::Sliding {
+                        limits,
+                        release: Some(release),
+                    },
+                )
+            }
+            Op::Peek { entries } => {
+                if entries.is_empty() {
+                    return empty_batch(None);
+                }
+                let limits = entries.iter().map(|e| e.limit).collect();
+                (
+                    self.plan_peek_many(&entries),
+                    PgRows::Sliding {
+                        limits,
+                        release: None,
+                    },
+                )
+            }
+            Op::Release { token } => match token {
+                ReleaseToken::Sql(release) if release.keys.is_empty() => {
+                    return Call::done(Ok(Outcome::Unit))
+                }
+                ReleaseToken::Sql(release) => {
+                    return SqlCall::call(
+                        vec![self.plan_release(&release)],
+                        Step::Then(Outcome::Unit),
+                    )
+                }
+                ReleaseToken::Redis(_) => {
+                    return Call::done(Err(CallError::Unsupported(REDIS_TOKEN)))
+                }
+            },
+            Op::Hit { key, decay, amount } => (self.plan_hit(&key, decay, amount), PgRows::Hit),
+            Op::Attempt { key, max, decay } => {
+                (self.plan_attempt(&key, max, decay), PgRows::Attempt { max })
+            }
+            Op::Read { key, query } => (
+                self.plan_get_window(&key),
+                PgRows::Window(FixedOutcome::Read(query)),
+            ),
+            Op::ResetAttempts { key } => (
+                self.plan_reset_attempts(&key),
+                PgRows::Window(FixedOutcome::Unit),
+            ),
+            Op::Clear { key } => (self.plan_clear(&key), PgRows::Window(FixedOutcome::Unit)),
+        };
+        SqlCall::call(vec![statement], Step::Postgres(rows))
+    }
+}
+
+impl Sqlite {
+    /// Starts `op` at `now` (the host's clock, ms): `BEGIN IMMEDIATE`, the reads, then the writes and
+    /// `COMMIT` the machine decides; `ROLLBACK` after any failure inside the transaction.
+    pub fn start(&self, op: Op, now: u64) -> Call {
+        match op {
+            Op::Consume { entries, call_id } => {
+                if call_id.is_empty() {
+                    return Call::done(Err(CallError::Unsupported(EMPTY_CALL_ID)));
+                }
+                if entries.is_empty() {
+                    return empty_batch(Some(call_id));
+                }
+                match self.begin_consume(&entries, now, &call_id) {
+                    Ok(call) => {
+                        SqlCall::call(call.statements().to_vec(), Step::SqliteSliding(call))
+                    }
+                    Err(_) => Call::done(Err(CallError::Unsupported(EMPTY_CALL_ID))),
+                }
+            }
+            Op::Peek { entries } => {
+                if entries.is_empty() {
+                    return empty_batch(None);
+                }
+                let call = self.begin_peek(&entries, now);
+                SqlCall::call(call.statements().to_vec(), Step::SqliteSliding(call))
+            }
+            Op::Release { token } => match token {
+                ReleaseToken::Sql(release) if release.keys.is_empty() => {
+                    Call::done(Ok(Outcome::Unit))
+                }
+                ReleaseToken::Sql(release) => {
+                    SqlCall::call(vec![self.plan_release(&release)], Step::Then(Outcome::Unit))
+                }
+                ReleaseToken::Redis(_) => Call::done(Err(CallError::Unsupported(REDIS_TOKEN))),
+            },
+            Op::Clear { key } => {
+                SqlCall::call(vec![self.plan_clear(&key)], Step::Then(Outcome::Unit))
+            }
+            Op::Hit { key, decay, amount } => {
+                self.window(self.begin_hit(&key, decay, amount, now), FixedOutcome::Hit)
+            }
+            Op::Attempt { key, max, decay } => self.window(
+                self.begin_attempt(&key, max, decay, now),
+                FixedOutcome::Attempt,
+            ),
+            Op::Read { key, query } => {
+                self.window(self.begin_get_window(&key, now), FixedOutcome::Read(query))
+            }
+            Op::ResetAttempts { key } => {
+                self.window(self.begin_reset_attempts(&key, now), FixedOutcome::Unit)
+            }
+        }
+    }
+
+    fn window(&self, call: SqliteWindowCall, then: FixedOutcome) -> Call {
+        SqlCall::call(call.statements().to_vec(), Step::SqliteWindow(call, then))
+    }
+}
