@@ -599,3 +599,117 @@ fn a_busy_timeout_is_a_store_error_and_counts_nothing() {
         "nothing was counted"
     );
 }
+
+/// The SQL conversation vectors (`tests/vectors/conversations/sql.json`), run on the machines directly:
+/// each step's statements and parameters checked, its rows or failure fed back, the outcome compared.
+#[test]
+fn the_sql_conversations_run_on_the_machines() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/vectors/conversations/sql.json");
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let cases = file["cases"].as_array().unwrap();
+    assert!(cases.len() >= 6);
+    let call_id = "conversation-call";
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        for call in case["calls"].as_array().unwrap() {
+            let op = &call["op"];
+            let entries = || -> Vec<Entry> {
+                op["entries"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|e| {
+                        let l = &e["limit"];
+                        Entry::new(
+                            e["key"].as_str().unwrap(),
+                            Limit::new(
+                                l["uses"].as_u64().unwrap(),
+                                l["window_ms"].as_u64().unwrap(),
+                            )
+                            .unwrap(),
+                        )
+                    })
+                    .collect()
+            };
+            let key = || op["key"].as_str().unwrap().to_owned();
+            let decay = || Window::from_ms(op["decay_ms"].as_u64().unwrap()).unwrap();
+            let machine_op = match op["op"].as_str().unwrap() {
+                "consume_many" => Op::Consume {
+                    entries: entries(),
+                    call_id: call_id.to_owned(),
+                },
+                "peek_many" => Op::Peek { entries: entries() },
+                "attempt" => Op::Attempt {
+                    key: key(),
+                    max: op["max"].as_i64().unwrap(),
+                    decay: decay(),
+                },
+                "hit" => Op::Hit {
+                    key: key(),
+                    decay: decay(),
+                    amount: op["amount"].as_i64().unwrap(),
+                },
+                other => panic!("{name}: op {other} is not run here"),
+            };
+            let mut machine = match case["store"].as_str().unwrap() {
+                "postgres" => ratewindow_core::sql::Postgres::default().start(machine_op),
+                "sqlite" => Sqlite::default().start(machine_op, call["now"].as_u64().unwrap()),
+                other => panic!("{name}: store {other}"),
+            };
+            for (i, step) in call["steps"].as_array().unwrap().iter().enumerate() {
+                let statements = match machine.next() {
+                    Next::Run(Command::Sql { statements }) => statements.to_vec(),
+                    other => panic!("{name}: step {i}: expected statements, got {other:?}"),
+                };
+                let texts: Vec<&str> = statements.iter().map(|s| s.sql.as_str()).collect();
+                let want_texts: Vec<&str> = step["command"]["sql"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t.as_str().unwrap())
+                    .collect();
+                assert_eq!(texts, want_texts, "{name}: step {i}");
+                let params = json!(statements.iter().map(|s| &s.params).collect::<Vec<_>>())
+                    .to_string()
+                    .replace(&format!("\"{call_id}\""), "\"{call_id}\"");
+                assert_eq!(
+                    params,
+                    step["command"]["params"].to_string(),
+                    "{name}: step {i}"
+                );
+                if let Some(message) = step["fail"].as_str() {
+                    machine.fail(message);
+                } else {
+                    let rows: Vec<Vec<SqlValue>> =
+                        serde_json::from_value(step["rows"].clone()).unwrap();
+                    machine.feed(Fed::Rows(rows));
+                }
+            }
+            let outcome = match machine.next() {
+                Next::Done(result) => result,
+                Next::Run(command) => panic!("{name}: the call asks for more: {command:?}"),
+            };
+            let got = match outcome {
+                Err(e) => json!({ "error": e.kind() }),
+                Ok(Outcome::Verdict { verdict, release }) => {
+                    json!({ "verdict": verdict, "release": release.is_some() })
+                }
+                Ok(Outcome::Hit {
+                    count,
+                    reset_after_ms,
+                }) => json!({ "hit": { "count": count, "reset_after_ms": reset_after_ms } }),
+                Ok(Outcome::Attempt {
+                    allowed,
+                    count,
+                    reset_after_ms,
+                }) => json!({ "attempt": {
+                    "allowed": allowed, "count": count, "reset_after_ms": reset_after_ms } }),
+                Ok(Outcome::Int(n)) => json!({ "int": n }),
+                Ok(Outcome::Bool(b)) => json!({ "bool": b }),
+                Ok(Outcome::Unit) => json!({ "unit": null }),
+            };
+            assert_eq!(got, call["outcome"], "{name}");
+        }
+    }
+}
