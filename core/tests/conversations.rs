@@ -126,7 +126,18 @@ fn command_json(command: Command<'_>, call_id: &str) -> Value {
         }),
         Command::Sql { statements } => json!({
             "sql": statements.iter().map(|s| s.sql.clone()).collect::<Vec<_>>(),
-            "params": statements.iter().map(|s| json!(s.params)).collect::<Vec<_>>(),
+            "params": statements
+                .iter()
+                .map(|s| {
+                    s.params
+                        .iter()
+                        .map(|p| match p {
+                            SqlValue::Text(t) if t == call_id => json!("{call_id}"),
+                            p => json!(p),
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>(),
         }),
     }
 }
