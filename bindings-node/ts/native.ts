@@ -1,9 +1,10 @@
 /**
- * Loads the napi addon (`ratewindow.<platform>-<arch>[-abi].node`, built by `napi build --platform`)
- * and presents it as a {@link Backend}.
+ * Loads the napi addon through `loader.cjs`, the loader `napi build --platform` generates: it picks
+ * `ratewindow.<platform>-<arch>[-abi].node` beside it (a build from source) or the platform package
+ * (`ratewindow-linux-x64-gnu`, `ratewindow-darwin-arm64`, … installed as optional dependencies,
+ * glibc or musl detected at run time), and presents it as a {@link Backend}.
  * @module
  */
-import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 
 import type { Backend, BackendStore } from './backend';
@@ -22,27 +23,13 @@ interface NativeModule {
   NativeSqlite: new (prefix: string) => BackendSqlite;
 }
 
-function addonPath(): string {
-  const root = join(__dirname, '..');
-  const prefix = `ratewindow.${process.platform}-${process.arch}`;
-  const found = readdirSync(root).filter((f) => f.startsWith(prefix) && f.endsWith('.node'));
-  if (found.length === 0) {
-    throw new Error(
-      `ratewindow: no native addon for ${process.platform}-${process.arch} in ${root} ` +
-        '(build it with `npx napi build --platform --release` in bindings-node/)',
-    );
-  }
-  // A glibc build is preferred where both exist.
-  return join(root, found.find((f) => f.includes('-gnu')) ?? found[0]!);
-}
-
 let loaded: Backend | undefined;
 
 /** The napi addon as a {@link Backend} (with the optional {@link RedisBackend} and {@link SqlBackend}), loaded once. */
 export function nativeBackend(): Backend {
   if (loaded) return loaded;
   // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const native = require(addonPath()) as NativeModule;
+  const native = require(join(__dirname, '..', 'loader.cjs')) as NativeModule;
   loaded = Object.freeze({
     kind: 'native',
     createStore: () => new native.NativeStore(),
