@@ -32,8 +32,22 @@ addon="$NODE_PKG/ratewindow.$platform.node"
 if [ ! -f "$addon" ] || [ ! -f "$NODE_PKG/node_modules/.bin/tsc" ]; then
   "$ROOT/scripts/build-node.sh"
 fi
-mkdir -p "$work/tarballs" "$work/platform"
-(cd "$NODE_PKG" && npm pack --silent --pack-destination "$work/tarballs" > /dev/null)
+mkdir -p "$work/tarballs" "$work/platform" "$work/main"
+(cd "$NODE_PKG" && npx tsc -p tsconfig.json)
+# The main package as the release workflow publishes it: `napi pre-publish` adds one optional
+# dependency per platform package (they are not in the repo's package.json, whose lock file cannot
+# name packages before their first publish).
+(cd "$NODE_PKG" && cp -r package.json README.md LICENSE-MIT LICENSE-APACHE loader.cjs dist esm ts "$work/main/")
+node -e '
+  const fs = require("node:fs"), file = process.argv[1], pkg = JSON.parse(fs.readFileSync(file, "utf8"));
+  const dirs = fs.readdirSync(process.argv[2]);
+  pkg.optionalDependencies = Object.fromEntries(dirs.map((d) => [`ratewindow-${d}`, pkg.version]));
+  delete pkg.scripts.prepack;
+  fs.writeFileSync(file, JSON.stringify(pkg, null, 2));
+' "$work/main/package.json" "$NODE_PKG/npm"
+(cd "$work/main" && npm pack --silent --pack-destination "$work/tarballs" > /dev/null)
+grep -q '"ratewindow-linux-arm64-musl"' <<< "$(tar xzf "$work/tarballs/ratewindow-0.1.0.tgz" -O package/package.json)" \
+  || fail "the packed package.json names no platform packages"
 # The platform package as `napi pre-publish` fills it: its package.json and README, and the addon.
 cp "$NODE_PKG/npm/$platform/package.json" "$NODE_PKG/npm/$platform/README.md" "$addon" "$work/platform/"
 (cd "$work/platform" && npm pack --silent --pack-destination "$work/tarballs" > /dev/null)
