@@ -42,6 +42,9 @@ addon="$NODE_PKG/ratewindow.$platform.node"
 if [ ! -f "$addon" ] || [ ! -f "$NODE_PKG/node_modules/.bin/tsc" ]; then
   "$ROOT/scripts/build-node.sh"
 fi
+# loader.cjs is committed; the node part's `napi build` regenerates it, which must change nothing.
+git -C "$ROOT" diff --quiet -- bindings-node/loader.cjs \
+  || fail "bindings-node/loader.cjs differs from what napi build generates: commit the new one"
 mkdir -p "$work/tarballs" "$work/platform" "$work/main"
 (cd "$NODE_PKG" && npx tsc -p tsconfig.json)
 # The main package as the release workflow publishes it: `napi pre-publish` adds one optional
