@@ -179,7 +179,7 @@ describe('errors', () => {
           assert.equal(e.name, 'InvalidLimitError');
           assert.equal(e.field, field);
           assert.ok(Object.is(e.value, field === 'uses' ? uses : windowMs));
-          assert.match(e.message, field === 'uses' ? /^invalid uses: / : /^invalid window_ms: /);
+          assert.match(e.message, field === 'uses' ? /^invalid uses: / : /^invalid windowMs: /);
           return true;
         });
       }

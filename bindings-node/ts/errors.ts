@@ -25,30 +25,57 @@ export class RateWindowError extends Error {
   }
 }
 
+/** The engine's two limit fields, as TypeScript spells them. */
+export type LimitField = 'uses' | 'windowMs';
+
+/** What each limit field accepts, in words (the engine's ranges). @internal */
+export const LIMIT_RANGES: Readonly<Record<LimitField, string>> = Object.freeze({
+  uses: 'a whole number from 1 to 4294967295',
+  windowMs: 'a whole number of milliseconds from 1 to 4320000000000000',
+});
+
 /**
  * A limit (or a fixed window's decay) the engine cannot hold: `uses` must be a whole number from 1 to
  * 4294967295, `windowMs` a whole number of milliseconds from 1 to 4320000000000000. The check is the
  * engine's own, identical in every language.
+ *
+ * `field` is the engine's field (stable, to branch on); `argument` is the name the caller gave the
+ * number, which the message starts with: `uses` and `windowMs` for a cooldown limit, `decayMs` for a
+ * store's `hit`, `maxAttempts` and `decaySeconds` (or `decayMinutes` ...) for a {@link Limit} and the
+ * rate limiter.
  */
 export class InvalidLimitError extends RateWindowError {
   /** The refused field: `uses`, or `windowMs` (a fixed window's decay included). */
-  readonly field: 'uses' | 'windowMs';
+  readonly field: LimitField;
   /** The refused value, exactly as given (NaN, -1, 1.5 ...). */
   readonly value: unknown;
+  /** The argument as the caller spelled it (`windowMs`, `decayMs`, `maxAttempts`, `decaySeconds` ...). */
+  readonly argument: string;
 
-  constructor(field: 'uses' | 'windowMs', value: unknown, message: string) {
+  constructor(field: LimitField, value: unknown, message: string, argument: string = field) {
     super('ERR_RATEWINDOW_INVALID_LIMIT', message);
     this.field = field;
     this.value = value;
+    this.argument = argument;
   }
 }
 
 /**
+ * An {@link InvalidLimitError} for `value`, given as `argument` (refused as the engine's `field`), with the
+ * message `invalid <argument>: <value> (expected <expected>)`.
+ * @internal
+ */
+export function invalidLimit(field: LimitField, argument: string, value: unknown, expected: string = LIMIT_RANGES[field]): InvalidLimitError {
+  return new InvalidLimitError(field, value, `invalid ${argument}: ${String(value)} (expected ${expected})`, argument);
+}
+
+/**
  * A number that must be a whole, safe integer is not: a clock's reading (`now`, also >= 0), a
- * fixed-window `amount` or `max`.
+ * fixed-window `amount` or `max` (`maxAttempts` in the rate limiter), a store option such as
+ * `busyTimeoutMs`. `field` is the argument's name as TypeScript spells it.
  */
 export class InvalidArgumentError extends RateWindowError {
-  /** The argument's name: `now`, `amount` or `max`. */
+  /** The argument's name: `now`, `amount`, `max`, `maxAttempts` ... */
   readonly field: string;
   /** The refused value, as given. */
   readonly value: unknown;
@@ -69,7 +96,9 @@ export class InternalError extends RateWindowError {
 
 /**
  * Maps what a backend threw to a ratewindow error. `uses` and `windowMs` are the values the caller gave,
- * so the error carries them as they were.
+ * so the error carries them as they were. The message names the field as TypeScript spells it
+ * (`windowMs`, not the engine's `window_ms`); called with a `windowMs` but no `uses` — a fixed window's
+ * decay, as every store's `hit` calls it — it names `decayMs`.
  * @internal
  */
 export function fromBackend(error: unknown, uses?: unknown, windowMs?: unknown): Error {
@@ -77,14 +106,22 @@ export function fromBackend(error: unknown, uses?: unknown, windowMs?: unknown):
   const message = error instanceof Error ? error.message : String(error);
   switch (code) {
     case 'invalid_limit:uses':
-      return new InvalidLimitError('uses', uses, message);
-    case 'invalid_limit:window_ms':
-      return new InvalidLimitError('windowMs', windowMs, message);
+      return new InvalidLimitError('uses', uses, renamed(message, 'uses', 'uses'), 'uses');
+    case 'invalid_limit:window_ms': {
+      const argument = uses === undefined && windowMs !== undefined ? 'decayMs' : 'windowMs';
+      return new InvalidLimitError('windowMs', windowMs, renamed(message, 'window_ms', argument), argument);
+    }
     case 'panic':
       return new InternalError(message, { cause: error });
     default:
       return error instanceof Error ? error : new InternalError(message, { cause: error });
   }
+}
+
+/** The engine's message `invalid <engine name>: ...` with the name the caller knows. */
+function renamed(message: string, engineName: string, argument: string): string {
+  const prefix = `invalid ${engineName}:`;
+  return message.startsWith(prefix) ? `invalid ${argument}:${message.slice(prefix.length)}` : message;
 }
 
 /** @internal */

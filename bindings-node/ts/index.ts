@@ -20,7 +20,7 @@ export type { AfterCallback, ResponseCallback } from './limit';
 export { RateLimiter } from './rate-limiter';
 export type { FixedWindowStore, LimiterCallback } from './rate-limiter';
 export { InternalError, InvalidArgumentError, InvalidLimitError, RateWindowError } from './errors';
-export type { RateWindowErrorCode } from './errors';
+export type { LimitField, RateWindowErrorCode } from './errors';
 export { RedisStore } from './redis';
 export type { RedisEvalSha, RedisRun, RedisStoreOptions } from './redis';
 export { GiveBackError, StoreError, StoreReplyError } from './store-errors';

@@ -3,6 +3,8 @@
  * because each extends the one before (ESM `extends` needs its base evaluated first).
  * @module
  */
+import { InvalidLimitError, invalidLimit, typeError } from './errors';
+import { cooldownLimit } from './store';
 import type { CooldownLimit } from './types';
 
 /** Called with the guarded operation's result; a hit is recorded only when it returns true. */
@@ -18,6 +20,11 @@ export type ResponseCallback = (...args: unknown[]) => unknown;
  *
  * Unlike the seed framework, windows are exact to the millisecond: `decaySeconds` may be fractional
  * (`0.25` is a 250 ms window) and nothing is rounded up to whole seconds.
+ *
+ * Checked when built: a number that is not one is a `TypeError`; `maxAttempts` outside 1 to 4294967295
+ * or a decay that is not a whole number of milliseconds from 1 to 4320000000000000 is an
+ * {@link InvalidLimitError} naming the argument (`maxAttempts`, `decaySeconds`, `decayMinutes` ...).
+ * ({@link Unlimited} alone holds `Number.MAX_SAFE_INTEGER` attempts: it is never counted.)
  */
 export class Limit implements CooldownLimit {
   /** The key the limit counts under ('' until {@link by} sets one). */
@@ -32,6 +39,8 @@ export class Limit implements CooldownLimit {
   responseCallback?: ResponseCallback;
 
   constructor(key = '', maxAttempts = 60, decaySeconds = 60) {
+    if (typeof key !== 'string') throw typeError('key must be a string', key);
+    if (new.target !== Unlimited) checkLimit(maxAttempts, decaySeconds, 'decaySeconds', decaySeconds);
     this.key = key;
     this.maxAttempts = maxAttempts;
     this.decaySeconds = decaySeconds;
@@ -44,22 +53,22 @@ export class Limit implements CooldownLimit {
 
   /** `maxAttempts` per `decayMinutes` minutes (default 1). */
   static perMinute(maxAttempts: number, decayMinutes = 1): Limit {
-    return new Limit('', maxAttempts, 60 * decayMinutes);
+    return scaled(maxAttempts, decayMinutes, 60, 'decayMinutes');
   }
 
   /** `maxAttempts` per `decayMinutes` minutes. Note the order: decay first, as Laravel has it. */
   static perMinutes(decayMinutes: number, maxAttempts: number): Limit {
-    return new Limit('', maxAttempts, 60 * decayMinutes);
+    return scaled(maxAttempts, decayMinutes, 60, 'decayMinutes');
   }
 
   /** `maxAttempts` per `decayHours` hours (default 1). */
   static perHour(maxAttempts: number, decayHours = 1): Limit {
-    return new Limit('', maxAttempts, 3600 * decayHours);
+    return scaled(maxAttempts, decayHours, 3600, 'decayHours');
   }
 
   /** `maxAttempts` per `decayDays` days (default 1). */
   static perDay(maxAttempts: number, decayDays = 1): Limit {
-    return new Limit('', maxAttempts, 86400 * decayDays);
+    return scaled(maxAttempts, decayDays, 86400, 'decayDays');
   }
 
   /** No limit: consumers check `instanceof Unlimited` and skip limiting. */
@@ -113,6 +122,31 @@ export class Unlimited extends GlobalLimit {
   constructor() {
     super(Number.MAX_SAFE_INTEGER);
   }
+}
+
+/** What a decay in seconds (or minutes ...) must make, in words. @internal */
+export const DECAY_RANGE = 'a decay making a whole number of milliseconds from 1 to 4320000000000000';
+
+/**
+ * Checks `maxAttempts` and `decaySeconds` with the engine, naming the refused argument: `maxAttempts`, or
+ * `argument` holding `given` (the decay as the caller wrote it, in its own unit).
+ */
+function checkLimit(maxAttempts: unknown, decaySeconds: unknown, argument: string, given: unknown): void {
+  if (typeof maxAttempts !== 'number') throw typeError('maxAttempts must be a number', maxAttempts);
+  if (typeof decaySeconds !== 'number') throw typeError(`${argument} must be a number`, given);
+  try {
+    cooldownLimit(maxAttempts, secondsToMs(decaySeconds));
+  } catch (e) {
+    if (!(e instanceof InvalidLimitError)) throw e;
+    throw e.field === 'uses' ? invalidLimit('uses', 'maxAttempts', maxAttempts) : invalidLimit('windowMs', argument, given, DECAY_RANGE);
+  }
+}
+
+/** `new Limit('', maxAttempts, unit * decay)`, a refused decay named `argument` with the value given. */
+function scaled(maxAttempts: number, decay: number, unit: number, argument: string): Limit {
+  if (typeof decay !== 'number') throw typeError(`${argument} must be a number`, decay);
+  checkLimit(maxAttempts, unit * decay, argument, decay);
+  return new Limit('', maxAttempts, unit * decay);
 }
 
 /**

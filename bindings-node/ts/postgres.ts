@@ -19,9 +19,6 @@ import type { BackendPostgres, SqlBackend } from './sql-backend';
 import {
   ALLOWED,
   allowedWithRelease,
-  checkInteger,
-  checkKey,
-  checkLimitShape,
   columns,
   engineError,
   prefixOption,
@@ -32,6 +29,7 @@ import {
   type SqlReleaseData,
   type SqlStatement,
 } from './sql';
+import { checkInteger, checkKey, checkLimitShape } from './check';
 import { CooldownStore } from './store';
 import { typeError } from './errors';
 import type { BatchVerdict, CooldownLimit, Entry, Verdict } from './types';

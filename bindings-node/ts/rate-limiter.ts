@@ -3,8 +3,9 @@
  * fixed-window operations.
  * @module
  */
-import { typeError } from './errors';
-import { Limit, secondsToMs } from './limit';
+import { checkInteger } from './check';
+import { InvalidLimitError, invalidLimit, typeError } from './errors';
+import { DECAY_RANGE, Limit, secondsToMs } from './limit';
 import { MemoryStore } from './store';
 import type { Awaitable } from './types';
 
@@ -38,6 +39,11 @@ export type LimiterCallback = (...args: any[]) => Limit | readonly Limit[] | Pro
  *
  * Windows are exact to the millisecond (`decaySeconds` may be fractional); `availableIn` rounds the
  * remaining time up to whole seconds.
+ *
+ * Numbers are checked with the names used here: `maxAttempts` and `amount` must be safe integers
+ * ({@link InvalidArgumentError} otherwise), `decaySeconds` a whole number of milliseconds from 1 to
+ * 4320000000000000 once multiplied by 1000 ({@link InvalidLimitError} with `argument: 'decaySeconds'`);
+ * a value that is not a number is a `TypeError`.
  */
 export class RateLimiter {
   /** The store counting the hits. */
@@ -87,6 +93,7 @@ export class RateLimiter {
     callback: () => T | Promise<T>,
     decaySeconds = 60,
   ): Promise<T | true | false> {
+    checkInteger('maxAttempts', maxAttempts);
     const count = await this.increment(key, decaySeconds, 1);
     if (count > maxAttempts) {
       await this.store.hit(key, secondsToMs(decaySeconds), -1);
@@ -98,6 +105,7 @@ export class RateLimiter {
 
   /** Whether `key` has `maxAttempts` or more hits in a window that still runs. */
   async tooManyAttempts(key: string, maxAttempts: number): Promise<boolean> {
+    checkInteger('maxAttempts', maxAttempts);
     return this.store.tooManyAttempts(key, maxAttempts);
   }
 
@@ -109,11 +117,19 @@ export class RateLimiter {
   /** Adds `amount` hits to `key`'s window (opening one of `decaySeconds` if none runs). */
   async increment(key: string, decaySeconds = 60, amount = 1): Promise<number> {
     if (typeof decaySeconds !== 'number') throw typeError('decaySeconds must be a number', decaySeconds);
-    return this.store.hit(key, secondsToMs(decaySeconds), amount);
+    checkInteger('amount', amount);
+    try {
+      return await this.store.hit(key, secondsToMs(decaySeconds), amount);
+    } catch (e) {
+      // The store names the decay it was given in milliseconds; the caller gave seconds.
+      if (e instanceof InvalidLimitError && e.field === 'windowMs') throw invalidLimit('windowMs', 'decaySeconds', decaySeconds, DECAY_RANGE);
+      throw e;
+    }
   }
 
   /** Gives `amount` hits back: `increment` with `-amount`. */
   async decrement(key: string, decaySeconds = 60, amount = 1): Promise<number> {
+    checkInteger('amount', amount);
     return this.increment(key, decaySeconds, -amount);
   }
 
@@ -129,6 +145,7 @@ export class RateLimiter {
 
   /** `maxAttempts` minus the hits, floored at 0. */
   async remaining(key: string, maxAttempts: number): Promise<number> {
+    checkInteger('maxAttempts', maxAttempts);
     return this.store.remaining(key, maxAttempts);
   }
 

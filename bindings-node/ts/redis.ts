@@ -15,7 +15,8 @@
 import { randomUUID } from 'node:crypto';
 
 import type { Backend } from './backend';
-import { fromBackend, InvalidArgumentError, typeError } from './errors';
+import { checkEntries, checkInteger, checkKey, checkLimitShape } from './check';
+import { fromBackend, typeError } from './errors';
 import { hasRedis, type BackendRedis, type RedisPlanData } from './redis-backend';
 import { CooldownStore, getDefaultBackend } from './store';
 import { describe, GiveBackError, StoreError, StoreReplyError } from './store-errors';
@@ -61,36 +62,6 @@ interface ScriptRef {
 }
 
 const ALLOWED: Verdict = Object.freeze({ allowed: true, retryAfterMs: 0 });
-
-function checkKey(key: unknown): asserts key is string {
-  if (typeof key !== 'string') throw typeError('key must be a string', key);
-}
-
-function checkLimitShape(limit: unknown): asserts limit is CooldownLimit {
-  if (
-    typeof limit !== 'object' ||
-    limit === null ||
-    typeof (limit as CooldownLimit).uses !== 'number' ||
-    typeof (limit as CooldownLimit).windowMs !== 'number'
-  ) {
-    throw typeError('limit must be an object { uses: number, windowMs: number }', limit);
-  }
-}
-
-function checkEntries(entries: unknown): asserts entries is readonly Entry[] {
-  if (!Array.isArray(entries)) throw typeError('entries must be an array of { key, limit }', entries);
-  for (const entry of entries) {
-    if (typeof entry !== 'object' || entry === null) throw typeError('each entry must be { key, limit }', entry);
-    checkKey((entry as Entry).key);
-    checkLimitShape((entry as Entry).limit);
-  }
-}
-
-function checkInteger(field: string, value: unknown): number {
-  if (typeof value !== 'number') throw typeError(`${field} must be a number`, value);
-  if (!Number.isSafeInteger(value)) throw new InvalidArgumentError(field, value);
-  return value;
-}
 
 function message(error: unknown): string {
   if (error instanceof Error) return error.message;

@@ -19,9 +19,6 @@ import type { BackendSqlite, SqlBackend } from './sql-backend';
 import {
   ALLOWED,
   allowedWithRelease,
-  checkInteger,
-  checkKey,
-  checkLimitShape,
   columns,
   engineError,
   prefixOption,
@@ -32,6 +29,7 @@ import {
   type SqlReleaseData,
   type SqlStatement,
 } from './sql';
+import { checkInteger, checkKey, checkLimitShape } from './check';
 import { CooldownStore } from './store';
 import type { BatchVerdict, Clock, CooldownLimit, Entry, Verdict } from './types';
 

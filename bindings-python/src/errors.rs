@@ -9,12 +9,48 @@ use pyo3::types::PyType;
 use ratewindow_core::LimitError;
 
 static INVALID_LIMIT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static INVALID_ARGUMENT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static INTERNAL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
-/// `InvalidLimitError(message, field, value)`: `value` is the Python object the caller gave.
+/// `InvalidLimitError(message, field, value)`: `value` is the Python object the caller gave; the message
+/// names the core's field, which Python spells the same (`uses`, `window_ms`).
 pub(crate) fn invalid_limit(py: Python<'_>, error: &LimitError, given: &Bound<'_, PyAny>) -> PyErr {
+    invalid_limit_as(py, error, error.field.name(), given)
+}
+
+/// `InvalidLimitError(message, field, value, argument)`: the message names `argument`, the name the
+/// caller gave the number (`decay_ms` for a store's `hit`); `field` stays the core's.
+pub(crate) fn invalid_limit_as(
+    py: Python<'_>,
+    error: &LimitError,
+    argument: &str,
+    given: &Bound<'_, PyAny>,
+) -> PyErr {
+    let message = format!(
+        "invalid {argument}: {} (expected {})",
+        error.value,
+        error.field.range()
+    );
     match INVALID_LIMIT.import(py, "ratewindow._errors", "InvalidLimitError") {
-        Ok(class) => match class.call1((error.to_string(), error.field.name(), given)) {
+        Ok(class) => match class.call1((message, error.field.name(), given, argument)) {
+            Ok(instance) => PyErr::from_value(instance),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    }
+}
+
+/// `InvalidArgumentError(message, field, value)`: `field` is the argument's name, `value` the object
+/// given; `expected` says what it must be.
+pub(crate) fn invalid_argument(field: &str, given: &Bound<'_, PyAny>, expected: &str) -> PyErr {
+    let py = given.py();
+    let shown = given
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| "?".to_owned());
+    let message = format!("invalid {field}: {shown} (expected {expected})");
+    match INVALID_ARGUMENT.import(py, "ratewindow._errors", "InvalidArgumentError") {
+        Ok(class) => match class.call1((message, field, given)) {
             Ok(instance) => PyErr::from_value(instance),
             Err(e) => e,
         },

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt};
 use ratewindow_core::{LimitError, LimitField, Window};
 
-use crate::errors::{guard, invalid_limit};
+use crate::errors::{guard, invalid_argument, invalid_limit, invalid_limit_as};
 
 /// A Python number as the core sees it.
 #[derive(Clone, Copy)]
@@ -82,32 +82,46 @@ fn refusal(error: &LimitError, uses: &Bound<'_, PyAny>, window_ms: &Bound<'_, Py
     invalid_limit(uses.py(), error, given)
 }
 
-/// Checks a fixed window's decay (a `window_ms`) in the core.
-pub(crate) fn core_window(ms: &Bound<'_, PyAny>) -> PyResult<Window> {
-    let checked = match host_number("window_ms", ms)? {
+/// Checks a window length (the core's `window_ms`) given as the argument `name` (`window_ms`,
+/// `decay_ms`), a refusal naming `name`.
+pub(crate) fn core_window(name: &str, ms: &Bound<'_, PyAny>) -> PyResult<Window> {
+    let checked = match host_number(name, ms)? {
         HostNumber::Whole(v) => Window::from_ms(v),
         HostNumber::Real(v) => Window::from_f64(v),
     };
-    checked.map_err(|e| invalid_limit(ms.py(), &e, ms))
+    checked.map_err(|e| invalid_limit_as(ms.py(), &e, name, ms))
 }
 
-/// The arguments of every fixed-window `hit`: the decay checked by the core, and the amount (an `int`,
-/// 1 when not given).
+/// The arguments of every fixed-window `hit`: the decay checked by the core (a refusal naming
+/// `decay_ms`), and the amount (an `int` of 64 bits, 1 when not given).
 pub(crate) fn hit_args(
     decay_ms: &Bound<'_, PyAny>,
     amount: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<(Window, i64)> {
-    let decay = core_window(decay_ms)?;
+    let decay = core_window("decay_ms", decay_ms)?;
     let amount = amount.map(|a| whole("amount", a)).transpose()?.unwrap_or(1);
     Ok((decay, amount))
 }
 
-/// An `int` argument that is not a `bool` (counts, amounts, maxima).
+/// An `int` argument that is not a `bool` (counts, amounts, maxima): a `TypeError` for another type,
+/// `InvalidArgumentError` naming `name` for an `int` outside a signed 64-bit integer.
 pub(crate) fn whole(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
-        return Err(PyTypeError::new_err(format!("{name} must be an int")));
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int, not {}",
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "?".into())
+        )));
     }
-    obj.extract::<i64>()
+    obj.extract::<i64>().map_err(|_| {
+        invalid_argument(
+            name,
+            obj,
+            "a whole number from -9223372036854775808 to 9223372036854775807",
+        )
+    })
 }
 
 /// A validated limit: `uses` calls within `window_ms` milliseconds. Immutable.
@@ -145,5 +159,5 @@ impl Limit {
 /// Checks a window length (or a fixed window's decay) in milliseconds and returns it as an `int`.
 #[pyfunction]
 pub(crate) fn check_window(window_ms: &Bound<'_, PyAny>) -> PyResult<u64> {
-    guard(|| Ok(core_window(window_ms)?.as_ms()))
+    guard(|| Ok(core_window("window_ms", window_ms)?.as_ms()))
 }

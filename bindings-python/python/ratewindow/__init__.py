@@ -15,7 +15,14 @@ Synchronous code uses :class:`MemoryStore` and :class:`RateLimiter`; asyncio cod
 :class:`AsyncMemoryStore` and :class:`AsyncRateLimiter`. ``ratewindow.testing`` checks any store.
 """
 
-from ._errors import InternalError, InvalidLimitError, RateWindowError, StoreError, StoreReplyError
+from ._errors import (
+    InternalError,
+    InvalidArgumentError,
+    InvalidLimitError,
+    RateWindowError,
+    StoreError,
+    StoreReplyError,
+)
 from ._limiter import AsyncRateLimiter, RateLimiter
 from ._limits import MAX_USES, MAX_WINDOW_MS, Entry, GlobalLimit, Limit, Unlimited
 from ._memory import AsyncMemoryStore, MemoryStore
@@ -37,6 +44,7 @@ __all__ = [
     "GiveBackError",
     "GlobalLimit",
     "InternalError",
+    "InvalidArgumentError",
     "InvalidLimitError",
     "Limit",
     "MAX_USES",

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["RateWindowError", "InvalidLimitError", "InternalError", "StoreError", "StoreReplyError"]
+__all__ = [
+    "RateWindowError",
+    "InvalidLimitError",
+    "InvalidArgumentError",
+    "InternalError",
+    "StoreError",
+    "StoreReplyError",
+]
 
 
 class RateWindowError(Exception):
@@ -14,10 +21,48 @@ class RateWindowError(Exception):
 class InvalidLimitError(RateWindowError, ValueError):
     """A limit (or a fixed window's decay) that cannot be held.
 
-    ``field`` is ``"uses"`` or ``"window_ms"``; ``value`` is the object given for it, unchanged.
+    ``field`` is the core's field, ``"uses"`` or ``"window_ms"`` (stable, to branch on); ``value`` is the
+    object given for it, unchanged. ``argument`` is the name the caller gave the number, which the
+    message starts with: ``uses`` and ``window_ms`` for a :class:`~ratewindow.Limit` built from them,
+    ``decay_ms`` for a store's ``hit``, ``max_attempts`` and ``decay_seconds`` (or ``decay_minutes`` ...)
+    for the seed's constructors and the rate limiter.
     """
 
     code = "invalid_limit"
+
+    def __init__(self, message: str, field: str, value: object, argument: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+        self.argument = field if argument is None else argument
+
+
+_RANGES = {
+    "uses": "a whole number from 1 to 4294967295",
+    "window_ms": "a whole number of milliseconds from 1 to 4320000000000000",
+}
+_DECAY_RANGE = "a decay making a whole number of milliseconds from 1 to 4320000000000000"
+
+
+def _invalid_limit(field: str, argument: str, value: object, expected: str | None = None) -> InvalidLimitError:
+    """``InvalidLimitError`` for ``value`` given as ``argument``: ``invalid <argument>: <value> (...)``."""
+    return InvalidLimitError(
+        f"invalid {argument}: {value!r} (expected {_RANGES[field] if expected is None else expected})",
+        field,
+        value,
+        argument,
+    )
+
+
+class InvalidArgumentError(RateWindowError, ValueError):
+    """A number that must be a whole number in range is not: a fixed window's ``amount``, a ``max`` or
+    ``max_attempts`` (each a signed 64-bit integer).
+
+    ``field`` is the argument's name as the caller spelled it; ``value`` the object given, unchanged.
+    A value of the wrong type (``bool``, ``str``, ``float`` ...) is a ``TypeError`` instead.
+    """
+
+    code = "invalid_argument"
 
     def __init__(self, message: str, field: str, value: object) -> None:
         super().__init__(message)

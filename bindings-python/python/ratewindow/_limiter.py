@@ -7,6 +7,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar, overload
 
+from ._errors import _DECAY_RANGE, InvalidArgumentError, InvalidLimitError, _invalid_limit
 from ._limits import Limit, Number, _seconds_to_ms
 from ._memory import AsyncMemoryStore, MemoryStore
 from ._store import AsyncFixedWindowStore, FixedWindowStore
@@ -16,6 +17,32 @@ __all__ = ["RateLimiter", "AsyncRateLimiter"]
 T = TypeVar("T")
 Limits = Limit | Sequence[Limit]
 F = TypeVar("F")
+
+
+_I64 = (-(2**63), 2**63 - 1)
+
+
+def _whole(name: str, value: object) -> int:
+    """``value``, the argument ``name`` (``max_attempts``, ``amount``), as a 64-bit ``int``: a
+    ``TypeError`` for another type (``bool`` included), :class:`InvalidArgumentError` out of range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not _I64[0] <= value <= _I64[1]:
+        raise InvalidArgumentError(
+            f"invalid {name}: {value!r} (expected a whole number from {_I64[0]} to {_I64[1]})", name, value
+        )
+    return value
+
+
+def _decay_ms(decay_seconds: Number) -> Number:
+    return _seconds_to_ms(decay_seconds, "decay_seconds")
+
+
+def _decay_refused(error: InvalidLimitError, decay_seconds: Number) -> InvalidLimitError:
+    """The store's refusal of a decay in milliseconds, named as the caller gave it: ``decay_seconds``."""
+    if error.field != "window_ms":
+        return error
+    return _invalid_limit("window_ms", "decay_seconds", decay_seconds, _DECAY_RANGE)
 
 
 def _normalise(limits: Limits) -> list[Limit]:
@@ -55,6 +82,11 @@ class RateLimiter(_Registry[Callable[..., Limits]]):
     A window opens at a key's first hit and lasts ``decay_seconds``; hits inside it do not move it.
     ``RateLimiter()`` counts in a new :class:`MemoryStore`; pass any :class:`FixedWindowStore`.
     Safe to share across threads.
+
+    Numbers are checked with the names used here: ``max_attempts`` and ``amount`` must be ``int`` s of
+    64 bits (:class:`InvalidArgumentError` otherwise), ``decay_seconds`` a whole number of milliseconds
+    from 1 to 4320000000000000 once multiplied by 1000 (:class:`InvalidLimitError` with ``argument``
+    ``"decay_seconds"``); a value of another type is a ``TypeError``.
     """
 
     def __init__(self, store: FixedWindowStore | None = None) -> None:
@@ -86,7 +118,7 @@ class RateLimiter(_Registry[Callable[..., Limits]]):
 
     def too_many_attempts(self, key: str, max_attempts: int) -> bool:
         """Whether ``key`` has ``max_attempts`` or more hits in a window that still runs."""
-        return self.store.too_many_attempts(key, max_attempts)
+        return self.store.too_many_attempts(key, _whole("max_attempts", max_attempts))
 
     def hit(self, key: str, decay_seconds: Number = 60) -> int:
         """One hit; returns the count."""
@@ -94,11 +126,15 @@ class RateLimiter(_Registry[Callable[..., Limits]]):
 
     def increment(self, key: str, decay_seconds: Number = 60, amount: int = 1) -> int:
         """``amount`` hits (negative gives hits back); returns the count."""
-        return self.store.hit(key, _seconds_to_ms(decay_seconds, "decay_seconds"), amount)
+        ms = _decay_ms(decay_seconds)
+        try:
+            return self.store.hit(key, ms, _whole("amount", amount))
+        except InvalidLimitError as error:
+            raise _decay_refused(error, decay_seconds) from None
 
     def decrement(self, key: str, decay_seconds: Number = 60, amount: int = 1) -> int:
         """Gives ``amount`` hits back; returns the count."""
-        return self.increment(key, decay_seconds, -amount)
+        return self.increment(key, decay_seconds, -_whole("amount", amount))
 
     def attempts(self, key: str) -> int:
         """Hits in ``key``'s current window; 0 when none runs."""
@@ -110,7 +146,7 @@ class RateLimiter(_Registry[Callable[..., Limits]]):
 
     def remaining(self, key: str, max_attempts: int) -> int:
         """``max_attempts`` minus the hits, floored at 0."""
-        return self.store.remaining(key, max_attempts)
+        return self.store.remaining(key, _whole("max_attempts", max_attempts))
 
     retries_left = remaining
 
@@ -174,7 +210,7 @@ class AsyncRateLimiter(_Registry[Callable[..., Limits | Awaitable[Limits]]]):
 
     async def too_many_attempts(self, key: str, max_attempts: int) -> bool:
         """See :meth:`RateLimiter.too_many_attempts`."""
-        return await self.store.too_many_attempts(key, max_attempts)
+        return await self.store.too_many_attempts(key, _whole("max_attempts", max_attempts))
 
     async def hit(self, key: str, decay_seconds: Number = 60) -> int:
         """See :meth:`RateLimiter.hit`."""
@@ -182,11 +218,15 @@ class AsyncRateLimiter(_Registry[Callable[..., Limits | Awaitable[Limits]]]):
 
     async def increment(self, key: str, decay_seconds: Number = 60, amount: int = 1) -> int:
         """See :meth:`RateLimiter.increment`."""
-        return await self.store.hit(key, _seconds_to_ms(decay_seconds, "decay_seconds"), amount)
+        ms = _decay_ms(decay_seconds)
+        try:
+            return await self.store.hit(key, ms, _whole("amount", amount))
+        except InvalidLimitError as error:
+            raise _decay_refused(error, decay_seconds) from None
 
     async def decrement(self, key: str, decay_seconds: Number = 60, amount: int = 1) -> int:
         """See :meth:`RateLimiter.decrement`."""
-        return await self.increment(key, decay_seconds, -amount)
+        return await self.increment(key, decay_seconds, -_whole("amount", amount))
 
     async def attempts(self, key: str) -> int:
         """See :meth:`RateLimiter.attempts`."""
@@ -198,7 +238,7 @@ class AsyncRateLimiter(_Registry[Callable[..., Limits | Awaitable[Limits]]]):
 
     async def remaining(self, key: str, max_attempts: int) -> int:
         """See :meth:`RateLimiter.remaining`."""
-        return await self.store.remaining(key, max_attempts)
+        return await self.store.remaining(key, _whole("max_attempts", max_attempts))
 
     retries_left = remaining
 

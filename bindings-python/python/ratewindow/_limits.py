@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Final, NoReturn
+import enum
+from collections.abc import Callable
+from typing import Any, Final, NoReturn, TypeVar
 
 from . import _ratewindow
+from ._errors import _DECAY_RANGE, InvalidLimitError, _invalid_limit
 
-__all__ = ["Limit", "GlobalLimit", "Unlimited", "Entry"]
+__all__ = ["Limit", "GlobalLimit", "Unlimited", "Entry", "AfterCallback", "ResponseCallback"]
 
 Number = int | float
 
@@ -25,23 +28,61 @@ def _seconds_to_ms(seconds: Number, field: str = "window_ms", scale: int = 1) ->
     return ms
 
 
+class _Missing(enum.Enum):
+    """An argument not given (``None`` is a value, refused like any other wrong type)."""
+
+    MISSING = 0
+
+
+_MISSING: Final = _Missing.MISSING
+
+AfterCallback = Callable[[Any], bool]
+"""Called with the guarded operation's result; a hit is recorded only when it returns true."""
+ResponseCallback = Callable[..., Any]
+"""Builds the answer given when a limit is exceeded, instead of the default."""
+
+
 class Limit(_ratewindow.Limit):
     """``uses`` calls within ``window_ms`` milliseconds, optionally scoped to a ``key``. Immutable.
 
+    The snake_case twin of the Node package's ``Limit``: ``max_attempts`` (= ``uses``) within
+    ``decay_seconds``, with the seed's constructors (:meth:`per_second`, :meth:`per_minute`,
+    :meth:`per_minutes`, :meth:`per_hour`, :meth:`per_day`, :meth:`none`) and :meth:`by`,
+    :meth:`after` and :meth:`response`. Build one from milliseconds, ``Limit(3, 10_000)``, or from the
+    seed's units, ``Limit(max_attempts=3, decay_seconds=10)``; ``Limit()`` is 60 per 60 seconds, as in
+    Node.
+
     The Rust core checks the numbers: ``uses`` a whole number from 1 to 4294967295, ``window_ms`` a
     whole number from 1 to 4320000000000000. An ``int`` or ``float`` outside that raises
-    :class:`~ratewindow.InvalidLimitError`; any other type (``bool`` included) raises ``TypeError``.
+    :class:`~ratewindow.InvalidLimitError` naming the argument as given (``uses``, ``window_ms``,
+    ``max_attempts``, ``decay_seconds``, ``decay_minutes`` ...); any other type (``bool`` included)
+    raises ``TypeError``.
     """
 
-    __slots__ = ("key",)
+    __slots__ = ("key", "after_callback", "response_callback")
     key: str
+    after_callback: AfterCallback | None
+    response_callback: ResponseCallback | None
 
-    def __new__(cls, uses: Number, window_ms: Number, key: str = "") -> Limit:
-        if not isinstance(key, str):
-            raise TypeError(f"key must be a str, not {type(key).__name__}")
-        self = super().__new__(cls, uses, window_ms)
-        object.__setattr__(self, "key", key)
-        return self
+    def __new__(
+        cls,
+        uses: Number | _Missing = _MISSING,
+        window_ms: Number | _Missing = _MISSING,
+        key: str = "",
+        *,
+        max_attempts: Number | _Missing = _MISSING,
+        decay_seconds: Number | _Missing = _MISSING,
+    ) -> Limit:
+        if uses is not _MISSING and max_attempts is not _MISSING:
+            raise TypeError("give uses or max_attempts, not both")
+        if window_ms is not _MISSING and decay_seconds is not _MISSING:
+            raise TypeError("give window_ms or decay_seconds, not both")
+        count_name = "max_attempts" if max_attempts is not _MISSING else "uses"
+        count = uses if uses is not _MISSING else (max_attempts if max_attempts is not _MISSING else 60)
+        if window_ms is not _MISSING:
+            return _build(cls, count, window_ms, key, count_name=count_name)
+        seconds = 60 if decay_seconds is _MISSING else decay_seconds
+        return _build(cls, count, seconds, key, count_name=count_name, unit="decay_seconds", scale=1)
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError(f"{type(self).__name__} is immutable")
@@ -49,31 +90,31 @@ class Limit(_ratewindow.Limit):
     def __delattr__(self, name: str) -> NoReturn:
         raise AttributeError(f"{type(self).__name__} is immutable")
 
-    # The seed's constructors (decay in seconds, minutes, hours, days).
+    # The seed's constructors (decay in seconds, minutes, hours, days), named as in the Node package.
     @classmethod
-    def per_second(cls, uses: Number, seconds: Number = 1) -> Limit:
-        """``uses`` calls per ``seconds`` seconds."""
-        return Limit(uses, _seconds_to_ms(seconds, "seconds"))
+    def per_second(cls, max_attempts: Number, decay_seconds: Number = 1) -> Limit:
+        """``max_attempts`` calls per ``decay_seconds`` seconds."""
+        return _build(Limit, max_attempts, decay_seconds, unit="decay_seconds", scale=1)
 
     @classmethod
-    def per_minute(cls, uses: Number, minutes: Number = 1) -> Limit:
-        """``uses`` calls per ``minutes`` minutes."""
-        return Limit(uses, _seconds_to_ms(minutes, "minutes", 60))
+    def per_minute(cls, max_attempts: Number, decay_minutes: Number = 1) -> Limit:
+        """``max_attempts`` calls per ``decay_minutes`` minutes."""
+        return _build(Limit, max_attempts, decay_minutes, unit="decay_minutes", scale=60)
 
     @classmethod
-    def per_minutes(cls, minutes: Number, uses: Number) -> Limit:
-        """Decay first, then uses (Laravel's order): ``per_minutes(2, 5) == per_minute(5, 2)``."""
-        return Limit(uses, _seconds_to_ms(minutes, "minutes", 60))
+    def per_minutes(cls, decay_minutes: Number, max_attempts: Number) -> Limit:
+        """Decay first, then attempts (Laravel's order): ``per_minutes(2, 5) == per_minute(5, 2)``."""
+        return _build(Limit, max_attempts, decay_minutes, unit="decay_minutes", scale=60)
 
     @classmethod
-    def per_hour(cls, uses: Number, hours: Number = 1) -> Limit:
-        """``uses`` calls per ``hours`` hours."""
-        return Limit(uses, _seconds_to_ms(hours, "hours", 3600))
+    def per_hour(cls, max_attempts: Number, decay_hours: Number = 1) -> Limit:
+        """``max_attempts`` calls per ``decay_hours`` hours."""
+        return _build(Limit, max_attempts, decay_hours, unit="decay_hours", scale=3600)
 
     @classmethod
-    def per_day(cls, uses: Number, days: Number = 1) -> Limit:
-        """``uses`` calls per ``days`` days."""
-        return Limit(uses, _seconds_to_ms(days, "days", 86400))
+    def per_day(cls, max_attempts: Number, decay_days: Number = 1) -> Limit:
+        """``max_attempts`` calls per ``decay_days`` days."""
+        return _build(Limit, max_attempts, decay_days, unit="decay_days", scale=86400)
 
     @staticmethod
     def none() -> Unlimited:
@@ -82,23 +123,48 @@ class Limit(_ratewindow.Limit):
 
     def by(self, key: str) -> Limit:
         """The same limit scoped to ``key`` (a user id, an IP, an API key)."""
-        return type(self)(self.uses, self.window_ms, key)
+        return self._with(key=key)
+
+    def after(self, callback: AfterCallback) -> Limit:
+        """The same limit, recording a hit only when ``callback(result)`` is true."""
+        if not callable(callback):
+            raise TypeError("callback must be callable")
+        return self._with(after_callback=callback)
+
+    def response(self, callback: ResponseCallback) -> Limit:
+        """The same limit, answering with ``callback(...)`` when it is exceeded."""
+        if not callable(callback):
+            raise TypeError("callback must be callable")
+        return self._with(response_callback=callback)
+
+    def _with(self, **changes: Any) -> Limit:
+        fields: dict[str, Any] = {
+            "key": self.key,
+            "after_callback": self.after_callback,
+            "response_callback": self.response_callback,
+        }
+        fields.update(changes)
+        return _rebuild(type(self), self.uses, self.window_ms, **fields)
 
     def fallback_key(self) -> str:
         """A key derived from this limit itself, for limits of one named limiter that share a key."""
         prefix = f"{self.key}:" if self.key else ""
         # The seed's spelling, as the Node package spells it: `[key:]attempts:<max>:decay:<seconds>`.
-        ms = self.window_ms
-        seconds = str(ms // 1000) if ms % 1000 == 0 else repr(ms / 1000)
-        return f"{prefix}attempts:{self.uses}:decay:{seconds}"
+        return f"{prefix}attempts:{self.uses}:decay:{self.decay_seconds!r}"
 
     @property
-    def decay_seconds(self) -> float:
-        """The window in seconds."""
-        return self.window_ms / 1000
+    def max_attempts(self) -> int:
+        """Attempts allowed per window: ``uses``, as the rate limiter names it."""
+        return self.uses
 
-    def __reduce__(self) -> tuple[type[Limit], tuple[int, int, str]]:
-        return (type(self), (self.uses, self.window_ms, self.key))
+    @property
+    def decay_seconds(self) -> Number:
+        """The window in seconds: an ``int`` when whole, else a ``float``."""
+        ms = self.window_ms
+        return ms // 1000 if ms % 1000 == 0 else ms / 1000
+
+    def __reduce__(self) -> tuple[Callable[..., Limit], tuple[Any, ...]]:
+        return (_rebuild, (type(self), self.uses, self.window_ms, self.key, self.after_callback, self.response_callback))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, _ratewindow.Limit):
@@ -108,6 +174,9 @@ class Limit(_ratewindow.Limit):
             other.uses,
             other.window_ms,
             getattr(other, "key", ""),
+        ) and (self.after_callback, self.response_callback) == (
+            getattr(other, "after_callback", None),
+            getattr(other, "response_callback", None),
         )
 
     def __hash__(self) -> int:
@@ -118,15 +187,65 @@ class Limit(_ratewindow.Limit):
         return f"{type(self).__name__}(uses={self.uses}, window_ms={self.window_ms}{key})"
 
 
+L = TypeVar("L", bound=Limit)
+
+
+def _build(
+    cls: type[L],
+    count: object,
+    window: object,
+    key: str = "",
+    *,
+    count_name: str = "max_attempts",
+    unit: str | None = None,
+    scale: int = 1,
+) -> L:
+    """A ``cls`` of ``count`` uses within ``window`` (milliseconds, or ``unit`` of ``scale`` seconds),
+    checked by the core, a refusal naming ``count_name`` or ``unit`` and holding the value given."""
+    if not isinstance(key, str):
+        raise TypeError(f"key must be a str, not {type(key).__name__}")
+    ms = window if unit is None else _seconds_to_ms(window, unit, scale)  # type: ignore[arg-type]
+    try:
+        made = _ratewindow.Limit.__new__(cls, count, ms)  # type: ignore[arg-type]
+    except InvalidLimitError as error:
+        if error.field == "uses" and count_name != "uses":
+            raise _invalid_limit("uses", count_name, count) from None
+        if error.field == "window_ms" and unit is not None:
+            raise _invalid_limit("window_ms", unit, window, _DECAY_RANGE) from None
+        raise
+    except TypeError:
+        if count_name != "uses" and (isinstance(count, bool) or not isinstance(count, (int, float))):
+            raise TypeError(f"{count_name} must be an int or a float, not {type(count).__name__}") from None
+        raise
+    object.__setattr__(made, "key", key)
+    object.__setattr__(made, "after_callback", None)
+    object.__setattr__(made, "response_callback", None)
+    return made
+
+
+def _rebuild(
+    cls: type[L],
+    uses: int,
+    window_ms: int,
+    key: str = "",
+    after_callback: AfterCallback | None = None,
+    response_callback: ResponseCallback | None = None,
+) -> L:
+    """``cls`` from the core's numbers (for ``by``, ``after``, ``response``, pickling and copies)."""
+    made = _build(cls, uses, window_ms, key)
+    object.__setattr__(made, "after_callback", after_callback)
+    object.__setattr__(made, "response_callback", response_callback)
+    return made
+
+
 class GlobalLimit(Limit):
-    """A limit with no per-caller split: every caller shares one counter."""
+    """``max_attempts`` within ``decay_seconds`` (default 60) with no per-caller split: every caller
+    shares one counter. As in the Node package, the decay is in **seconds**."""
 
     __slots__ = ()
 
-    def __new__(cls, uses: Number, window_ms: Number = 60_000, key: str = "") -> GlobalLimit:
-        made = super().__new__(cls, uses, window_ms, key)
-        assert isinstance(made, GlobalLimit)
-        return made
+    def __new__(cls, max_attempts: Number, decay_seconds: Number = 60, key: str = "") -> GlobalLimit:
+        return _build(cls, max_attempts, decay_seconds, key, unit="decay_seconds", scale=1)
 
 
 class Unlimited(GlobalLimit):
@@ -134,10 +253,10 @@ class Unlimited(GlobalLimit):
 
     __slots__ = ()
 
-    def __new__(cls, uses: Number = _ratewindow.MAX_USES, window_ms: Number = 60_000, key: str = "") -> Unlimited:
-        made = super().__new__(cls, uses, window_ms, key)
-        assert isinstance(made, Unlimited)
-        return made
+    def __new__(
+        cls, max_attempts: Number = _ratewindow.MAX_USES, decay_seconds: Number = 60, key: str = ""
+    ) -> Unlimited:
+        return _build(cls, max_attempts, decay_seconds, key, unit="decay_seconds", scale=1)
 
 
 Entry = _ratewindow.Entry
