@@ -172,7 +172,7 @@ venv="$work/venv"
 mkdir -p "$work/pytree/bindings-python" "$work/pytree/tests"
 cp -r "$PY_PKG/tests" "$work/pytree/bindings-python/tests"
 cp "$PY_PKG/pyproject.toml" "$work/pytree/bindings-python/"   # pytest's options (filterwarnings = error)
-cp -r "$ROOT/tests/vectors" "$work/pytree/tests/vectors"
+cp -r "$ROOT/tests/." "$work/pytree/tests/"   # the shared vectors and vocabulary the tests read
 where="$(cd "$work" && "$venv/bin/python" -c 'import ratewindow, ratewindow._ratewindow as n; print(n.__file__)')"
 case "$where" in "$venv"/lib/*/site-packages/ratewindow/*) ;; *) fail "ratewindow imported from $where" ;; esac
 # shellcheck source=services.sh
