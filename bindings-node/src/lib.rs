@@ -14,6 +14,7 @@ use ratewindow_core::{Entry, Limit, LimitError, MemoryStore, Release, Window};
 mod key;
 use key::Key;
 
+mod call;
 pub mod redis;
 mod sql;
 

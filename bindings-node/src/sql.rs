@@ -1,119 +1,62 @@
-//! The SQL half of the addon: statements from `ratewindow_core::sql` (PostgreSQL and SQLite) and
-//! decoders of the rows the TypeScript layer got from the user's driver. No I/O here: TypeScript runs
-//! every statement with the user's driver and hands the rows back.
-//!
-//! Encodings (see `ts/sql-backend.ts`, which documents the interface this implements):
-//! - a statement crosses as JSON `{"sql": "...", "params": [...]}` (parameters: `null`, booleans,
-//!   integers, strings, arrays of integers or of strings); a list of them as a JSON array;
-//! - rows cross back as JSON, an array of rows each an array of column values, exactly as the driver
-//!   gave them (node-postgres gives `bigint` as strings; the decoders accept both);
-//! - a batch verdict is `[]` when allowed, else `[retry_timestamp, retry_after_ms, blocked]`; a window
-//!   `[]` when the key has none, else `[count, ms_left, available_in_secs]`;
-//! - rows of the wrong shape throw code `store_reply` whose message is the core's `RowError` as JSON
-//!   (`{"statement", "expected", "got"}`); an invalid prefix throws `invalid_argument:prefix`.
+//! The SQL half of the addon: [`NativePostgres`] and [`NativeSqlite`] start the core's SQL call
+//! machines (`Postgres::start`, `Sqlite::start`) for each operation; `src/call.rs` drives the boundary.
+//! No I/O here: TypeScript runs each command's statements with the user's driver and feeds the rows of
+//! the last one back. Besides the calls: the schema, the connection setup and the purge (not a call).
 
-use napi::bindgen_prelude::Result;
+use napi::bindgen_prelude::Unknown;
+use napi::bindgen_prelude::{JsValue, Result};
 use napi_derive::napi;
-use ratewindow_core::redis::WindowState;
-use ratewindow_core::sql::{
-    Postgres, RowError, SqlNames, SqlRelease, SqlValue, Sqlite, SqliteCall, SqliteWindowCall,
-    Statement,
-};
-use ratewindow_core::{BatchVerdict, Entry, Window};
-use serde::Serialize;
+use ratewindow_core::call::{Call, Op};
+use ratewindow_core::sql::{Postgres, SqlNames, Sqlite, Statement};
 
-use crate::{coded, guard, limit, limit_error, Res};
-
-/// The entries of a call, given as three parallel arrays, validated by the core.
-fn entries(keys: Vec<String>, uses: Vec<f64>, windows: Vec<f64>) -> Res<Vec<Entry>> {
-    if keys.len() != uses.len() || keys.len() != windows.len() {
-        return Err(coded(
-            "invalid_argument:entries",
-            "keys, uses and windows differ in length".to_owned(),
-        ));
-    }
-    keys.into_iter()
-        .zip(uses.into_iter().zip(windows))
-        .map(|(key, (uses, window_ms))| Ok(Entry::new(key, limit(uses, window_ms)?)))
-        .collect()
-}
+use crate::call::{NativeCall, NativeRelease, NativeStatement, Starter};
+use crate::{coded, guard, Res};
 
 fn names(prefix: &str) -> Res<SqlNames> {
     SqlNames::new(prefix).map_err(|message| coded("invalid_argument:prefix", message))
 }
 
-fn json<T: Serialize + ?Sized>(value: &T) -> Res<String> {
-    serde_json::to_string(value).map_err(|e| coded("panic", format!("ratewindow: {e}")))
+fn statement(s: Statement) -> NativeStatement {
+    crate::call::statement(&s)
 }
 
-/// Rows as JSON (an array of arrays of column values), or a `store_reply` error naming what came.
-fn rows(
-    statement: &'static str,
-    expected: &'static str,
-    rows_json: &str,
-) -> Res<Vec<Vec<SqlValue>>> {
-    serde_json::from_str(rows_json).map_err(|_| {
-        let mut got = rows_json.chars().take(200).collect::<String>();
-        if got.len() < rows_json.len() {
-            got.push('…');
-        }
-        row_error(RowError {
-            statement,
-            expected,
-            got,
-        })
-    })
+/// What a purge deleted.
+#[napi(object, object_from_js = false)]
+pub struct NativePurged {
+    /// Rows of calls that had left their windows.
+    pub calls: f64,
+    /// Fixed windows that had ended.
+    pub windows: f64,
 }
 
-fn row_error(e: RowError) -> napi::Error<String> {
-    let message = serde_json::to_string(&e).unwrap_or_else(|_| e.to_string());
-    coded("store_reply", message)
-}
-
-fn batch(verdict: BatchVerdict) -> Vec<f64> {
-    if verdict.allowed {
-        return Vec::new();
-    }
-    vec![
-        verdict.retry_timestamp.unwrap_or(1) as f64,
-        verdict.retry_after_ms as f64,
-        verdict.blocked.unwrap_or(0) as f64,
-    ]
-}
-
-fn window(state: Option<WindowState>) -> Vec<f64> {
-    state.map_or_else(Vec::new, |w| {
-        vec![
-            w.count as f64,
-            w.ms_left as f64,
-            w.available_in_secs() as f64,
-        ]
-    })
-}
-
-/// A fixed-window op's decay: validated for `hit` only.
-fn decay(op: &str, decay_ms: f64) -> Res<Window> {
-    if op == "hit" {
-        Window::from_f64(decay_ms).map_err(limit_error)
-    } else {
-        Window::from_f64(1.0).map_err(limit_error)
-    }
-}
-
-fn release_of(release_json: &str) -> Res<SqlRelease> {
-    serde_json::from_str(release_json)
-        .map_err(|e| coded("invalid_argument:release", format!("not a release: {e}")))
-}
-
-/// PostgreSQL plans and decoders under one name prefix.
+/// One PostgreSQL store's call machines, under one name prefix.
 #[napi]
 pub struct NativePostgres {
     pg: Postgres,
 }
 
+impl Starter for NativePostgres {
+    fn begin(&self, op: Op, _now: f64) -> Call {
+        self.pg.start(op)
+    }
+}
+
+/// One SQLite store's call machines, under one name prefix (the host's clock: `now` in each start).
+#[napi]
+pub struct NativeSqlite {
+    sqlite: Sqlite,
+}
+
+impl Starter for NativeSqlite {
+    fn begin(&self, op: Op, now: f64) -> Call {
+        self.sqlite.start(op, now as u64)
+    }
+}
+
 #[napi]
 impl NativePostgres {
-    /// Plans for the objects named by `prefix` (`[a-z_][a-z0-9_]*`, at most 40 characters).
+    /// Calls on the objects named by `prefix` (`[a-z_][a-z0-9_]*`, at most 40 characters); `durable`:
+    /// every call waits for its commit's WAL flush.
     #[napi(constructor)]
     pub fn new(prefix: String, durable: Option<bool>) -> Result<Self, String> {
         guard(|| {
@@ -129,138 +72,97 @@ impl NativePostgres {
         guard(|| Ok(self.pg.schema()))
     }
 
-    /// `plan_consume_many`: JSON `[statement, release]`.
+    /// The purge: one statement answering one row (calls deleted, windows deleted).
     #[napi]
-    pub fn plan_consume(
+    pub fn purge(&self) -> Result<NativeStatement, String> {
+        guard(|| Ok(statement(self.pg.plan_purge())))
+    }
+
+    /// The purge's counts from its rows (a `store_reply` error for rows of the wrong shape).
+    #[napi]
+    pub fn purged(&self, rows: Unknown<'_>) -> Result<NativePurged, String> {
+        guard(|| {
+            let value = rows.value();
+            // SAFETY: the value and its env come from this call's arguments.
+            let rows = unsafe { crate::call::rows_of(value.env, value.value)? };
+            let (calls, windows) =
+                Postgres::decode_purge(&rows).map_err(|e| coded("store_reply", e.to_string()))?;
+            Ok(NativePurged {
+                calls: calls as f64,
+                windows: windows as f64,
+            })
+        })
+    }
+
+    /// `Op::Consume` (see `NativeRedis::consume`).
+    #[napi]
+    pub fn consume(
         &self,
         call_id: String,
         keys: Vec<String>,
         uses: Vec<f64>,
         windows: Vec<f64>,
-    ) -> Result<String, String> {
-        guard(|| {
-            let entries = entries(keys, uses, windows)?;
-            let (statement, release) = self
-                .pg
-                .plan_consume_many(&entries, &call_id)
-                .map_err(|e| coded("invalid_argument:call_id", e.to_string()))?;
-            json(&(statement, release))
-        })
+        release: bool,
+    ) -> Result<NativeCall, String> {
+        Starter::consume(self, call_id, keys, uses, windows, release, 0.0)
     }
 
-    /// `plan_peek_many`: JSON statement.
+    /// `Op::Peek`.
     #[napi]
-    pub fn plan_peek(
+    pub fn peek(
         &self,
         keys: Vec<String>,
         uses: Vec<f64>,
         windows: Vec<f64>,
-    ) -> Result<String, String> {
-        guard(|| json(&self.pg.plan_peek_many(&entries(keys, uses, windows)?)))
+    ) -> Result<NativeCall, String> {
+        Starter::peek(self, keys, uses, windows, 0.0)
     }
 
-    /// `plan_release` of a release as [`plan_consume`](Self::plan_consume) gave it: JSON statement.
+    /// `Op::Release`.
     #[napi]
-    pub fn plan_release(&self, release_json: String) -> Result<String, String> {
-        guard(|| json(&self.pg.plan_release(&release_of(&release_json)?)))
+    pub fn release(&self, token: &NativeRelease) -> Result<NativeCall, String> {
+        Starter::release(self, token, 0.0)
     }
 
-    /// A fixed-window op (`hit` with `decayMs` and `amount`, `get`, `reset`, `clear`): JSON statement.
+    /// `Op::Hit`.
     #[napi]
-    pub fn plan_window(
-        &self,
-        op: String,
-        key: String,
-        decay_ms: f64,
-        amount: f64,
-    ) -> Result<String, String> {
-        guard(|| {
-            let statement = match op.as_str() {
-                "hit" => self.pg.plan_hit(&key, decay(&op, decay_ms)?, amount as i64),
-                "get" => self.pg.plan_get_window(&key),
-                "reset" => self.pg.plan_reset_attempts(&key),
-                "clear" => self.pg.plan_clear(&key),
-                _ => return Err(coded("invalid_argument:op", format!("unknown op {op:?}"))),
-            };
-            json(&statement)
-        })
+    pub fn hit(&self, key: String, decay_ms: f64, amount: f64) -> Result<NativeCall, String> {
+        Starter::hit(self, key, decay_ms, amount, 0.0)
     }
 
-    /// `plan_purge`: JSON statement.
+    /// `Op::Attempt`.
     #[napi]
-    pub fn plan_purge(&self) -> Result<String, String> {
-        guard(|| json(&self.pg.plan_purge()))
+    pub fn attempt(&self, key: String, max: f64, decay_ms: f64) -> Result<NativeCall, String> {
+        Starter::attempt(self, key, max, decay_ms, 0.0)
     }
 
-    /// `decode_batch` of the rows (JSON) of a consume or peek of `entries` entries: `[]` when allowed,
-    /// else `[retry_timestamp, retry_after_ms, blocked]` by the server's clock.
+    /// `Op::Read` (see `NativeRedis::read`).
     #[napi]
-    pub fn decode_batch(&self, rows_json: String, entries: u32) -> Result<Vec<f64>, String> {
-        guard(|| {
-            let rows = rows("consume", "rows as JSON", &rows_json)?;
-            Postgres::decode_batch(&rows, entries as usize)
-                .map(batch)
-                .map_err(row_error)
-        })
+    pub fn read(&self, key: String, query: String, max: f64) -> Result<NativeCall, String> {
+        Starter::read(self, key, query, max, 0.0)
     }
 
-    /// `decode_window`: `[]` without a window, else `[count, ms_left, available_in_secs]`.
+    /// `Op::ResetAttempts`.
     #[napi]
-    pub fn decode_window(&self, rows_json: String) -> Result<Vec<f64>, String> {
-        guard(|| {
-            let rows = rows("window", "rows as JSON", &rows_json)?;
-            Postgres::decode_window(&rows)
-                .map(window)
-                .map_err(row_error)
-        })
+    pub fn reset_attempts(&self, key: String) -> Result<NativeCall, String> {
+        Starter::reset_attempts(self, key, 0.0)
     }
 
-    /// `decode_purge`: `[calls deleted, windows deleted]`.
+    /// `Op::Clear`.
     #[napi]
-    pub fn decode_purge(&self, rows_json: String) -> Result<Vec<f64>, String> {
-        guard(|| {
-            let rows = rows("purge", "rows as JSON", &rows_json)?;
-            Postgres::decode_purge(&rows)
-                .map(|(c, w)| vec![c as f64, w as f64])
-                .map_err(row_error)
-        })
+    pub fn clear(&self, key: String) -> Result<NativeCall, String> {
+        Starter::clear(self, key, 0.0)
     }
-}
-
-/// A SQLite call's decision, as JSON.
-#[derive(Serialize)]
-struct DecidedJson {
-    verdict: Vec<f64>,
-    statements: Vec<Statement>,
-    release: Option<SqlRelease>,
-}
-
-/// A SQLite fixed-window call's decision, as JSON.
-#[derive(Serialize)]
-struct WindowJson {
-    window: Vec<f64>,
-    statements: Vec<Statement>,
-}
-
-/// SQLite plans and decoders under one name prefix, with the one call under way (the TypeScript layer
-/// runs a call's statements synchronously, so one slot suffices).
-#[napi]
-pub struct NativeSqlite {
-    sqlite: Sqlite,
-    call: Option<SqliteCall>,
-    window_call: Option<SqliteWindowCall>,
 }
 
 #[napi]
 impl NativeSqlite {
-    /// Plans for the tables named by `prefix` (`[a-z_][a-z0-9_]*`, at most 40 characters).
+    /// Calls on the tables named by `prefix` (`[a-z_][a-z0-9_]*`, at most 40 characters).
     #[napi(constructor)]
     pub fn new(prefix: String) -> Result<Self, String> {
         guard(|| {
             Ok(NativeSqlite {
                 sqlite: Sqlite::new(names(&prefix)?),
-                call: None,
-                window_call: None,
             })
         })
     }
@@ -271,138 +173,105 @@ impl NativeSqlite {
         guard(|| Ok(self.sqlite.schema()))
     }
 
-    /// `Sqlite::CONNECTION_SETUP` (the busy timeout), for `exec` on every connection.
+    /// What to `exec` on every connection: the busy timeout (`Sqlite::CONNECTION_SETUP` by default).
     #[napi]
-    pub fn connection_setup(&self) -> String {
-        Sqlite::CONNECTION_SETUP.to_owned()
+    pub fn connection_setup(&self, busy_timeout_ms: Option<u32>) -> String {
+        busy_timeout_ms.map_or_else(
+            || Sqlite::CONNECTION_SETUP.to_owned(),
+            Sqlite::connection_setup,
+        )
     }
 
-    /// `begin_consume` at `now`: the statements to run first (JSON array); the call waits for
-    /// [`decide`](Self::decide).
+    /// The purge at `now`: statements each deleting rows (their `changes` count them).
     #[napi]
-    pub fn begin_consume(
-        &mut self,
+    pub fn purge(&self, now: f64) -> Result<Vec<NativeStatement>, String> {
+        guard(|| {
+            Ok(self
+                .sqlite
+                .plan_purge(now as u64)
+                .into_iter()
+                .map(statement)
+                .collect())
+        })
+    }
+
+    /// `Op::Consume` at `now` (see `NativeRedis::consume`).
+    #[napi]
+    pub fn consume(
+        &self,
         call_id: String,
         keys: Vec<String>,
         uses: Vec<f64>,
         windows: Vec<f64>,
+        release: bool,
         now: f64,
-    ) -> Result<String, String> {
-        guard(|| {
-            self.call = None;
-            let entries = entries(keys, uses, windows)?;
-            let call = self
-                .sqlite
-                .begin_consume(&entries, now as u64, &call_id)
-                .map_err(|e| coded("invalid_argument:call_id", e.to_string()))?;
-            let statements = json(call.statements())?;
-            self.call = Some(call);
-            Ok(statements)
-        })
+    ) -> Result<NativeCall, String> {
+        Starter::consume(self, call_id, keys, uses, windows, release, now)
     }
 
-    /// `begin_peek` at `now`: the statements (JSON array, one `SELECT`); then [`decide`](Self::decide).
+    /// `Op::Peek` at `now`.
     #[napi]
-    pub fn begin_peek(
-        &mut self,
+    pub fn peek(
+        &self,
         keys: Vec<String>,
         uses: Vec<f64>,
         windows: Vec<f64>,
         now: f64,
-    ) -> Result<String, String> {
-        guard(|| {
-            self.call = None;
-            let call = self
-                .sqlite
-                .begin_peek(&entries(keys, uses, windows)?, now as u64);
-            let statements = json(call.statements())?;
-            self.call = Some(call);
-            Ok(statements)
-        })
+    ) -> Result<NativeCall, String> {
+        Starter::peek(self, keys, uses, windows, now)
     }
 
-    /// `decide` of the call under way from the rows (JSON) of its last statement: JSON
-    /// `{verdict, statements, release}` (`verdict` as [`NativePostgres::decode_batch`] encodes it).
+    /// `Op::Release` at `now`.
     #[napi]
-    pub fn decide(&mut self, rows_json: String) -> Result<String, String> {
-        guard(|| {
-            let call = self
-                .call
-                .take()
-                .ok_or_else(|| coded("panic", "ratewindow: no SQLite call under way".to_owned()))?;
-            let rows = rows("the calls select", "rows as JSON", &rows_json)?;
-            let decided = call.decide(&rows).map_err(row_error)?;
-            json(&DecidedJson {
-                verdict: batch(decided.verdict),
-                statements: decided.statements,
-                release: decided.release,
-            })
-        })
+    pub fn release(&self, token: &NativeRelease, now: f64) -> Result<NativeCall, String> {
+        Starter::release(self, token, now)
     }
 
-    /// `plan_release` of a release as [`decide`](Self::decide) gave it: JSON statement.
+    /// `Op::Hit` at `now`.
     #[napi]
-    pub fn plan_release(&self, release_json: String) -> Result<String, String> {
-        guard(|| json(&self.sqlite.plan_release(&release_of(&release_json)?)))
-    }
-
-    /// Starts a fixed-window op at `now` (`hit` with `decayMs` and `amount`, `get`, `reset`): the
-    /// statements to run first (JSON array); then [`decide_window`](Self::decide_window).
-    #[napi]
-    pub fn begin_window(
-        &mut self,
-        op: String,
+    pub fn hit(
+        &self,
         key: String,
         decay_ms: f64,
         amount: f64,
         now: f64,
-    ) -> Result<String, String> {
-        guard(|| {
-            self.window_call = None;
-            let now = now as u64;
-            let call = match op.as_str() {
-                "hit" => self
-                    .sqlite
-                    .begin_hit(&key, decay(&op, decay_ms)?, amount as i64, now),
-                "get" => self.sqlite.begin_get_window(&key, now),
-                "reset" => self.sqlite.begin_reset_attempts(&key, now),
-                _ => return Err(coded("invalid_argument:op", format!("unknown op {op:?}"))),
-            };
-            let statements = json(call.statements())?;
-            self.window_call = Some(call);
-            Ok(statements)
-        })
+    ) -> Result<NativeCall, String> {
+        Starter::hit(self, key, decay_ms, amount, now)
     }
 
-    /// `decide` of the fixed-window call under way: JSON `{window, statements}` (`window` as
-    /// [`NativePostgres::decode_window`] encodes it).
+    /// `Op::Attempt` at `now`.
     #[napi]
-    pub fn decide_window(&mut self, rows_json: String) -> Result<String, String> {
-        guard(|| {
-            let call = self.window_call.take().ok_or_else(|| {
-                coded(
-                    "panic",
-                    "ratewindow: no SQLite window call under way".to_owned(),
-                )
-            })?;
-            let rows = rows("the window select", "rows as JSON", &rows_json)?;
-            let (state, statements) = call.decide(&rows).map_err(row_error)?;
-            json(&WindowJson {
-                window: window(state),
-                statements,
-            })
-        })
+    pub fn attempt(
+        &self,
+        key: String,
+        max: f64,
+        decay_ms: f64,
+        now: f64,
+    ) -> Result<NativeCall, String> {
+        Starter::attempt(self, key, max, decay_ms, now)
     }
 
-    /// `plan_clear`: JSON statement.
+    /// `Op::Read` at `now`.
     #[napi]
-    pub fn plan_clear(&self, key: String) -> Result<String, String> {
-        guard(|| json(&self.sqlite.plan_clear(&key)))
+    pub fn read(
+        &self,
+        key: String,
+        query: String,
+        max: f64,
+        now: f64,
+    ) -> Result<NativeCall, String> {
+        Starter::read(self, key, query, max, now)
     }
 
-    /// `plan_purge` at `now`: JSON array of statements (each deletes; `changes` counts the rows).
+    /// `Op::ResetAttempts` at `now`.
     #[napi]
-    pub fn plan_purge(&self, now: f64) -> Result<String, String> {
-        guard(|| json(&self.sqlite.plan_purge(now as u64)))
+    pub fn reset_attempts(&self, key: String, now: f64) -> Result<NativeCall, String> {
+        Starter::reset_attempts(self, key, now)
+    }
+
+    /// `Op::Clear` at `now`.
+    #[napi]
+    pub fn clear(&self, key: String, now: f64) -> Result<NativeCall, String> {
+        Starter::clear(self, key, now)
     }
 }

@@ -113,7 +113,7 @@ describe('PostgresStore', () => {
         await sleep(10);
         const { rows } = await holder.query(
           `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
-          [`%${prefix}_consume%`],
+          [`%${prefix}_sliding%`],
         );
         pid = rows[0]?.pid;
       }

@@ -49,11 +49,19 @@ describe('replies of the wrong shape', () => {
   });
 
   it('integers as text, BigInt and Buffers (clients that decode replies their own way) still decode', async () => {
-    assert.deepEqual(await replying(['1', '0', '-1', '-1', '1700000000000']).consume(key(), limit), { allowed: true, retryAfterMs: 0 });
-    assert.deepEqual(await replying([0n, 700n, 1_700_000_010_000n, 0n, 1_700_000_009_300n]).consume(key(), limit), {
+    const quota = { limit: 1, remaining: 0, refillAfterMs: 5000, resetAfterMs: 5000 };
+    assert.deepEqual(await replying(['1', '0', '-1', '-1', '1700000000000', '0', '0', '5000', '5000']).consume(key(), limit), {
+      allowed: true,
+      retryAfterMs: 0,
+      ...quota,
+    });
+    assert.deepEqual(await replying([0n, 700n, 1_700_000_010_000n, 0n, 1_700_000_009_300n, 0n, 0n, 700n, 700n]).consume(key(), limit), {
       allowed: false,
       retryAfterMs: 700,
       retryTimestamp: 1_700_000_010_000,
+      ...quota,
+      refillAfterMs: 700,
+      resetAfterMs: 700,
     });
     assert.equal(await replying([Buffer.from('3'), Buffer.from('250')]).hit(key(), 1000), 3);
   });
@@ -116,8 +124,9 @@ describe('arguments', () => {
   });
 
   it('an empty batch is allowed without a round trip', async () => {
-    assert.deepEqual(await store.consumeMany([]), { allowed: true, retryAfterMs: 0 });
-    assert.deepEqual(await store.peekMany([]), { allowed: true, retryAfterMs: 0 });
+    const none = { allowed: true, retryAfterMs: 0, limit: 0, remaining: 0, refillAfterMs: 0, resetAfterMs: 0 };
+    assert.deepEqual(await store.consumeMany([]), none);
+    assert.deepEqual(await store.peekMany([]), none);
   });
 });
 
@@ -133,8 +142,8 @@ describe('release', () => {
     );
     const k = key();
     const v = await store.consumeMany([{ key: k, limit }]);
-    assert.deepEqual(Object.keys(v), ['allowed', 'retryAfterMs']);
-    assert.equal(JSON.stringify(v), '{"allowed":true,"retryAfterMs":0}');
+    assert.deepEqual(Object.keys(v), ['allowed', 'retryAfterMs', 'limit', 'remaining', 'refillAfterMs', 'resetAfterMs']);
+    assert.equal(JSON.stringify(v), '{"allowed":true,"retryAfterMs":0,"limit":1,"remaining":0,"refillAfterMs":5000,"resetAfterMs":5000}');
     fail = true;
     await assert.rejects(v.release(), (e) => e instanceof StoreError && e.cause.message === 'connection lost');
     assert.equal((await store.consume(k, limit)).allowed, false);

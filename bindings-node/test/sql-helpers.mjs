@@ -26,12 +26,13 @@ export function runPrefix(label) {
 
 /** Drops what a PostgresStore schema under `prefix` created. */
 export async function dropPg(pool, prefix) {
-  await pool.query(
-    `DROP TABLE IF EXISTS ${prefix}_calls, ${prefix}_windows CASCADE;
-     DROP FUNCTION IF EXISTS ${prefix}_consume(text, text, text[], bigint[], bigint[]);
-     DROP FUNCTION IF EXISTS ${prefix}_window(text, text, bigint, bigint);
-     DROP FUNCTION IF EXISTS ${prefix}_poison() CASCADE;`,
+  await pool.query(`DROP TABLE IF EXISTS ${prefix}_calls, ${prefix}_windows CASCADE`);
+  // Every function the schema (of any version) installed under the prefix.
+  const { rows } = await pool.query(
+    `SELECT p.oid::regprocedure::text AS f FROM pg_proc p WHERE p.proname LIKE $1`,
+    [`${prefix.replace(/_/g, '\\_')}\\_%`],
   );
+  for (const { f } of rows) await pool.query(`DROP FUNCTION IF EXISTS ${f} CASCADE`);
 }
 
 /** A temp directory for SQLite files, and its removal. */

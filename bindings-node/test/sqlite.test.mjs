@@ -44,7 +44,7 @@ if (sqlite) {
 }
 
 /**
- * node:sqlite's statement API (no `raw`, rows as objects) over a better-sqlite3 connection, so the
+ * node:sqlite's statement API (no `raw` nor `reader`, rows as objects) over a better-sqlite3 connection, so the
  * object-row path runs on every Node: the real database answers, only the row shape differs.
  */
 function objectRows(db) {
@@ -52,7 +52,8 @@ function objectRows(db) {
     exec: (sql) => db.exec(sql),
     prepare: (sql) => {
       const st = db.prepare(sql);
-      return { run: (...p) => st.run(...p), all: (...p) => st.all(...p) };
+      // node:sqlite's all() runs a statement that answers no rows too, and gives [].
+      return { run: (...p) => st.run(...p), all: (...p) => (st.reader ? st.all(...p) : (st.run(...p), [])) };
     },
   };
 }
@@ -65,7 +66,7 @@ testStore('SqliteStore (node:sqlite statement API: rows as objects)', () => {
 describe('SqliteStore', () => {
   it('answers at once (no promise) and runs RateLimiter unchanged', async () => {
     const v = shared.consume(`sync:${Math.random()}`, l(1, 1000));
-    assert.deepEqual(v, { allowed: true, retryAfterMs: 0 });
+    assert.deepEqual(v, { allowed: true, retryAfterMs: 0, limit: 1, remaining: 0, refillAfterMs: 1000, resetAfterMs: 1000 });
     const limiter = new RateLimiter(shared);
     const key = `rl:${Math.random()}`;
     assert.equal(await limiter.attempt(key, 1, () => 'a', 5), 'a');
@@ -79,7 +80,8 @@ describe('SqliteStore', () => {
     const s = new SqliteStore(database('clock.db'), { clock: { now: () => now } });
     s.installSchema();
     assert.equal(s.consume('k', l(1, 1000)).allowed, true);
-    assert.deepEqual(s.consume('k', l(1, 1000)), { allowed: false, retryAfterMs: 1000, retryTimestamp: 1_001_000 });
+    const quota = { limit: 1, remaining: 0, refillAfterMs: 1000, resetAfterMs: 1000 };
+    assert.deepEqual(s.consume('k', l(1, 1000)), { allowed: false, retryAfterMs: 1000, retryTimestamp: 1_001_000, ...quota });
     now += 999;
     assert.equal(s.consume('k', l(1, 1000)).retryAfterMs, 1);
     now += 1;

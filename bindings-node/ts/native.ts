@@ -8,7 +8,7 @@
 import { join } from 'node:path';
 
 import type { Backend, BackendStore } from './backend';
-import type { BackendRedis, RedisBackend } from './redis-backend';
+import type { BackendCalls, RedisBackend } from './redis-backend';
 import type { BackendPostgres, BackendSqlite, SqlBackend } from './sql-backend';
 
 /** What the addon exports (see `src/lib.rs`). */
@@ -17,7 +17,7 @@ interface NativeModule {
   checkLimit(uses: number, windowMs: number): void;
   noop(): number;
   __panicForTest(message: string): void;
-  NativeRedis: new (prefix: string, hashTagBefore: string | null) => BackendRedis;
+  NativeRedis: new (prefix: string, hashTagBefore: string | null, evalsha?: boolean) => BackendCalls;
   redisScripts(): string[];
   NativePostgres: new (prefix: string, durable?: boolean) => BackendPostgres;
   NativeSqlite: new (prefix: string) => BackendSqlite;
@@ -36,7 +36,7 @@ export function nativeBackend(): Backend {
     checkLimit: native.checkLimit,
     noop: native.noop,
     panicForTest: native.__panicForTest,
-    createRedis: (prefix: string, hashTagBefore: string | null) => new native.NativeRedis(prefix, hashTagBefore),
+    createRedis: (prefix: string, hashTagBefore: string | null, evalsha?: boolean) => new native.NativeRedis(prefix, hashTagBefore, evalsha),
     redisScripts: native.redisScripts,
     createPostgres: (prefix: string, durable?: boolean) => new native.NativePostgres(prefix, durable),
     createSqlite: (prefix: string) => new native.NativeSqlite(prefix),

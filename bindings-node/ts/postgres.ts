@@ -12,27 +12,12 @@
  * ```
  * @module
  */
-import { randomUUID } from 'node:crypto';
-
 import type { Backend } from './backend';
-import type { BackendPostgres, SqlBackend } from './sql-backend';
-import {
-  ALLOWED,
-  allowedWithRelease,
-  columns,
-  engineError,
-  prefixOption,
-  refusal,
-  rowsJson,
-  sqlBackend,
-  storeError,
-  type SqlReleaseData,
-  type SqlStatement,
-} from './sql';
-import { checkInteger, checkKey, checkLimitShape } from './check';
-import { CooldownStore } from './store';
+import { CallStore, engineError } from './drive';
 import { typeError } from './errors';
-import type { BatchVerdict, CooldownLimit, Entry, Verdict } from './types';
+import type { SqlStatement, Step } from './redis-backend';
+import { sqlBackend, prefixOption, storeError } from './sql';
+import type { BackendPostgres } from './sql-backend';
 
 /**
  * Runs one statement (`$1`-style placeholders) with its parameters and resolves to its rows: arrays of
@@ -106,22 +91,24 @@ function runner(client: PostgresQuery | PgQueryable): PostgresQuery {
  *
  * Rows leave as their keys are used; call {@link purge} now and then (e.g. hourly) to delete the rest.
  */
-export class PostgresStore extends CooldownStore {
+export class PostgresStore extends CallStore<false> {
+  protected readonly calls: BackendPostgres;
+  protected readonly backend: Backend;
+  protected readonly sync = false;
   private readonly query: PostgresQuery;
-  private readonly plans: BackendPostgres;
-  private readonly backend: Backend & SqlBackend;
 
   private constructor(query: PostgresQuery, options: PostgresStoreOptions) {
     super();
     this.query = query;
-    this.backend = sqlBackend(options.backend, 'PostgresStore');
+    const backend = sqlBackend(options.backend, 'PostgresStore');
+    this.backend = backend;
+    if (options.durable !== undefined && typeof options.durable !== 'boolean') {
+      throw typeError('durable must be a boolean', options.durable);
+    }
     try {
-      if (options.durable !== undefined && typeof options.durable !== 'boolean') {
-        throw typeError('durable must be a boolean', options.durable);
-      }
-      this.plans = this.backend.createPostgres(prefixOption(options.prefix), options.durable ?? false);
+      this.calls = backend.createPostgres(prefixOption(options.prefix), options.durable ?? false);
     } catch (e) {
-      throw engineError(e, this.backend);
+      throw engineError(e, backend);
     }
   }
 
@@ -134,9 +121,9 @@ export class PostgresStore extends CooldownStore {
     return new PostgresStore(runner(client), options);
   }
 
-  /** The schema's SQL (tables, indexes, the two functions; idempotent), to run with a migration tool. */
+  /** The schema's SQL (tables, indexes, the functions; idempotent), to run with a migration tool. */
   get schema(): string {
-    return this.plans.schema();
+    return this.calls.schema();
   }
 
   /**
@@ -144,162 +131,27 @@ export class PostgresStore extends CooldownStore {
    * functions). Idempotent and safe to run from several processes at once.
    */
   async installSchema(): Promise<void> {
-    await this.run({ sql: this.plans.schema(), params: [] }, 'installing the schema');
+    await this.statement({ sql: this.calls.schema(), params: [] }, 'installing the schema');
   }
 
-  private async run(statement: SqlStatement, what: string): Promise<string> {
+  /** Runs one statement and resolves to its rows (node-postgres' whole result is accepted too). */
+  private async statement(statement: SqlStatement, what?: string): Promise<unknown> {
     let rows: unknown;
     try {
       rows = await this.query(statement.sql, statement.params);
     } catch (e) {
+      if (what === undefined) throw e;
       throw storeError(e, what);
     }
-    // A query function that returned node-postgres' whole result instead of its rows works too.
-    if (!Array.isArray(rows) && Array.isArray((rows as { rows?: unknown } | null)?.rows)) {
-      rows = (rows as { rows: unknown[] }).rows;
-    }
-    return rowsJson(rows);
+    if (!Array.isArray(rows) && Array.isArray((rows as { rows?: unknown } | null)?.rows)) rows = (rows as { rows: unknown[] }).rows;
+    return rows;
   }
 
-  private async batch(statement: SqlStatement, entries: number, what: string): Promise<number[]> {
-    const rows = await this.run(statement, what);
-    try {
-      return this.plans.decodeBatch(rows, entries);
-    } catch (e) {
-      throw engineError(e, this.backend);
-    }
-  }
-
-  /** Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait. */
-  override async consume(key: string, limit: CooldownLimit): Promise<Verdict> {
-    checkKey(key);
-    checkLimitShape(limit);
-    let planned: string;
-    try {
-      planned = this.plans.planConsume(randomUUID(), [key], [limit.uses], [limit.windowMs]);
-    } catch (e) {
-      throw engineError(e, this.backend, [limit.uses], [limit.windowMs]);
-    }
-    const [statement] = JSON.parse(planned) as [SqlStatement, SqlReleaseData];
-    const v = await this.batch(statement, 1, 'consume');
-    return v.length === 0 ? ALLOWED : refusal(v, false);
-  }
-
-  /** The verdict {@link consume} would give, recording nothing. */
-  async peek(key: string, limit: CooldownLimit): Promise<Verdict> {
-    checkKey(key);
-    checkLimitShape(limit);
-    const v = await this.peekPlanned([key], [limit.uses], [limit.windowMs]);
-    return v.length === 0 ? ALLOWED : refusal(v, false);
-  }
-
-  /**
-   * Counts one call against every entry at once, all or nothing; a refusal names `blocked`, the entry
-   * with the longest wait. An allowed verdict carries `release()` (not enumerable), which gives back
-   * exactly this call (one `DELETE`; resolves when done; once).
-   */
-  override async consumeMany(entries: readonly Entry[]): Promise<BatchVerdict> {
-    const [keys, uses, windows] = columns(entries);
-    let planned: string;
-    try {
-      planned = this.plans.planConsume(randomUUID(), keys, uses, windows);
-    } catch (e) {
-      throw engineError(e, this.backend, uses, windows);
-    }
-    const [statement, release] = JSON.parse(planned) as [SqlStatement, SqlReleaseData];
-    const v = await this.batch(statement, keys.length, 'consumeMany');
-    if (v.length > 0) return refusal(v, true);
-    let pending: SqlReleaseData | undefined = release;
-    return allowedWithRelease(async () => {
-      if (pending === undefined) return;
-      const plan = JSON.parse(this.plans.planRelease(JSON.stringify(pending))) as SqlStatement;
-      pending = undefined;
-      await this.run(plan, 'release');
-    });
-  }
-
-  /** The verdict {@link consumeMany} would give, recording nothing. */
-  override async peekMany(entries: readonly Entry[]): Promise<BatchVerdict> {
-    const [keys, uses, windows] = columns(entries);
-    const v = await this.peekPlanned(keys, uses, windows);
-    return v.length === 0 ? ALLOWED : refusal(v, true);
-  }
-
-  private async peekPlanned(keys: string[], uses: number[], windows: number[]): Promise<number[]> {
-    let planned: string;
-    try {
-      planned = this.plans.planPeek(keys, uses, windows);
-    } catch (e) {
-      throw engineError(e, this.backend, uses, windows);
-    }
-    return this.batch(JSON.parse(planned) as SqlStatement, keys.length, 'peek');
-  }
-
-  private async window(op: string, key: string, decayMs = 1, amount = 0): Promise<number[]> {
-    checkKey(key);
-    let planned: string;
-    try {
-      planned = this.plans.planWindow(op, key, decayMs, amount);
-    } catch (e) {
-      throw engineError(e, this.backend, [1], [decayMs]);
-    }
-    const rows = await this.run(JSON.parse(planned) as SqlStatement, op);
-    try {
-      return this.plans.decodeWindow(rows);
-    } catch (e) {
-      throw engineError(e, this.backend);
-    }
-  }
-
-  /**
-   * Fixed window: adds `amount` hits to `key` (negative gives back) and returns the count. The first
-   * hit opens a window of `decayMs` ms (the server's clock); hits inside it do not move it.
-   */
-  async hit(key: string, decayMs: number, amount = 1): Promise<number> {
-    checkKey(key);
-    if (typeof decayMs !== 'number') throw typeError('decayMs must be a number', decayMs);
-    checkInteger('amount', amount);
-    return (await this.window('hit', key, decayMs, amount))[0] ?? 0;
-  }
-
-  /** Hits counted in `key`'s current window; 0 when it has none. */
-  async attempts(key: string): Promise<number> {
-    return (await this.window('get', key))[0] ?? 0;
-  }
-
-  /** Whether `key` has `max` or more hits in a window that still runs. */
-  async tooManyAttempts(key: string, max: number): Promise<boolean> {
-    checkKey(key);
-    checkInteger('max', max);
-    const w = await this.window('get', key);
-    return w.length > 0 && w[0]! >= max;
-  }
-
-  /** `max` minus the hits in `key`'s current window, floored at 0. */
-  async remaining(key: string, max: number): Promise<number> {
-    checkKey(key);
-    checkInteger('max', max);
-    return Math.max(0, max - (await this.attempts(key)));
-  }
-
-  /** Whole seconds until `key`'s window ends, rounded up; 0 when it has none. */
-  async availableIn(key: string): Promise<number> {
-    return (await this.window('get', key))[2] ?? 0;
-  }
-
-  /** Milliseconds until `key`'s window ends; 0 when it has none. */
-  async availableInMs(key: string): Promise<number> {
-    return (await this.window('get', key))[1] ?? 0;
-  }
-
-  /** Sets `key`'s count to zero, keeping its window running. */
-  async resetAttempts(key: string): Promise<void> {
-    await this.window('reset', key);
-  }
-
-  /** Removes `key`'s count and window; its next hit opens a new window. */
-  async clear(key: string): Promise<void> {
-    await this.window('clear', key);
+  /** A call's statements, in order (the engine plans one per call); the rows of the last. */
+  protected override async runCommand(step: Step): Promise<unknown> {
+    let rows: unknown = [];
+    for (const statement of step.statements!) rows = await this.statement(statement);
+    return rows;
   }
 
   /**
@@ -309,13 +161,11 @@ export class PostgresStore extends CooldownStore {
    * `setInterval(() => store.purge().catch(log), 3_600_000).unref()`, or with pg_cron.
    */
   async purge(): Promise<PurgeResult> {
-    const rows = await this.run(JSON.parse(this.plans.planPurge()) as SqlStatement, 'purge');
-    let counts: number[];
+    const rows = await this.statement(this.calls.purge(), 'purge');
     try {
-      counts = this.plans.decodePurge(rows);
+      return this.calls.purged(rows);
     } catch (e) {
       throw engineError(e, this.backend);
     }
-    return { calls: counts[0]!, windows: counts[1]! };
   }
 }

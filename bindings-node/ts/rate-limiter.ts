@@ -7,7 +7,7 @@ import { checkInteger } from './check';
 import { InvalidLimitError, invalidLimit, typeError } from './errors';
 import { DECAY_RANGE, Limit, secondsToMs } from './limit';
 import { MemoryStore } from './store';
-import type { Awaitable } from './types';
+import type { AttemptResult, Awaitable } from './types';
 
 /**
  * The fixed-window operations a store offers (`MemoryStore` has them all). A window opens at a key's
@@ -28,6 +28,8 @@ export interface FixedWindowStore {
   clear(key: string): Awaitable<void>;
   /** Whole seconds until the window ends, rounded up; 0 when none. */
   availableIn(key: string): Awaitable<number>;
+  /** Atomically: one hit if fewer than `max` are counted (the built-in stores have it). */
+  attempt?(key: string, max: number, decayMs: number): Awaitable<AttemptResult>;
 }
 
 /** What a named limiter's callback returns: one limit or several. */
@@ -85,7 +87,8 @@ export class RateLimiter {
    * (`true` when it returned `undefined` or `null`).
    *
    * Unlike the seed, the attempt is counted *before* the callback runs, in one step with the check, so
-   * two concurrent attempts can never both take the last one (a refused attempt is given back).
+   * two concurrent attempts can never both take the last one: exactly `maxAttempts` callbacks run per
+   * window (the store's atomic `attempt`; a store without one counts, and gives a refused hit back).
    */
   async attempt<T>(
     key: string,
@@ -94,6 +97,11 @@ export class RateLimiter {
     decaySeconds = 60,
   ): Promise<T | true | false> {
     checkInteger('maxAttempts', maxAttempts);
+    if (this.store.attempt !== undefined) {
+      if (typeof decaySeconds !== 'number') throw typeError('decaySeconds must be a number', decaySeconds);
+      const attempted = await this.decaying(decaySeconds, () => this.store.attempt!(key, maxAttempts, secondsToMs(decaySeconds)));
+      return attempted.allowed ? ((await callback()) ?? true) : false;
+    }
     const count = await this.increment(key, decaySeconds, 1);
     if (count > maxAttempts) {
       await this.store.hit(key, secondsToMs(decaySeconds), -1);
@@ -118,8 +126,13 @@ export class RateLimiter {
   async increment(key: string, decaySeconds = 60, amount = 1): Promise<number> {
     if (typeof decaySeconds !== 'number') throw typeError('decaySeconds must be a number', decaySeconds);
     checkInteger('amount', amount);
+    return this.decaying(decaySeconds, () => this.store.hit(key, secondsToMs(decaySeconds), amount));
+  }
+
+  /** Runs a store call given `decaySeconds` in ms: an invalid decay is named as the caller gave it. */
+  private async decaying<T>(decaySeconds: number, f: () => Awaitable<T>): Promise<T> {
     try {
-      return await this.store.hit(key, secondsToMs(decaySeconds), amount);
+      return await f();
     } catch (e) {
       // The store names the decay it was given in milliseconds; the caller gave seconds.
       if (e instanceof InvalidLimitError && e.field === 'windowMs') throw invalidLimit('windowMs', 'decaySeconds', decaySeconds, DECAY_RANGE);

@@ -11,27 +11,14 @@
  * ```
  * @module
  */
-import { randomUUID } from 'node:crypto';
-
 import type { Backend } from './backend';
+import { checkInteger, checkNow } from './check';
+import { CallStore, engineError } from './drive';
 import { InvalidArgumentError, typeError } from './errors';
-import type { BackendSqlite, SqlBackend } from './sql-backend';
-import {
-  ALLOWED,
-  allowedWithRelease,
-  columns,
-  engineError,
-  prefixOption,
-  refusal,
-  rowsJson,
-  sqlBackend,
-  storeError,
-  type SqlReleaseData,
-  type SqlStatement,
-} from './sql';
-import { checkInteger, checkKey, checkLimitShape } from './check';
-import { CooldownStore } from './store';
-import type { BatchVerdict, Clock, CooldownLimit, Entry, Verdict } from './types';
+import type { SqlStatement, Step } from './redis-backend';
+import { prefixOption, sqlBackend, storeError } from './sql';
+import type { BackendSqlite } from './sql-backend';
+import type { Clock } from './types';
 
 /** A prepared statement of `better-sqlite3` or `node:sqlite`: the methods the store uses. */
 export interface SqliteStatementLike {
@@ -75,7 +62,8 @@ export interface SqlitePurgeResult {
 
 interface Prepared {
   readonly statement: SqliteStatementLike;
-  readonly arrays: boolean;
+  /** Whether it answers rows (better-sqlite3 says; node:sqlite's `all()` answers `[]` for the others). */
+  readonly reader: boolean;
 }
 
 /** Kept prepared statements (a batch's statements vary with its number of keys). */
@@ -94,14 +82,14 @@ const CACHE_LIMIT = 256;
  * Rows leave as their keys are used; call {@link purge} now and then (e.g. hourly) to delete the rest.
  * WAL mode (`PRAGMA journal_mode = WAL`, the user's choice) makes calls much cheaper.
  */
-export class SqliteStore extends CooldownStore {
+export class SqliteStore extends CallStore<true> {
+  protected readonly calls: BackendSqlite;
+  protected readonly backend: Backend;
+  protected readonly sync = true;
   private readonly db: SqliteDatabaseLike;
-  private readonly plans: BackendSqlite;
-  private readonly backend: Backend & SqlBackend;
   private readonly clock: Clock | undefined;
-  /** Prepared statements by SQL: those whose rows are read, and those only run. */
-  private readonly readers = new Map<string, Prepared>();
-  private readonly writers = new Map<string, Prepared>();
+  /** Prepared statements by SQL. */
+  private readonly prepared = new Map<string, Prepared>();
 
   /** A store over `db` (a `better-sqlite3` `Database` or a `node:sqlite` `DatabaseSync`). */
   constructor(db: SqliteDatabaseLike, options: SqliteStoreOptions = {}) {
@@ -112,20 +100,20 @@ export class SqliteStore extends CooldownStore {
     if (typeof options !== 'object' || options === null) throw typeError('options must be an object', options);
     this.db = db;
     this.clock = options.clock;
-    this.backend = sqlBackend(options.backend, 'SqliteStore');
+    const backend = sqlBackend(options.backend, 'SqliteStore');
+    this.backend = backend;
     try {
-      this.plans = this.backend.createSqlite(prefixOption(options.prefix));
+      this.calls = backend.createSqlite(prefixOption(options.prefix));
     } catch (e) {
-      throw engineError(e, this.backend);
+      throw engineError(e, backend);
     }
-    let setup = this.plans.connectionSetup();
+    let timeout: number | null = null;
     if (options.busyTimeoutMs !== undefined) {
-      const ms = checkInteger('busyTimeoutMs', options.busyTimeoutMs);
-      if (ms < 0) throw new InvalidArgumentError('busyTimeoutMs', ms);
-      setup = `PRAGMA busy_timeout = ${ms}`;
+      timeout = checkInteger('busyTimeoutMs', options.busyTimeoutMs);
+      if (timeout < 0 || timeout > 0xffffffff) throw new InvalidArgumentError('busyTimeoutMs', timeout);
     }
     try {
-      db.exec(setup);
+      db.exec(this.calls.connectionSetup(timeout));
     } catch (e) {
       throw storeError(e, 'setting the busy timeout');
     }
@@ -133,216 +121,51 @@ export class SqliteStore extends CooldownStore {
 
   /** The schema's SQL (tables and indexes; idempotent). */
   get schema(): string {
-    return this.plans.schema();
+    return this.calls.schema();
   }
 
   /** Creates the tables and indexes if missing. Idempotent. */
   installSchema(): void {
     try {
-      this.db.exec(this.plans.schema());
+      this.db.exec(this.calls.schema());
     } catch (e) {
       throw storeError(e, 'installing the schema');
     }
   }
 
-  private now(): number {
-    if (this.clock === undefined) return Date.now();
-    const now = this.clock.now();
-    if (typeof now !== 'number') throw typeError('clock.now() must return a number', now);
-    if (!(now >= 0 && Number.isSafeInteger(now))) throw new InvalidArgumentError('now', now);
-    return now;
+  protected override now(): number {
+    return this.clock === undefined ? Date.now() : checkNow(this.clock.now());
   }
 
-  private prepare(sql: string, reader: boolean): Prepared {
-    const cache = reader ? this.readers : this.writers;
-    let p = cache.get(sql);
+  private prepare(sql: string): Prepared {
+    let p = this.prepared.get(sql);
     if (p === undefined) {
       const statement = this.db.prepare(sql);
-      let arrays = false;
-      if (reader && typeof statement.raw === 'function') {
-        statement.raw(true);
-        arrays = true;
-      }
-      p = { statement, arrays };
-      if (cache.size >= CACHE_LIMIT) cache.clear();
-      cache.set(sql, p);
+      const reader = (statement as { reader?: unknown }).reader !== false;
+      if (reader && typeof statement.raw === 'function') statement.raw(true);
+      p = { statement, reader };
+      if (this.prepared.size >= CACHE_LIMIT) this.prepared.clear();
+      this.prepared.set(sql, p);
     }
     return p;
   }
 
-  private exec(statement: SqlStatement): unknown {
-    return this.prepare(statement.sql, false).statement.run(...statement.params);
-  }
-
-  /** Runs the statements before the decision and returns the last one's rows as JSON. */
-  private select(statements: readonly SqlStatement[]): string {
+  /** A call's statements, in order on this connection; the rows of the last. */
+  protected override runCommand(step: Step): unknown {
+    const statements = step.statements!;
     const last = statements.length - 1;
     for (let i = 0; i < last; i++) this.exec(statements[i]!);
-    const { statement, arrays } = this.prepare(statements[last]!.sql, true);
-    const rows = statement.all(...statements[last]!.params);
-    return rowsJson(arrays ? rows : rows.map((row) => Object.values(row as object)));
-  }
-
-  /**
-   * Runs one call: `begin` plans it, its statements run, `decide` takes the rows and plans the rest,
-   * which runs. Any error after `BEGIN IMMEDIATE` rolls the transaction back.
-   */
-  private call<T extends { statements: SqlStatement[] }>(what: string, begin: () => string, decide: (rows: string) => string): T {
-    const first = JSON.parse(begin()) as SqlStatement[];
-    const began = first[0]?.sql === 'BEGIN IMMEDIATE';
-    try {
-      let decided: T;
-      try {
-        decided = JSON.parse(decide(this.select(first))) as T;
-      } catch (e) {
-        throw (e as { code?: unknown } | null)?.code === 'store_reply' ? engineError(e, this.backend) : e;
-      }
-      for (const statement of decided.statements) this.exec(statement);
-      return decided;
-    } catch (e) {
-      if (began) {
-        try {
-          this.db.exec('ROLLBACK');
-        } catch {
-          // SQLite already rolled back (some errors end the transaction themselves).
-        }
-      }
-      throw storeError(e, what);
+    const { statement, reader } = this.prepare(statements[last]!.sql);
+    if (!reader) {
+      statement.run(...statements[last]!.params);
+      return [];
     }
+    return statement.all(...statements[last]!.params);
   }
 
-  private sliding(what: string, keys: string[], uses: number[], windows: number[], consume: boolean) {
-    const now = this.now();
-    const begin = () => {
-      try {
-        return consume
-          ? this.plans.beginConsume(randomUUID(), keys, uses, windows, now)
-          : this.plans.beginPeek(keys, uses, windows, now);
-      } catch (e) {
-        throw engineError(e, this.backend, uses, windows);
-      }
-    };
-    return this.call<{ verdict: number[]; statements: SqlStatement[]; release: SqlReleaseData | null }>(
-      what,
-      begin,
-      (rows) => this.plans.decide(rows),
-    );
-  }
-
-  /** Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait. */
-  override consume(key: string, limit: CooldownLimit): Verdict {
-    checkKey(key);
-    checkLimitShape(limit);
-    const { verdict } = this.sliding('consume', [key], [limit.uses], [limit.windowMs], true);
-    return verdict.length === 0 ? ALLOWED : refusal(verdict, false);
-  }
-
-  /** The verdict {@link consume} would give, recording nothing. */
-  peek(key: string, limit: CooldownLimit): Verdict {
-    checkKey(key);
-    checkLimitShape(limit);
-    const { verdict } = this.sliding('peek', [key], [limit.uses], [limit.windowMs], false);
-    return verdict.length === 0 ? ALLOWED : refusal(verdict, false);
-  }
-
-  /**
-   * Counts one call against every entry at once, all or nothing; a refusal names `blocked`, the entry
-   * with the longest wait. An allowed verdict carries `release()` (not enumerable), which gives back
-   * exactly this call, once.
-   */
-  override consumeMany(entries: readonly Entry[]): BatchVerdict {
-    const [keys, uses, windows] = columns(entries);
-    const { verdict, release } = this.sliding('consumeMany', keys, uses, windows, true);
-    if (verdict.length > 0) return refusal(verdict, true);
-    let pending = release ?? undefined;
-    return allowedWithRelease(() => {
-      if (pending === undefined) return;
-      const plan = JSON.parse(this.plans.planRelease(JSON.stringify(pending))) as SqlStatement;
-      pending = undefined;
-      try {
-        this.exec(plan);
-      } catch (e) {
-        throw storeError(e, 'release');
-      }
-    });
-  }
-
-  /** The verdict {@link consumeMany} would give, recording nothing. */
-  override peekMany(entries: readonly Entry[]): BatchVerdict {
-    const [keys, uses, windows] = columns(entries);
-    const { verdict } = this.sliding('peekMany', keys, uses, windows, false);
-    return verdict.length === 0 ? ALLOWED : refusal(verdict, true);
-  }
-
-  private window(op: string, key: string, decayMs = 1, amount = 0): number[] {
-    checkKey(key);
-    const now = this.now();
-    const begin = () => {
-      try {
-        return this.plans.beginWindow(op, key, decayMs, amount, now);
-      } catch (e) {
-        throw engineError(e, this.backend, [1], [decayMs]);
-      }
-    };
-    return this.call<{ window: number[]; statements: SqlStatement[] }>(op, begin, (rows) =>
-      this.plans.decideWindow(rows),
-    ).window;
-  }
-
-  /**
-   * Fixed window: adds `amount` hits to `key` (negative gives back) and returns the count. The first
-   * hit opens a window of `decayMs` ms; hits inside it do not move it.
-   */
-  hit(key: string, decayMs: number, amount = 1): number {
-    checkKey(key);
-    if (typeof decayMs !== 'number') throw typeError('decayMs must be a number', decayMs);
-    checkInteger('amount', amount);
-    return this.window('hit', key, decayMs, amount)[0] ?? 0;
-  }
-
-  /** Hits counted in `key`'s current window; 0 when it has none. */
-  attempts(key: string): number {
-    return this.window('get', key)[0] ?? 0;
-  }
-
-  /** Whether `key` has `max` or more hits in a window that still runs. */
-  tooManyAttempts(key: string, max: number): boolean {
-    checkKey(key);
-    checkInteger('max', max);
-    const w = this.window('get', key);
-    return w.length > 0 && w[0]! >= max;
-  }
-
-  /** `max` minus the hits in `key`'s current window, floored at 0. */
-  remaining(key: string, max: number): number {
-    checkKey(key);
-    checkInteger('max', max);
-    return Math.max(0, max - this.attempts(key));
-  }
-
-  /** Whole seconds until `key`'s window ends, rounded up; 0 when it has none. */
-  availableIn(key: string): number {
-    return this.window('get', key)[2] ?? 0;
-  }
-
-  /** Milliseconds until `key`'s window ends; 0 when it has none. */
-  availableInMs(key: string): number {
-    return this.window('get', key)[1] ?? 0;
-  }
-
-  /** Sets `key`'s count to zero, keeping its window running. */
-  resetAttempts(key: string): void {
-    this.window('reset', key);
-  }
-
-  /** Removes `key`'s count and window; its next hit opens a new window. */
-  clear(key: string): void {
-    checkKey(key);
-    try {
-      this.exec(JSON.parse(this.plans.planClear(key)) as SqlStatement);
-    } catch (e) {
-      throw storeError(e, 'clear');
-    }
+  private exec(s: SqlStatement): unknown {
+    const { statement, reader } = this.prepare(s.sql);
+    return reader ? statement.all(...s.params) : statement.run(...s.params);
   }
 
   /**
@@ -352,10 +175,10 @@ export class SqliteStore extends CooldownStore {
    * `setInterval(() => store.purge(), 3_600_000).unref()`.
    */
   purge(): SqlitePurgeResult {
-    const [calls, windows] = JSON.parse(this.plans.planPurge(this.now())) as [SqlStatement, SqlStatement];
+    const [calls, windows] = this.calls.purge(this.now());
     try {
       const changes = (s: SqlStatement) => Number((this.exec(s) as { changes?: number | bigint }).changes ?? 0);
-      return { calls: changes(calls), windows: changes(windows) };
+      return { calls: changes(calls!), windows: changes(windows!) };
     } catch (e) {
       throw storeError(e, 'purge');
     }

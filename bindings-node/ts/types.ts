@@ -40,6 +40,17 @@ export interface Verdict {
    * refusal in one wait. Absent when allowed (and from stores that cannot tell).
    */
   readonly retryTimestamp?: number;
+  /**
+   * The tightest entry's `uses` (the entry with the fewest uses left after the call; ties keep the
+   * first). The quota fields are given by the built-in stores; a store of your own may leave them out.
+   */
+  readonly limit?: number;
+  /** Uses that entry has left after this call. */
+  readonly remaining?: number;
+  /** Milliseconds until that entry gets a use back; 0 when none is used. */
+  readonly refillAfterMs?: number;
+  /** Milliseconds until that entry's window is empty; 0 when it is. */
+  readonly resetAfterMs?: number;
 }
 
 /** The answer to a batch: every entry at once. */
@@ -51,6 +62,24 @@ export interface BatchVerdict extends Verdict {
    * recorded. Idempotent. Not enumerable, so verdicts compare and serialise as data.
    */
   readonly release?: () => Awaitable<void>;
+}
+
+/** The answer to a fixed-window `hitWindow`: the count after the hit and when its window ends. */
+export interface HitResult {
+  /** Hits in the window after this one. */
+  readonly count: number;
+  /** Milliseconds until the window ends. */
+  readonly resetAfterMs: number;
+}
+
+/** The answer to a fixed-window `attempt`: one hit counted atomically while fewer than `max` were. */
+export interface AttemptResult {
+  /** Whether the hit was counted. */
+  readonly allowed: boolean;
+  /** Hits in the window after the call. */
+  readonly count: number;
+  /** Milliseconds until the window ends; 0 when none runs. */
+  readonly resetAfterMs: number;
 }
 
 /** A source of time in whole Unix milliseconds. The memory store reads `Date.now()` by default. */
