@@ -1,6 +1,6 @@
 //! Call machines: every store operation as a sans-I/O state machine, written once for every host.
 //!
-//! A host starts a [`Call`] with an [`Op`] on a store's planner ([`Redis`](crate::call::Redis),
+//! A host starts a [`Call`] with an [`Op`] on a store's planner ([`Redis`],
 //! [`Postgres`](crate::sql::Postgres), [`Sqlite`](crate::sql::Sqlite)), then loops:
 //!
 //! ```text
@@ -413,9 +413,12 @@ pub mod errors {
     }
 
     /// The cluster's `CROSSSLOT`: the keys span slots; the server refused before running anything.
+    /// redis-py's cluster client refuses before sending (`RedisClusterException: EVALSHA - all keys
+    /// must map to the same key slot`): nothing ran either.
     pub fn is_crossslot(message: &str) -> bool {
         message.contains("CROSSSLOT")
             || message.contains("CrossSlot")
             || message.contains("don't hash to the same slot")
+            || message.contains("must map to the same key slot")
     }
 }

@@ -7,12 +7,13 @@
 //! member is its own id). Every key written gets a `PEXPIRE` no longer than the longest window it was
 //! counted under; a peek writes nothing.
 //!
-//! The order of a call, for a host:
-//! 1. [`plan_consume_many`] (with a fresh random call id) → a [`Plan`] and a [`RedisRelease`];
-//! 2. run it: `EVALSHA plan.script.sha1` with `plan.keys` and `plan.args`, or `EVAL plan.script.source`
-//!    (send the source only when the server answers `NOSCRIPT`; never resend after any other error);
-//! 3. [`decode_batch`] the reply into a [`BatchVerdict`]; on an allowed one, keep the `RedisRelease` and
-//!    run [`plan_release`] if the call must be given back.
+//! Hosts do not sequence these themselves: [`crate::call::Redis`] starts a call machine that plans,
+//! resends on `NOSCRIPT`, counts key by key on `CROSSSLOT` and decodes, so every binding behaves alike.
+//! The plans and decoders below are its parts, public for tools and tests:
+//! [`plan_consume_many`] (with a fresh random call id) → a [`Plan`] and a [`RedisRelease`]; the host runs
+//! `EVALSHA plan.script.sha1` (or `EVAL plan.script.source`) with `plan.keys` and `plan.args`;
+//! [`decode_batch`] reads the reply into a [`BatchVerdict`](crate::BatchVerdict) and the index of its
+//! tightest entry.
 //!
 //! ```
 //! use ratewindow_core::{Entry, Limit};
