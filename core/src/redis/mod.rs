@@ -37,8 +37,8 @@ mod slot;
 
 pub(crate) use plan::sliding_plan;
 pub use plan::{
-    decode_attempt, decode_batch, decode_batch_of, decode_release, decode_window, plan_attempt,
-    plan_clear, plan_consume_many, plan_get_window, plan_hit, plan_peek_many, plan_release,
+    decode_attempt, decode_batch, decode_release, decode_window, plan_attempt, plan_clear,
+    plan_consume_many, plan_get_window, plan_hit, plan_peek_many, plan_release,
     plan_reset_attempts, EmptyCallId, HashTag, Plan, RedisOptions, RedisRelease, Script,
     WindowState, FIXED, SLIDING,
 };

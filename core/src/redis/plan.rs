@@ -406,11 +406,3 @@ pub fn decode_attempt(reply: &Reply) -> Result<(bool, Option<WindowState>), Repl
         _ => Err(err()),
     }
 }
-
-/// Interim, for bindings not yet driving [`crate::call::Call`]: [`decode_batch`] of a call of
-/// `entries` entries whose limits it does not know (the quota's `limit` is then unchecked).
-#[doc(hidden)]
-pub fn decode_batch_of(reply: &Reply, entries: usize) -> Result<BatchVerdict, ReplyError> {
-    let any = Limit::new(u32::MAX as u64, crate::MAX_WINDOW_MS).expect("the largest limit");
-    decode_batch(reply, &vec![any; entries]).map(|(verdict, _)| verdict)
-}
