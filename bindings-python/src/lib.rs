@@ -7,6 +7,7 @@
 //! `ratewindow.InternalError` (a `RateWindowError`).
 #![forbid(unsafe_code)]
 
+mod call;
 mod entry;
 mod errors;
 mod limit;
@@ -33,16 +34,14 @@ fn _ratewindow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<entry::Entry>()?;
     m.add_class::<verdict::Verdict>()?;
     m.add_class::<store::MemoryStore>()?;
-    m.add_class::<redis::RedisPlanner>()?;
-    m.add_function(wrap_pyfunction!(redis::redis_decode_batch, m)?)?;
-    m.add_function(wrap_pyfunction!(redis::redis_decode_single, m)?)?;
-    m.add_function(wrap_pyfunction!(redis::redis_decode_release, m)?)?;
-    m.add_function(wrap_pyfunction!(redis::redis_decode_window, m)?)?;
+    m.add_class::<verdict::HitResult>()?;
+    m.add_class::<verdict::AttemptResult>()?;
+    m.add_class::<verdict::PyReleaseToken>()?;
+    m.add_class::<call::Machine>()?;
+    m.add_class::<call::Call>()?;
+    m.add_class::<call::Script>()?;
+    m.add_class::<call::Sql>()?;
     m.add_function(wrap_pyfunction!(redis::redis_scripts, m)?)?;
-    m.add_class::<sql::PostgresPlanner>()?;
-    m.add_class::<sql::SqlitePlanner>()?;
-    m.add_class::<sql::PySqliteCall>()?;
-    m.add_class::<sql::PySqliteWindowCall>()?;
     m.add_function(wrap_pyfunction!(limit::check_window, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add("MAX_WINDOW_MS", ratewindow_core::MAX_WINDOW_MS)?;

@@ -12,7 +12,7 @@ use ratewindow_core::{Clock, Entry, SystemClock};
 
 use crate::errors::guard;
 use crate::limit::{hit_args, whole, Limit};
-use crate::verdict::Verdict;
+use crate::verdict::{AttemptResult, HitResult, Verdict};
 
 /// A handle on a store: the core store (shared with every verdict it gave) and this holder's own
 /// reference to the clock, so each Python object reports exactly the references it holds to the GC.
@@ -38,16 +38,21 @@ impl Shared {
     }
 
     pub(crate) fn now(&self, py: Python<'_>) -> PyResult<u64> {
-        match &self.clock {
-            None => Ok(SystemClock.now_ms()),
-            Some(clock) => {
-                let reading = clock.bind(py).call0()?;
-                reading.extract::<u64>().map_err(|_| {
-                    PyValueError::new_err(format!(
-                        "the clock must return whole Unix milliseconds as a non-negative int, got {reading:?}"
-                    ))
-                })
-            }
+        read_clock(py, self.clock.as_ref())
+    }
+}
+
+/// Reads `clock` (a callable returning Unix ms), or the system clock when there is none.
+pub(crate) fn read_clock(py: Python<'_>, clock: Option<&Py<PyAny>>) -> PyResult<u64> {
+    match clock {
+        None => Ok(SystemClock.now_ms()),
+        Some(clock) => {
+            let reading = clock.bind(py).call0()?;
+            reading.extract::<u64>().map_err(|_| {
+                PyValueError::new_err(format!(
+                    "the clock must return whole Unix milliseconds as a non-negative int, got {reading:?}"
+                ))
+            })
         }
     }
 }
@@ -192,6 +197,41 @@ impl MemoryStore {
             let (decay, amount) = hit_args(decay_ms, amount)?;
             let now = self.shared.now(py)?;
             Ok(self.shared.store.hit(key, decay, amount, now))
+        })
+    }
+
+    /// `hit`, answering the count and the milliseconds until the window ends together.
+    #[pyo3(signature = (key, decay_ms, amount = None))]
+    fn hit_window(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        decay_ms: &Bound<'_, PyAny>,
+        amount: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<HitResult> {
+        guard(|| {
+            let (decay, amount) = hit_args(decay_ms, amount)?;
+            let now = self.shared.now(py)?;
+            let (count, ms) = self.shared.store.hit_window(key, decay, amount, now);
+            Ok(HitResult::new(count, ms))
+        })
+    }
+
+    /// Atomically: one hit on `key` if it has fewer than `max` in its window (opening one of
+    /// `decay_ms` if none runs), else nothing.
+    fn attempt(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        max: &Bound<'_, PyAny>,
+        decay_ms: &Bound<'_, PyAny>,
+    ) -> PyResult<AttemptResult> {
+        guard(|| {
+            let max = whole("max", max)?;
+            let (decay, _) = hit_args(decay_ms, None)?;
+            let now = self.shared.now(py)?;
+            let (allowed, count, ms) = self.shared.store.attempt(key, max, decay, now);
+            Ok(AttemptResult::new(allowed, count, ms))
         })
     }
 

@@ -5,7 +5,8 @@ use std::sync::Mutex;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::PyTraverseError;
-use ratewindow_core::{BatchVerdict, Release};
+use ratewindow_core::call::ReleaseToken;
+use ratewindow_core::{BatchVerdict, Quota, Release};
 
 use crate::errors::guard;
 use crate::store::Shared;
@@ -18,19 +19,27 @@ enum Releaser {
     Native(Mutex<Option<(Shared, Release)>>),
     /// A Python store's release: a callable (which may return an awaitable, for asyncio stores).
     Python(Mutex<Option<Py<PyAny>>>),
+    /// A networked store's release: its `release(token)` callable and the call machine's token.
+    Token(Mutex<Option<(Py<PyAny>, ReleaseToken)>>),
 }
+
+/// What gives an allowed call back on a networked store: opaque, handed to the store's release.
+#[pyclass(frozen, module = "ratewindow._ratewindow", name = "ReleaseToken")]
+pub(crate) struct PyReleaseToken(pub(crate) ReleaseToken);
 
 /// What a call gets back: whether it is allowed and, if not, for how long.
 ///
 /// `retry_after_ms` is 0 and `retry_timestamp` `None` when allowed; a refusal has `retry_after_ms >= 1`
 /// and `retry_timestamp` the time (ms, store clock) the next call is allowed. `blocked` is the index of
-/// the batch entry with the longest wait (`None` when allowed or not a batch).
+/// the batch entry with the longest wait (`None` when allowed or not a batch). The quota (`limit`,
+/// `remaining`, `refill_after_ms`, `reset_after_ms`) is the tightest entry's, after the call.
 #[pyclass(frozen, module = "ratewindow._ratewindow", name = "Verdict")]
 pub(crate) struct Verdict {
     allowed: bool,
     retry_after_ms: u64,
     retry_timestamp: Option<u64>,
     blocked: Option<usize>,
+    quota: Quota,
     releaser: Releaser,
 }
 
@@ -41,7 +50,27 @@ impl Verdict {
             retry_after_ms: v.retry_after_ms,
             retry_timestamp: v.retry_timestamp,
             blocked: None,
+            quota: v.quota,
             releaser: Releaser::Nothing,
+        }
+    }
+
+    /// A networked store's verdict: `single` drops `blocked`; an allowed consume keeps its token.
+    pub(crate) fn called(
+        v: BatchVerdict,
+        single: bool,
+        release: Option<(Py<PyAny>, ReleaseToken)>,
+    ) -> Verdict {
+        Verdict {
+            allowed: v.allowed,
+            retry_after_ms: v.retry_after_ms,
+            retry_timestamp: v.retry_timestamp,
+            blocked: if single { None } else { v.blocked },
+            quota: v.quota,
+            releaser: match release {
+                Some(r) => Releaser::Token(Mutex::new(Some(r))),
+                None => Releaser::Nothing,
+            },
         }
     }
 
@@ -51,6 +80,7 @@ impl Verdict {
             retry_after_ms: v.retry_after_ms,
             retry_timestamp: v.retry_timestamp,
             blocked: v.blocked,
+            quota: v.quota,
             releaser: match release {
                 Some(r) => Releaser::Native(Mutex::new(Some(r))),
                 None => Releaser::Nothing,
@@ -58,12 +88,13 @@ impl Verdict {
         }
     }
 
-    fn key(&self) -> (bool, u64, Option<u64>, Option<usize>) {
+    fn key(&self) -> (bool, u64, Option<u64>, Option<usize>, Quota) {
         (
             self.allowed,
             self.retry_after_ms,
             self.retry_timestamp,
             self.blocked,
+            self.quota,
         )
     }
 }
@@ -80,19 +111,33 @@ fn is_some<T>(slot: &Mutex<Option<T>>) -> bool {
 #[pymethods]
 impl Verdict {
     #[new]
-    #[pyo3(signature = (allowed, retry_after_ms = 0, retry_timestamp = None, blocked = None, *, release = None))]
+    #[pyo3(signature = (
+        allowed, retry_after_ms = 0, retry_timestamp = None, blocked = None, *, release = None,
+        limit = 0, remaining = 0, refill_after_ms = 0, reset_after_ms = 0
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         allowed: bool,
         retry_after_ms: u64,
         retry_timestamp: Option<u64>,
         blocked: Option<usize>,
         release: Option<Py<PyAny>>,
+        limit: u32,
+        remaining: u32,
+        refill_after_ms: u64,
+        reset_after_ms: u64,
     ) -> Verdict {
         Verdict {
             allowed,
             retry_after_ms,
             retry_timestamp,
             blocked,
+            quota: Quota {
+                limit,
+                remaining,
+                refill_after_ms,
+                reset_after_ms,
+            },
             releaser: match release {
                 Some(f) => Releaser::Python(Mutex::new(Some(f))),
                 None => Releaser::Nothing,
@@ -130,6 +175,30 @@ impl Verdict {
         self.blocked
     }
 
+    /// The tightest entry's `uses` (0 for an empty batch or a store that cannot tell).
+    #[getter]
+    fn limit(&self) -> u32 {
+        self.quota.limit
+    }
+
+    /// Uses the tightest entry has left after this call.
+    #[getter]
+    fn remaining(&self) -> u32 {
+        self.quota.remaining
+    }
+
+    /// Milliseconds until the tightest entry gets a use back; 0 when none is used.
+    #[getter]
+    fn refill_after_ms(&self) -> u64 {
+        self.quota.refill_after_ms
+    }
+
+    /// Milliseconds until the tightest entry's window is empty; 0 when it is.
+    #[getter]
+    fn reset_after_ms(&self) -> u64 {
+        self.quota.reset_after_ms
+    }
+
     /// Whether `release()` would still give a call back.
     #[getter]
     fn releasable(&self) -> bool {
@@ -137,6 +206,7 @@ impl Verdict {
             Releaser::Nothing => false,
             Releaser::Native(slot) => is_some(slot),
             Releaser::Python(slot) => is_some(slot),
+            Releaser::Token(slot) => is_some(slot),
         }
     }
 
@@ -156,6 +226,10 @@ impl Verdict {
                 Some(f) => Ok(f.bind(py).call0()?.unbind()),
                 None => Ok(py.None()),
             },
+            Releaser::Token(slot) => match take(slot) {
+                Some((f, token)) => Ok(f.bind(py).call1((PyReleaseToken(token),))?.unbind()),
+                None => Ok(py.None()),
+            },
         })
     }
 
@@ -171,6 +245,10 @@ impl Verdict {
             },
             Releaser::Python(slot) => match slot.try_lock() {
                 Ok(held) => visit.call(held.as_ref()),
+                Err(_) => Ok(()),
+            },
+            Releaser::Token(slot) => match slot.try_lock() {
+                Ok(held) => visit.call(held.as_ref().map(|(f, _)| f)),
                 Err(_) => Ok(()),
             },
         }
@@ -191,11 +269,85 @@ impl Verdict {
     fn __repr__(&self) -> String {
         let opt = |v: Option<String>| v.unwrap_or_else(|| "None".to_owned());
         format!(
-            "Verdict(allowed={}, retry_after_ms={}, retry_timestamp={}, blocked={})",
+            "Verdict(allowed={}, retry_after_ms={}, retry_timestamp={}, blocked={}, limit={}, \
+             remaining={}, refill_after_ms={}, reset_after_ms={})",
             if self.allowed { "True" } else { "False" },
             self.retry_after_ms,
             opt(self.retry_timestamp.map(|v| v.to_string())),
             opt(self.blocked.map(|v| v.to_string())),
+            self.quota.limit,
+            self.quota.remaining,
+            self.quota.refill_after_ms,
+            self.quota.reset_after_ms,
+        )
+    }
+}
+
+/// A fixed-window hit's answer: the count after it and the milliseconds until its window ends.
+#[pyclass(frozen, eq, module = "ratewindow._ratewindow", name = "HitResult")]
+#[derive(PartialEq)]
+pub(crate) struct HitResult {
+    /// Hits in the window after this one.
+    #[pyo3(get)]
+    count: i64,
+    /// Milliseconds until the window ends.
+    #[pyo3(get)]
+    reset_after_ms: u64,
+}
+
+impl HitResult {
+    pub(crate) fn new(count: i64, reset_after_ms: u64) -> HitResult {
+        HitResult {
+            count,
+            reset_after_ms,
+        }
+    }
+}
+
+#[pymethods]
+impl HitResult {
+    fn __repr__(&self) -> String {
+        format!(
+            "HitResult(count={}, reset_after_ms={})",
+            self.count, self.reset_after_ms
+        )
+    }
+}
+
+/// A fixed-window `attempt`'s answer: whether the hit was counted (the key had fewer than `max`), the
+/// count after the call, and the milliseconds until the window ends (0 when none runs).
+#[pyclass(frozen, eq, module = "ratewindow._ratewindow", name = "AttemptResult")]
+#[derive(PartialEq)]
+pub(crate) struct AttemptResult {
+    /// Whether the hit was counted.
+    #[pyo3(get)]
+    allowed: bool,
+    /// Hits in the window after the call.
+    #[pyo3(get)]
+    count: i64,
+    /// Milliseconds until the window ends; 0 when none runs.
+    #[pyo3(get)]
+    reset_after_ms: u64,
+}
+
+impl AttemptResult {
+    pub(crate) fn new(allowed: bool, count: i64, reset_after_ms: u64) -> AttemptResult {
+        AttemptResult {
+            allowed,
+            count,
+            reset_after_ms,
+        }
+    }
+}
+
+#[pymethods]
+impl AttemptResult {
+    fn __repr__(&self) -> String {
+        format!(
+            "AttemptResult(allowed={}, count={}, reset_after_ms={})",
+            if self.allowed { "True" } else { "False" },
+            self.count,
+            self.reset_after_ms
         )
     }
 }

@@ -23,13 +23,14 @@ def connect(*, autocommit: bool = True) -> psycopg.Connection[tuple[object, ...]
 
 
 def drop_schema(prefix: str) -> None:
-    """Drops what a store's schema created under ``prefix``."""
+    """Drops what a store's schema created under ``prefix``: its tables and every function."""
     with connect() as conn:
-        conn.execute(
-            f"DROP TABLE IF EXISTS {prefix}_calls, {prefix}_windows; "
-            f"DROP FUNCTION IF EXISTS {prefix}_consume(text, text, text[], bigint[], bigint[]); "
-            f"DROP FUNCTION IF EXISTS {prefix}_window(text, text, bigint, bigint)".encode()
-        )
+        conn.execute(f"DROP TABLE IF EXISTS {prefix}_calls, {prefix}_windows".encode())
+        functions = conn.execute(
+            "SELECT oid::regprocedure::text FROM pg_proc WHERE proname LIKE %s", [f"{prefix}\\_%"]
+        ).fetchall()
+        for (function,) in functions:
+            conn.execute(f"DROP FUNCTION IF EXISTS {function}".encode())
 
 
 def pg_rows(prefix: str, table: str = "calls") -> list[tuple[object, ...]]:

@@ -17,12 +17,12 @@ def test_sliding_window_on_manual_clock() -> None:
     clock = ManualClock(1_000)
     store = MemoryStore(clock)
     limit = Limit(2, 1_000)
-    assert store.consume("a", limit) == Verdict(True)
+    assert store.consume("a", limit) == Verdict(True, limit=2, remaining=1, refill_after_ms=1_000, reset_after_ms=1_000)
     clock.advance(100)
     assert store.consume("a", limit).allowed
     clock.advance(100)
     refused = store.consume("a", limit)
-    assert refused == Verdict(False, 800, 2_000)
+    assert refused == Verdict(False, 800, 2_000, limit=2, refill_after_ms=800, reset_after_ms=900)
     assert store.peek("a", limit) == refused
     clock.set(2_000)
     assert store.consume("a", limit).allowed
@@ -36,13 +36,14 @@ def test_batch_release_is_idempotent() -> None:
     verdict = store.consume_many(entries)
     assert verdict.allowed and verdict.releasable and verdict.blocked is None
     refused = store.consume_many(entries)
-    assert refused == Verdict(False, 1_000, 1_000, 0) and not refused.releasable
+    assert refused == Verdict(False, 1_000, 1_000, 0, limit=1, refill_after_ms=1_000, reset_after_ms=1_000)
+    assert not refused.releasable
     assert refused.release() is None
     verdict.release()
     verdict.release()
     assert not verdict.releasable
     assert store.consume_many(entries).allowed
-    assert store.peek_many(entries) == Verdict(False, 1_000, 1_000, 0)
+    assert store.peek_many(entries).blocked == 0 and store.peek_many(entries).retry_after_ms == 1_000
 
 
 def test_clock_is_the_host_clock_by_default() -> None:
@@ -146,7 +147,11 @@ def test_python_release_callable() -> None:
     verdict.release()
     verdict.release()
     assert calls == [1]
-    assert repr(Verdict(False, 5, 10, 1)) == "Verdict(allowed=False, retry_after_ms=5, retry_timestamp=10, blocked=1)"
+    assert repr(Verdict(False, 5, 10, 1)) == (
+        "Verdict(allowed=False, retry_after_ms=5, retry_timestamp=10, blocked=1, limit=0, remaining=0,"
+        " refill_after_ms=0, reset_after_ms=0)"
+    )
+    assert Verdict(True, limit=3) != Verdict(True, limit=4)
     assert hash(Verdict(False, 5, 10, 1)) == hash(Verdict(False, 5, 10, 1))
     assert Verdict(True) != Verdict(False, 1, 2)
     assert Verdict(True) != "Verdict"

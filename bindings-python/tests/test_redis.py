@@ -359,26 +359,27 @@ def test_async_cluster_release_and_peek_across_slots() -> None:
 
 def test_replies_of_the_wrong_shape_are_typed_errors_never_verdicts() -> None:
     hostile: list[object] = [
-        [1, 2], "OK", None, b"\xff", [1, 0, -1, -1], [0, 0, 5, 0, 1], [1.5, 0, -1, -1, 1], [0, 10, 20, 3, 10],
-        [2**70, 0, -1, -1, 1], [1, 0, -1, -1, {"time": 1}], [1, 0, -1, -1, redis.ResponseError("ERR inside")],
-        (1, 0, -1, -1, 1),
+        [1, 2], "OK", None, b"\xff", [1, 0, -1, -1], [1.5, 0, -1, -1, 1, 0, 2, 1, 1],
+        [2**70, 0, -1, -1, 1, 0, 2, 1, 1], [1, 0, -1, -1, {"time": 1}, 0, 2, 1, 1],
+        [1, 0, -1, -1, redis.ResponseError("ERR inside"), 0, 2, 1, 1], [[[[[[1]]]]]],
     ]
-    assert _ratewindow.redis_decode_batch(hostile.pop(), 2).allowed, "a tuple is an array reply"
+    reply: list[object] = []
+    store = RedisStore.using(lambda script, keys, args: reply[0])
+    entries = [Entry("a", Limit(3, 1000)), Entry("b", Limit(3, 1000))]
     for bad in hostile:
+        reply[:] = [bad]
         with pytest.raises(StoreReplyError) as caught:
-            _ratewindow.redis_decode_batch(bad, 2)
+            store.consume_many(entries)
         assert caught.value.expected and caught.value.got, caught.value
-    assert _ratewindow.redis_decode_batch([b"0", b"7", b"17", b"1", b"10"], 2).blocked == 1, "bytes as ints"
-    assert _ratewindow.redis_decode_window(["3", "250"]) == (3, 250)
-    assert _ratewindow.redis_decode_window([0, 0]) is None
-    with pytest.raises(StoreReplyError):
-        _ratewindow.redis_decode_window([3, -1])
-    with pytest.raises(StoreReplyError):
-        _ratewindow.redis_decode_release([[[[[[1]]]]]])
+        if bad != [1, 2]:  # a window of one hit and 2 ms to the fixed script
+            with pytest.raises(StoreReplyError):
+                store.attempts("k")
+    reply[:] = [(1, 0, -1, -1, 1000, 0, 2, 1000, 1000)]
+    assert store.consume("a", Limit(3, 1000)).remaining == 2, "a tuple is an array reply"
+    reply[:] = [[b"3", b"250"]]
+    assert store.hit_window("k", 1000) == store.hit_window("k", 1000) and store.attempts("k") == 3, "bytes as ints"
     with pytest.raises(ValueError):
-        _ratewindow.RedisPlanner(hash_tag="")
-    with pytest.raises(ValueError):
-        _ratewindow.RedisPlanner().consume("k", Limit(1, 1000), "")
+        RedisStore.using(lambda script, keys, args: None, hash_tag="")
 
 
 def test_the_sha1_is_what_the_server_computes(client: redis.Redis) -> None:

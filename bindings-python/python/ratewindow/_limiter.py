@@ -110,10 +110,13 @@ class RateLimiter(_Registry[Callable[..., Limits]]):
 
         Returns the callback's value, or ``True`` if it returned ``None``.
         """
-        if self.too_many_attempts(key, max_attempts):
+        try:  # one atomic step: a hit is counted only below the maximum, so `max_attempts` callbacks run
+            counted = self.store.attempt(key, _whole("max_attempts", max_attempts), _decay_ms(decay_seconds))
+        except InvalidLimitError as error:
+            raise _decay_refused(error, decay_seconds) from None
+        if not counted.allowed:
             return False
         result = callback()
-        self.hit(key, decay_seconds)
         return True if result is None else result
 
     def too_many_attempts(self, key: str, max_attempts: int) -> bool:
@@ -200,12 +203,15 @@ class AsyncRateLimiter(_Registry[Callable[..., Limits | Awaitable[Limits]]]):
         self, key: str, max_attempts: int, callback: Callable[[], Any], decay_seconds: Number = 60
     ) -> Any:
         """See :meth:`RateLimiter.attempt`; an awaitable result is awaited."""
-        if await self.too_many_attempts(key, max_attempts):
+        try:  # one atomic step: a hit is counted only below the maximum, so `max_attempts` callbacks run
+            counted = await self.store.attempt(key, _whole("max_attempts", max_attempts), _decay_ms(decay_seconds))
+        except InvalidLimitError as error:
+            raise _decay_refused(error, decay_seconds) from None
+        if not counted.allowed:
             return False
         result = callback()
         if inspect.isawaitable(result):
             result = await result
-        await self.hit(key, decay_seconds)
         return True if result is None else result
 
     async def too_many_attempts(self, key: str, max_attempts: int) -> bool:

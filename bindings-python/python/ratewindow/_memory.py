@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 
 from . import _ratewindow
 from ._limits import Entry, Limit
-from ._store import AsyncCooldownStore, CooldownStore, Verdict
+from ._store import AsyncCooldownStore, AttemptResult, CooldownStore, HitResult, Verdict
 
 __all__ = ["MemoryStore", "AsyncMemoryStore"]
 
@@ -59,6 +59,14 @@ class MemoryStore(CooldownStore):
     def hit(self, key: str, decay_ms: int | float, amount: int = 1) -> int:
         """Adds ``amount`` hits to ``key``'s window (opened by the first hit, lasting ``decay_ms``)."""
         return self._native.hit(key, decay_ms, amount)
+
+    def hit_window(self, key: str, decay_ms: int | float, amount: int = 1) -> HitResult:
+        """:meth:`hit`, answering the count and the ms until the window ends together."""
+        return self._native.hit_window(key, decay_ms, amount)
+
+    def attempt(self, key: str, max: int, decay_ms: int | float) -> AttemptResult:
+        """Atomically: one hit on ``key`` if it has fewer than ``max`` in its window, else nothing."""
+        return self._native.attempt(key, max, decay_ms)
 
     def attempts(self, key: str) -> int:
         """Hits in ``key``'s current window; 0 when none runs."""
@@ -139,6 +147,14 @@ class AsyncMemoryStore(AsyncCooldownStore):
     async def hit(self, key: str, decay_ms: int | float, amount: int = 1) -> int:
         """See :meth:`MemoryStore.hit`."""
         return self.sync.hit(key, decay_ms, amount)
+
+    async def hit_window(self, key: str, decay_ms: int | float, amount: int = 1) -> HitResult:
+        """See :meth:`MemoryStore.hit_window`."""
+        return self.sync.hit_window(key, decay_ms, amount)
+
+    async def attempt(self, key: str, max: int, decay_ms: int | float) -> AttemptResult:
+        """See :meth:`MemoryStore.attempt`."""
+        return self.sync.attempt(key, max, decay_ms)
 
     async def attempts(self, key: str) -> int:
         """See :meth:`MemoryStore.attempts`."""

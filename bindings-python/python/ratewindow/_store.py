@@ -8,12 +8,12 @@ expire**. Implement :meth:`CooldownStore.consume` alone and the defaults give th
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from . import _ratewindow
 from ._limits import Entry, Limit
-from ._sansio import Op, run_async, run_sync
+from ._sansio import Command, Op, drive, run_async, run_call_async, run_sync
 
 __all__ = [
     "CooldownStore",
@@ -21,10 +21,17 @@ __all__ = [
     "FixedWindowStore",
     "AsyncFixedWindowStore",
     "Verdict",
+    "HitResult",
+    "AttemptResult",
 ]
 
 Verdict = _ratewindow.Verdict
 """What a call gets back (re-exported from the native module)."""
+HitResult = _ratewindow.HitResult
+"""A fixed-window hit's count and the milliseconds until its window ends."""
+AttemptResult = _ratewindow.AttemptResult
+"""An ``attempt``'s answer: whether the hit was counted, the count, the ms until the window ends."""
+T = TypeVar("T")
 
 _ALLOWED = Verdict(True)
 
@@ -106,6 +113,10 @@ class FixedWindowStore(Protocol):
         """Adds ``amount`` hits (negative gives back) and returns the count."""
         ...
 
+    def attempt(self, key: str, max: int, decay_ms: int | float) -> AttemptResult:
+        """Atomically: one hit if fewer than ``max`` are counted (opening a window of ``decay_ms``)."""
+        ...
+
     def attempts(self, key: str) -> int:
         """Hits in the current window; 0 when none runs."""
         ...
@@ -143,6 +154,10 @@ class AsyncFixedWindowStore(Protocol):
         """Adds ``amount`` hits (negative gives back) and returns the count."""
         ...
 
+    async def attempt(self, key: str, max: int, decay_ms: int | float) -> AttemptResult:
+        """Atomically: one hit if fewer than ``max`` are counted (opening a window of ``decay_ms``)."""
+        ...
+
     async def attempts(self, key: str) -> int:
         """Hits in the current window; 0 when none runs."""
         ...
@@ -174,3 +189,159 @@ class AsyncFixedWindowStore(Protocol):
 
 Clock = Callable[[], int]
 """A clock: returns the current time in whole Unix milliseconds."""
+
+
+class CallStore(CooldownStore):
+    """Every operation of a store whose calls the core's machines make (Redis, PostgreSQL, SQLite),
+    driven by a blocking ``_execute(command)``: a subclass gives the machine and the executor."""
+
+    __slots__ = ("_machine", "_execute")
+    _machine: _ratewindow.Machine
+    _execute: Callable[[Command], Any]
+
+    def _run(self, call: _ratewindow.Call[T]) -> T:
+        return run_sync(drive(call), self._execute)
+
+    def _release(self, token: _ratewindow.ReleaseToken) -> None:
+        self._run(self._machine.release(token))
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix (Redis) or the name prefix of the tables (SQL)."""
+        return self._machine.prefix
+
+    # Sliding window (cooldowns).
+    def consume(self, key: str, limit: Limit) -> Verdict:
+        """Counts one call to ``key`` under ``limit`` in one step: allowed and recorded, or refused with
+        the wait. An allowed verdict's ``release()`` gives this call back."""
+        return self._run(self._machine.consume(key, limit))
+
+    def peek(self, key: str, limit: Limit) -> Verdict:
+        """The verdict :meth:`consume` would give, recording nothing."""
+        return self._run(self._machine.peek(key, limit))
+
+    def consume_many(self, entries: Iterable[Entry]) -> Verdict:
+        """Counts one call against every entry, all or nothing; a refusal names ``blocked``, the entry
+        with the longest wait. An allowed verdict's ``release()`` gives exactly this call back (once)."""
+        return self._run(self._machine.consume_many(entries))
+
+    def peek_many(self, entries: Iterable[Entry]) -> Verdict:
+        """The verdict :meth:`consume_many` would give, recording nothing."""
+        return self._run(self._machine.peek_many(entries))
+
+    # Fixed window (rate limiter), in milliseconds.
+    def hit(self, key: str, decay_ms: int | float, amount: int = 1) -> int:
+        """Adds ``amount`` hits to ``key``'s window (opened by the first hit, lasting ``decay_ms``)."""
+        return self._run(self._machine.hit(key, decay_ms, amount))
+
+    def hit_window(self, key: str, decay_ms: int | float, amount: int = 1) -> HitResult:
+        """:meth:`hit`, answering the count and the ms until the window ends together."""
+        return self._run(self._machine.hit_window(key, decay_ms, amount))
+
+    def attempt(self, key: str, max: int, decay_ms: int | float) -> AttemptResult:
+        """Atomically: one hit on ``key`` if it has fewer than ``max`` in its window, else nothing."""
+        return self._run(self._machine.attempt(key, max, decay_ms))
+
+    def attempts(self, key: str) -> int:
+        """Hits in ``key``'s current window; 0 when none runs."""
+        return self._run(self._machine.attempts(key))
+
+    def too_many_attempts(self, key: str, max: int) -> bool:
+        """Whether ``key`` has ``max`` or more hits in a window that still runs."""
+        return self._run(self._machine.too_many_attempts(key, max))
+
+    def remaining(self, key: str, max: int) -> int:
+        """``max`` minus the hits in ``key``'s window, floored at 0."""
+        return self._run(self._machine.remaining(key, max))
+
+    def available_in(self, key: str) -> int:
+        """Whole seconds until ``key``'s window ends, rounded up; 0 when none runs."""
+        return self._run(self._machine.available_in(key))
+
+    def available_in_ms(self, key: str) -> int:
+        """Milliseconds until ``key``'s window ends; 0 when none runs."""
+        return self._run(self._machine.available_in_ms(key))
+
+    def reset_attempts(self, key: str) -> None:
+        """Sets ``key``'s count to zero, keeping its window running."""
+        self._run(self._machine.reset_attempts(key))
+
+    def clear(self, key: str) -> None:
+        """Removes ``key``'s count and window."""
+        self._run(self._machine.clear(key))
+
+
+class AsyncCallStore(AsyncCooldownStore):
+    """:class:`CallStore` for asyncio code: the same calls, driven by an awaitable ``_execute``. An
+    allowed verdict's ``release()`` returns a coroutine."""
+
+    __slots__ = ("_machine", "_execute")
+    _machine: _ratewindow.Machine
+    _execute: Callable[[Command], Awaitable[Any]]
+
+    async def _run(self, call: _ratewindow.Call[T]) -> T:
+        return await run_call_async(call, self._execute)
+
+    def _release(self, token: _ratewindow.ReleaseToken) -> Awaitable[None]:
+        return self._run(self._machine.release(token))
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix (Redis) or the name prefix of the tables (SQL)."""
+        return self._machine.prefix
+
+    async def consume(self, key: str, limit: Limit) -> Verdict:
+        """See :meth:`CallStore.consume`."""
+        return await self._run(self._machine.consume(key, limit))
+
+    async def peek(self, key: str, limit: Limit) -> Verdict:
+        """See :meth:`CallStore.peek`."""
+        return await self._run(self._machine.peek(key, limit))
+
+    async def consume_many(self, entries: Iterable[Entry]) -> Verdict:
+        """See :meth:`CallStore.consume_many`; ``release()`` returns a coroutine."""
+        return await self._run(self._machine.consume_many(entries))
+
+    async def peek_many(self, entries: Iterable[Entry]) -> Verdict:
+        """See :meth:`CallStore.peek_many`."""
+        return await self._run(self._machine.peek_many(entries))
+
+    async def hit(self, key: str, decay_ms: int | float, amount: int = 1) -> int:
+        """See :meth:`CallStore.hit`."""
+        return await self._run(self._machine.hit(key, decay_ms, amount))
+
+    async def hit_window(self, key: str, decay_ms: int | float, amount: int = 1) -> HitResult:
+        """See :meth:`CallStore.hit_window`."""
+        return await self._run(self._machine.hit_window(key, decay_ms, amount))
+
+    async def attempt(self, key: str, max: int, decay_ms: int | float) -> AttemptResult:
+        """See :meth:`CallStore.attempt`."""
+        return await self._run(self._machine.attempt(key, max, decay_ms))
+
+    async def attempts(self, key: str) -> int:
+        """See :meth:`CallStore.attempts`."""
+        return await self._run(self._machine.attempts(key))
+
+    async def too_many_attempts(self, key: str, max: int) -> bool:
+        """See :meth:`CallStore.too_many_attempts`."""
+        return await self._run(self._machine.too_many_attempts(key, max))
+
+    async def remaining(self, key: str, max: int) -> int:
+        """See :meth:`CallStore.remaining`."""
+        return await self._run(self._machine.remaining(key, max))
+
+    async def available_in(self, key: str) -> int:
+        """See :meth:`CallStore.available_in`."""
+        return await self._run(self._machine.available_in(key))
+
+    async def available_in_ms(self, key: str) -> int:
+        """See :meth:`CallStore.available_in_ms`."""
+        return await self._run(self._machine.available_in_ms(key))
+
+    async def reset_attempts(self, key: str) -> None:
+        """See :meth:`CallStore.reset_attempts`."""
+        await self._run(self._machine.reset_attempts(key))
+
+    async def clear(self, key: str) -> None:
+        """See :meth:`CallStore.clear`."""
+        await self._run(self._machine.clear(key))

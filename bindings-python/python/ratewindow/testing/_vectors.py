@@ -51,7 +51,15 @@ def _limit(spec: Mapping[str, Any]) -> Limit:
 
 
 def _single(v: Verdict) -> dict[str, Any]:
-    return {"allowed": v.allowed, "retry_after_ms": v.retry_after_ms, "retry_timestamp": v.retry_timestamp}
+    return {
+        "allowed": v.allowed,
+        "retry_after_ms": v.retry_after_ms,
+        "retry_timestamp": v.retry_timestamp,
+        "limit": v.limit,
+        "remaining": v.remaining,
+        "refill_after_ms": v.refill_after_ms,
+        "reset_after_ms": v.reset_after_ms,
+    }
 
 
 def _batch(v: Verdict) -> dict[str, Any]:
@@ -79,6 +87,12 @@ def _apply(store: MemoryStore, op: Mapping[str, Any], consumed: dict[Any, Verdic
         return None
     if kind == "hit":
         return store.hit(op["key"], op["decay_ms"], op["amount"])
+    if kind == "hit_window":
+        hit = store.hit_window(op["key"], op["decay_ms"], op["amount"])
+        return {"count": hit.count, "reset_after_ms": hit.reset_after_ms}
+    if kind == "attempt":
+        attempt = store.attempt(op["key"], op["max"], op["decay_ms"])
+        return {"allowed": attempt.allowed, "count": attempt.count, "reset_after_ms": attempt.reset_after_ms}
     if kind == "attempts":
         return store.attempts(op["key"])
     if kind == "too_many_attempts":
