@@ -9,8 +9,11 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIST="$ROOT/bindings-wasm/component/dist"
-# Size budget: 150 KB for each world (the hosted one carries the Redis store too: 135 KB).
-budget() { echo $((150 * 1024)); }
+# Size budgets: 150 KB for the engine world (92 KB), 240 KB for the hosted one (224 KB), which carries the
+# core's call machines: the Redis machine with its Cluster fallback, and, linked in because `Call` holds
+# either kind of machine, the SQL machines (~25 KB the component never runs; a `sql` cargo feature in
+# the core would drop them).
+budget() { if [ "$1" = hosted ]; then echo $((240 * 1024)); else echo $((150 * 1024)); fi; }
 JCO="$ROOT/bindings-wasm/node_modules/.bin/jco"
 
 eval "$("$ROOT/scripts/wasm-toolchain.sh" env)"
@@ -57,16 +60,16 @@ PY
   wit="$("$JCO" wit "$out")"
   # The world read back from the binary: exports as declared; hosted imports the clock and store-io.
   for export in types errors limits memory; do
-    grep -q "export ratewindow:engine/$export@0.1.0;" <<<"$wit" || { echo "$out: missing export $export" >&2; exit 1; }
+    grep -q "export ratewindow:engine/$export@0.2.0;" <<<"$wit" || { echo "$out: missing export $export" >&2; exit 1; }
   done
   imports="$(grep -E '^\s*import ' <<<"$wit" | tr -d ' ' || true)"
   if [ "$world" = engine ]; then
     [ -z "$imports" ] || { echo "$out: the engine world must import nothing, got: $imports" >&2; exit 1; }
   else
     for export in clocked-memory redis; do
-      grep -q "export ratewindow:engine/$export@0.1.0;" <<<"$wit" || { echo "$out: missing export $export" >&2; exit 1; }
+      grep -q "export ratewindow:engine/$export@0.2.0;" <<<"$wit" || { echo "$out: missing export $export" >&2; exit 1; }
     done
-    [ "$imports" = "$(printf 'importratewindow:engine/clock@0.1.0;\nimportratewindow:engine/store-io@0.1.0;')" ] \
+    [ "$imports" = "$(printf 'importratewindow:engine/clock@0.2.0;\nimportratewindow:engine/store-io@0.2.0;')" ] \
       || { echo "$out: unexpected imports: $imports" >&2; exit 1; }
   fi
   size=$(stat -c %s "$out")

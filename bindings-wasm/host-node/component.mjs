@@ -9,6 +9,8 @@ import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
+/** The version of the WIT package `ratewindow:engine` (wit/*.wit). */
+export const WIT_VERSION = '0.2.0';
 /** Where scripts/test-wasm-component.sh puts the transpiled components. */
 export const JCO_DIR = process.env.RATEWINDOW_JCO_DIR ?? path.join(here, '..', 'component', 'dist', 'jco');
 
@@ -33,12 +35,22 @@ export async function loadHosted() {
       return host.clockMs;
     },
   };
-  // `store-io`: this host has no Redis or SQL client, so the Redis store's scripts fail with this
-  // message (the component's `store-failed`); call ids come from crypto.getRandomValues.
+  // `store-io`: the Redis store's scripts go to `host.runner(script, sha1, keys, args)`, the host's
+  // client: it returns the reply (a `reply` variant) or throws, and the error's message goes back to the
+  // component's call machine as it is (the machine classifies it; this host never does). Without a
+  // runner, scripts fail with `host.noClient`. Give-backs that failed are collected in
+  // `host.giveBackFailures`; call ids come from crypto.getRandomValues.
   host.noClient = 'this host has no Redis client';
+  host.runner = null;
+  host.giveBackFailures = [];
   const storeIo = {
-    runScript(_script, _sha1, _keys, _args) {
-      return { tag: 'err', val: host.noClient };
+    runScript(script, sha1, keys, args) {
+      if (!host.runner) return { tag: 'err', val: host.noClient };
+      try {
+        return { tag: 'ok', val: host.runner(script, sha1, keys, args) };
+      } catch (e) {
+        return { tag: 'err', val: e instanceof Error ? e.message : String(e) };
+      }
     },
     query(_statements) {
       return { tag: 'err', val: 'this host has no SQL client' };
@@ -46,13 +58,16 @@ export async function loadHosted() {
     randomBytes(n) {
       return crypto.getRandomValues(new Uint8Array(n));
     },
+    giveBackFailed(failure) {
+      host.giveBackFailures.push(failure);
+    },
   };
   // jco's generated code looks the interface up without its version; its typings name it with one.
   const exports = await load('hosted', {
     'ratewindow:engine/clock': clock,
-    'ratewindow:engine/clock@0.1.0': clock,
+    [`ratewindow:engine/clock@${WIT_VERSION}`]: clock,
     'ratewindow:engine/store-io': storeIo,
-    'ratewindow:engine/store-io@0.1.0': storeIo,
+    [`ratewindow:engine/store-io@${WIT_VERSION}`]: storeIo,
   });
   return { exports, host };
 }
@@ -72,6 +87,23 @@ export function s64(n) {
   if (v < S64_MIN || v > S64_MAX) throw new RangeError(`expected ${S64_MIN} to ${S64_MAX}, got ${n}`);
   return v;
 }
+
+/** A BigInt from the component as a JSON number (the vectors' integers are within 2^53). */
+export const num = (v) => (typeof v === 'bigint' ? Number(v) : v);
+
+/** A verdict in the vectors' JSON shape, quota fields included. */
+export const verdictJson = (v) => ({
+  allowed: v.allowed,
+  retry_after_ms: num(v.retryAfterMs),
+  retry_timestamp: v.retryTimestamp === undefined ? null : num(v.retryTimestamp),
+  limit: v.limit,
+  remaining: v.remaining,
+  refill_after_ms: num(v.refillAfterMs),
+  reset_after_ms: num(v.resetAfterMs),
+});
+
+/** A batch verdict in the vectors' JSON shape. */
+export const batchJson = (v) => ({ ...verdictJson(v), blocked: v.blocked === undefined ? null : v.blocked });
 
 const limit = (l) => ({ uses: l.uses, windowMs: l.window_ms });
 const entries = (list) => list.map((e) => ({ key: e.key, limit: limit(e.limit) }));
@@ -150,6 +182,14 @@ class Ops {
 
   hit(key, decayMs, amount, now) {
     return attempt(() => this.store.hit(key, decayMs, s64(amount), ...this.at(now)));
+  }
+
+  hitWindow(key, decayMs, amount, now) {
+    return attempt(() => this.store.hitWindow(key, decayMs, s64(amount), ...this.at(now)));
+  }
+
+  attempt(key, max, decayMs, now) {
+    return attempt(() => this.store.attempt(key, s64(max), decayMs, ...this.at(now)));
   }
 
   attempts(key, now) {

@@ -5,18 +5,11 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 
-import { engineOps, hostedOps } from './component.mjs';
+import { batchJson as batch, engineOps, hostedOps, num, verdictJson as verdict } from './component.mjs';
 
 const VECTORS = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'tests', 'vectors');
 const files = readdirSync(VECTORS).filter((f) => f.endsWith('.json')).sort();
 
-const num = (v) => (typeof v === 'bigint' ? Number(v) : v);
-const verdict = (v) => ({
-  allowed: v.allowed,
-  retry_after_ms: num(v.retryAfterMs),
-  retry_timestamp: v.retryTimestamp === undefined ? null : num(v.retryTimestamp),
-});
-const batch = (v) => ({ ...verdict(v), blocked: v.blocked === undefined ? null : v.blocked });
 const fromResult = (r, ok) => {
   if (r.err) {
     assert.equal(r.err.tag, 'invalid-limit', `unexpected error ${JSON.stringify(r.err)}`);
@@ -43,6 +36,17 @@ function run(ops, op) {
       return null;
     case 'hit':
       return fromResult(ops.hit(op.key, op.decay_ms, op.amount, op.now), num);
+    case 'hit_window':
+      return fromResult(ops.hitWindow(op.key, op.decay_ms, op.amount, op.now), (w) => ({
+        count: num(w.count),
+        reset_after_ms: num(w.resetAfterMs),
+      }));
+    case 'attempt':
+      return fromResult(ops.attempt(op.key, op.max, op.decay_ms, op.now), (a) => ({
+        allowed: a.allowed,
+        count: num(a.count),
+        reset_after_ms: num(a.resetAfterMs),
+      }));
     case 'attempts':
       return num(ops.attempts(op.key, op.now));
     case 'too_many_attempts':

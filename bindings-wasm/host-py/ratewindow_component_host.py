@@ -15,15 +15,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import wasmtime
 from wasmtime import component as wc
 
-__all__ = ["ComponentError", "EngineWorld", "HostedWorld", "component_dir", "limit", "ok"]
+__all__ = ["ComponentError", "EngineWorld", "HostedWorld", "RedisStore", "component_dir", "limit", "ok", "verdict_json"]
 
 PACKAGE = "ratewindow:engine"
-VERSION = "0.1.0"
+VERSION = "0.2.0"
 
 
 def component_dir() -> Path:
@@ -61,6 +61,22 @@ def limit(uses: float, window_ms: float) -> wc.Record:
     return r
 
 
+def verdict_json(v: Any, batch: bool = False) -> dict[str, Any]:
+    """A ``verdict`` (or, with ``batch``, a ``batch-verdict``) record in the vectors' JSON shape."""
+    out = {
+        "allowed": v.allowed,
+        "retry_after_ms": getattr(v, "retry-after-ms"),
+        "retry_timestamp": getattr(v, "retry-timestamp"),
+        "limit": v.limit,
+        "remaining": v.remaining,
+        "refill_after_ms": getattr(v, "refill-after-ms"),
+        "reset_after_ms": getattr(v, "reset-after-ms"),
+    }
+    if batch:
+        out["blocked"] = v.blocked
+    return out
+
+
 def entry(key: str, lim: wc.Record) -> wc.Record:
     """A WIT ``entry`` record."""
     r = wc.Record()
@@ -92,9 +108,20 @@ def _interface(store: wasmtime.Store, instance: wc.Instance, name: str, funcs: l
 
 
 _METHODS = [
-    "consume", "peek", "consume-many", "peek-many", "release", "hit", "attempts", "too-many-attempts",
-    "remaining", "available-in", "available-in-ms", "reset-attempts", "clear", "purge", "key-count",
+    "consume", "peek", "consume-many", "peek-many", "release", "hit", "hit-window", "attempt", "attempts",
+    "too-many-attempts", "remaining", "available-in", "available-in-ms", "reset-attempts", "clear", "purge",
+    "key-count",
 ]
+
+_REDIS_METHODS = [
+    "consume", "peek", "consume-many", "peek-many", "release", "hit", "hit-window", "attempt", "attempts",
+    "too-many-attempts", "remaining", "available-in", "available-in-ms", "reset-attempts", "clear",
+]
+
+#: The host's script runner: ``(script, sha1, keys, args)`` -> a ``store-io.reply`` (a
+#: ``wasmtime.component.Variant``: ``Variant("array", [...])`` or ``Variant("value", x)``), or raises the
+#: client's exception. An empty ``script`` means ``EVALSHA sha1``, else ``EVAL script``.
+ScriptRunner = Callable[[str, str, list[str], list[str]], wc.Variant]
 
 
 U64_MAX = 2**64 - 1
@@ -195,6 +222,12 @@ class _World:
     def hit(self, key: str, decay_ms: float, amount: int, now: int) -> Any:
         return self._call("hit", key, float(decay_ms), _s64(amount), now=now)
 
+    def hit_window(self, key: str, decay_ms: float, amount: int, now: int) -> Any:
+        return self._call("hit-window", key, float(decay_ms), _s64(amount), now=now)
+
+    def attempt(self, key: str, max: int, decay_ms: float, now: int) -> Any:
+        return self._call("attempt", key, _s64(max), float(decay_ms), now=now)
+
     def attempts(self, key: str, now: int) -> int:
         return int(self._call("attempts", key, now=now))
 
@@ -246,18 +279,31 @@ class HostedWorld(_World):
             self.clock_reads += 1
             return self.clock_ms
 
-        # `store-io`: this host has no Redis or SQL client, so the Redis store's scripts fail with this
-        # message (the component's `store-failed`); call ids come from os.urandom.
+        # `store-io`: the Redis store's scripts go to ``self.runner`` (the host's client); an exception it
+        # raises goes back to the component's call machine as ``f"{type(e).__name__}: {e}"`` (so
+        # redis-py's ``NoScriptError`` is recognised there; this host classifies nothing). Without a
+        # runner, scripts fail with ``self.no_client``. Give-backs that failed are collected in
+        # ``self.give_back_failures``; call ids come from os.urandom.
         self.no_client = "this host has no Redis client"
+        self.runner: Optional[ScriptRunner] = None
+        self.give_back_failures: list[Any] = []
 
-        def run_script(_store: Any, _script: str, _sha1: str, _keys: list[str], _args: list[str]) -> str:
-            return self.no_client
+        def run_script(_store: Any, script: str, sha1: str, keys: list[str], args: list[str]) -> Any:
+            if self.runner is None:
+                return self.no_client
+            try:
+                return self.runner(script, sha1, keys, args)
+            except Exception as e:  # the client's failure, whatever it is, is the machine's to read
+                return f"{type(e).__name__}: {e}"
 
         def query(_store: Any, _statements: Any) -> str:
             return "this host has no SQL client"
 
         def random_bytes(_store: Any, n: int) -> bytes:
             return os.urandom(n)
+
+        def give_back_failed(_store: Any, failure: Any) -> None:
+            self.give_back_failures.append(failure)
 
         def setup(linker: wc.Linker) -> None:
             with linker.root() as root:
@@ -267,12 +313,48 @@ class HostedWorld(_World):
                     io.add_func("run-script", run_script)
                     io.add_func("query", query)
                     io.add_func("random-bytes", random_bytes)
+                    io.add_func("give-back-failed", give_back_failed)
 
         super().__init__("ratewindow-hosted.wasm", setup)
 
     def _at(self, now: int) -> tuple[int, ...]:
         self.clock_ms = _u64(now)
         return ()
+
+    def redis_store(
+        self, prefix: Optional[str] = None, hash_tag_before: Optional[str] = None, evalsha: Optional[bool] = None,
+    ) -> RedisStore:
+        """A ``redis-store`` of this instance; its scripts run through :attr:`runner`."""
+        return RedisStore(self, prefix, hash_tag_before, evalsha)
+
+
+class RedisStore:
+    """The ``redis`` interface's ``redis-store`` of a :class:`HostedWorld`: every operation is the core's
+    call machine inside the component; each script it sends goes to ``world.runner``.
+
+    :meth:`call` takes a method's WIT name and its parameters in order (keys as ``str``, limits as
+    :func:`limit` records, ``s64`` as ``int``, ``f64`` as ``float``) and returns the ``result``: the ok
+    value, or the ``error`` variant.
+    """
+
+    def __init__(
+        self, world: HostedWorld, prefix: Optional[str], hash_tag_before: Optional[str], evalsha: Optional[bool],
+    ) -> None:
+        self.world = world
+        funcs = _interface(
+            world.store, world.instance, "redis",
+            ["[constructor]redis-store"] + [f"[method]redis-store.{m}" for m in _REDIS_METHODS],
+        )
+        self._m = {m: funcs[f"[method]redis-store.{m}"] for m in _REDIS_METHODS}
+        options = wc.Record()
+        setattr(options, "prefix", prefix)
+        setattr(options, "hash-tag-before", hash_tag_before)
+        setattr(options, "evalsha", evalsha)
+        self.handle: wc.ResourceAny = funcs["[constructor]redis-store"](world.store, options)
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Calls ``method`` (a WIT name, e.g. ``consume-many``) on this store."""
+        return self._m[method](self.world.store, self.handle, *args)
 
 
 class FastConsume:

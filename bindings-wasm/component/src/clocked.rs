@@ -4,7 +4,7 @@
 use crate::bindings::exports::ratewindow::engine::{
     clocked_memory::{self, Consumed, GuestMemoryStore, ReleaseToken, ReleaseTokenBorrow},
     errors::Error,
-    types::{BatchVerdict, Entry, Limit, Verdict},
+    types::{AttemptResult, BatchVerdict, Entry, HitWindow, Limit, Verdict},
 };
 use crate::bindings::ratewindow::engine::clock::now_ms;
 use crate::store::{Store, Token};
@@ -49,6 +49,14 @@ impl GuestMemoryStore for ClockedStore {
 
     fn hit(&self, key: String, decay_ms: f64, amount: i64) -> Result<i64, Error> {
         self.0.hit(&key, decay_ms, amount, now_ms())
+    }
+
+    fn hit_window(&self, key: String, decay_ms: f64, amount: i64) -> Result<HitWindow, Error> {
+        self.0.hit_window(&key, decay_ms, amount, now_ms())
+    }
+
+    fn attempt(&self, key: String, max: i64, decay_ms: f64) -> Result<AttemptResult, Error> {
+        self.0.attempt(&key, max, decay_ms, now_ms())
     }
 
     fn attempts(&self, key: String) -> i64 {

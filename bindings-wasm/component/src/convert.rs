@@ -4,7 +4,7 @@ use ratewindow_core as core;
 
 use crate::bindings::exports::ratewindow::engine::{
     errors::{Error, InvalidLimit, LimitField},
-    types::{BatchVerdict, Entry, Limit, Verdict},
+    types::{AttemptResult, BatchVerdict, Entry, HitWindow, Limit, Verdict},
 };
 
 impl From<core::LimitError> for Error {
@@ -26,6 +26,10 @@ impl From<core::Verdict> for Verdict {
             allowed: v.allowed,
             retry_after_ms: v.retry_after_ms,
             retry_timestamp: v.retry_timestamp,
+            limit: v.quota.limit,
+            remaining: v.quota.remaining,
+            refill_after_ms: v.quota.refill_after_ms,
+            reset_after_ms: v.quota.reset_after_ms,
         }
     }
 }
@@ -38,6 +42,10 @@ impl From<core::BatchVerdict> for BatchVerdict {
             retry_timestamp: v.retry_timestamp,
             // A batch cannot hold more than u32::MAX entries in a 32-bit memory; saturate rather than panic.
             blocked: v.blocked.map(|i| u32::try_from(i).unwrap_or(u32::MAX)),
+            limit: v.quota.limit,
+            remaining: v.quota.remaining,
+            refill_after_ms: v.quota.refill_after_ms,
+            reset_after_ms: v.quota.reset_after_ms,
         }
     }
 }
@@ -63,4 +71,21 @@ pub fn entries(entries: Vec<Entry>) -> Result<Vec<core::Entry>, Error> {
             })
         })
         .collect()
+}
+
+/// A fixed window after a hit: `(count, ms until it ends)`.
+pub fn hit_window((count, reset_after_ms): (i64, u64)) -> HitWindow {
+    HitWindow {
+        count,
+        reset_after_ms,
+    }
+}
+
+/// An attempt's answer: `(allowed, count, ms until the window ends)`.
+pub fn attempt((allowed, count, reset_after_ms): (bool, i64, u64)) -> AttemptResult {
+    AttemptResult {
+        allowed,
+        count,
+        reset_after_ms,
+    }
 }

@@ -4,8 +4,8 @@
 //! per world of `wit/world.wit`:
 //! - default: the `engine` world, exports only (`limits`, `memory`): the host passes `now`;
 //! - feature `hosted`: the `hosted` world, which also exports `clocked-memory`, reading the imported
-//!   `clock` at the start of each call, and `redis`, the core's Redis plans run by the host's client
-//!   through the imported `store-io.run-script`.
+//!   `clock` at the start of each call, and `redis`, the core's Redis call machines driven here, each
+//!   command run by the host's client through the imported `store-io.run-script`.
 //!
 //! No input makes it trap: every host value is checked (limits arrive as `f64` and go through
 //! `Limit::from_f64`) and comes back as the WIT `error` variant. On wasm a panic aborts, so the layer

@@ -1,25 +1,27 @@
-//! The `redis` interface of the `hosted` world: the core's plans (`ratewindow_core::redis`) run by the
-//! host's client through the imported `store-io.run-script`, their replies decoded by the core.
-//!
-//! A script goes by SHA1 first (an empty `script`), and in full only after an error whose text contains
-//! `NOSCRIPT`; any other error is `store-failed`, never resent. Call ids are 16 bytes of the host's
+//! The `redis` interface of the `hosted` world: every operation is one of the core's Redis call machines
+//! ([`ratewindow_core::call::Redis`]), driven here: each command it asks for goes to the host's client
+//! through the imported `store-io.run-script`, and the reply or the client's error message goes back to
+//! the machine as it is. The machine decides everything (`NOSCRIPT`, the Cluster fallback with its
+//! give-back, the verdicts, the typed errors); this layer converts values and reports the give-backs
+//! that failed through `store-io.give-back-failed`. Call ids are 16 bytes of the host's
 //! `store-io.random-bytes`, in hex.
 
 use std::cell::RefCell;
 
-use ratewindow_core::redis::{
-    self as plans, Plan, RedisOptions as CoreOptions, RedisRelease, Reply,
+use ratewindow_core::call::{
+    CallError, Command, Fed, Op, Outcome, Redis, ReleaseToken, WindowQuery,
 };
+use ratewindow_core::redis::{RedisOptions as CoreOptions, Reply};
 
 use crate::bindings::exports::ratewindow::engine::{
     errors::{Error, MalformedReply},
     redis::{
-        self as wit, GuestRedisRelease, GuestRedisStore, RedisConsumed, RedisOptions,
-        RedisRelease as ReleaseHandle, RedisReleaseBorrow,
+        self as wit, GuestRedisRelease, GuestRedisStore, RedisConsumed, RedisConsumedOne,
+        RedisOptions, RedisRelease as ReleaseHandle, RedisReleaseBorrow,
     },
-    types::{BatchVerdict, Entry},
+    types::{AttemptResult, BatchVerdict, Entry, HitWindow, Limit, Verdict},
 };
-use crate::bindings::ratewindow::engine::store_io::{self, Value};
+use crate::bindings::ratewindow::engine::store_io::{self, GiveBackFailure, Value};
 use crate::{convert, Component};
 
 impl wit::Guest for Component {
@@ -27,21 +29,32 @@ impl wit::Guest for Component {
     type RedisRelease = Token;
 }
 
-/// A store over the host's client: only the key options; every call runs through `store-io`.
+/// A store over the host's client: the machines' options; every call runs through `store-io`.
 pub struct RedisStore {
-    options: CoreOptions,
+    machine: Redis,
 }
 
-/// The release of one allowed `consume-many`: taken when a release succeeds, so a second does nothing.
-pub struct Token(RefCell<Option<RedisRelease>>);
+/// The release of one allowed consume: taken when a release succeeds, so a second does nothing.
+pub struct Token(RefCell<Option<ReleaseToken>>);
 
 impl GuestRedisRelease for Token {}
 
-fn malformed(e: plans::ReplyError) -> Error {
-    Error::MalformedReply(MalformedReply {
-        expected: format!("{} (the {} script's reply)", e.expected, e.script),
-        got: e.got,
-    })
+impl From<CallError> for Error {
+    fn from(e: CallError) -> Error {
+        match e {
+            CallError::Store { message } => Error::StoreFailed(message),
+            CallError::Reply(e) => Error::MalformedReply(MalformedReply {
+                expected: format!("{} (the {} script's reply)", e.expected, e.script),
+                got: e.got,
+            }),
+            CallError::Rows(e) => Error::MalformedReply(MalformedReply {
+                expected: format!("{} (the rows of {})", e.expected, e.statement),
+                got: e.got,
+            }),
+            CallError::Unsupported(message) => Error::Unsupported(message.to_owned()),
+            protocol => Error::Protocol(protocol.to_string()),
+        }
+    }
 }
 
 fn value(v: Value) -> Reply {
@@ -70,24 +83,21 @@ fn reply(r: store_io::Reply) -> Reply {
     }
 }
 
-/// Runs `plan` through the host: EVALSHA, then EVAL only on `NOSCRIPT`.
-fn run(plan: &Plan) -> Result<Reply, Error> {
-    let script = plan.script;
-    match store_io::run_script("", script.sha1, &plan.keys, &plan.args) {
-        Ok(r) => Ok(reply(r)),
-        Err(e) if says_noscript(&e) => {
-            store_io::run_script(script.source, script.sha1, &plan.keys, &plan.args)
-                .map(reply)
-                .map_err(Error::StoreFailed)
+/// Runs one command the machine asks for with the host's client.
+fn run(command: Command<'_>) -> Result<Fed, String> {
+    match command {
+        Command::Script {
+            script,
+            keys,
+            args,
+            by_sha1,
+        } => {
+            let source = if by_sha1 { "" } else { script.source };
+            store_io::run_script(source, script.sha1, keys, args).map(|r| Fed::Reply(reply(r)))
         }
-        Err(e) => Err(Error::StoreFailed(e)),
+        // A Redis machine never asks for SQL; feeding a failure lets the machine say so.
+        Command::Sql { .. } => Err("the component's Redis store has no SQL client".to_owned()),
     }
-}
-
-/// Whether a runner's error is the server's `NOSCRIPT`. A plain byte scan: `str::contains` would bring
-/// the two-way string searcher (a few KB) into the component.
-fn says_noscript(error: &str) -> bool {
-    error.as_bytes().windows(8).any(|w| w == b"NOSCRIPT")
 }
 
 /// A fresh call id: 16 random bytes from the host, in hex.
@@ -108,8 +118,91 @@ fn call_id() -> Result<String, Error> {
     Ok(id)
 }
 
-fn window(reply: &Reply) -> Result<Option<plans::WindowState>, Error> {
-    plans::decode_window(reply).map_err(malformed)
+/// An outcome the operation cannot give (a machine bug): a protocol error, never a trap. Not rendered
+/// with `{:?}`, which would carry every outcome type's `Debug` into the component.
+fn unexpected(_outcome: &Outcome) -> Error {
+    Error::Protocol("the call ended with an outcome of another operation".to_owned())
+}
+
+fn verdict_of(outcome: Outcome) -> Result<(BatchVerdict, Option<ReleaseHandle>), Error> {
+    match outcome {
+        Outcome::Verdict { verdict, release } => Ok((
+            verdict.into(),
+            release.map(|r| ReleaseHandle::new(Token(RefCell::new(Some(r))))),
+        )),
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn single(v: BatchVerdict) -> Verdict {
+    Verdict {
+        allowed: v.allowed,
+        retry_after_ms: v.retry_after_ms,
+        retry_timestamp: v.retry_timestamp,
+        limit: v.limit,
+        remaining: v.remaining,
+        refill_after_ms: v.refill_after_ms,
+        reset_after_ms: v.reset_after_ms,
+    }
+}
+
+fn int(outcome: Outcome) -> Result<i64, Error> {
+    match outcome {
+        Outcome::Int(n) => Ok(n),
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn unit(outcome: Outcome) -> Result<(), Error> {
+    match outcome {
+        Outcome::Unit => Ok(()),
+        other => Err(unexpected(&other)),
+    }
+}
+
+impl RedisStore {
+    /// Drives `op`'s machine to its end, reporting the give-backs that failed on the way.
+    fn call(&self, op: Op) -> Result<Outcome, Error> {
+        let (result, failures) = self.machine.start(op).drive(run);
+        for f in failures {
+            store_io::give_back_failed(&GiveBackFailure {
+                keys: f.keys,
+                call_id: f.call_id,
+                message: f.message,
+            });
+        }
+        Ok(result?)
+    }
+
+    fn consume(&self, entries: Vec<Entry>) -> Result<(BatchVerdict, Option<ReleaseHandle>), Error> {
+        let entries = convert::entries(entries)?;
+        let call_id = call_id()?;
+        verdict_of(self.call(Op::Consume { entries, call_id })?)
+    }
+
+    fn peek(&self, entries: Vec<Entry>) -> Result<BatchVerdict, Error> {
+        let entries = convert::entries(entries)?;
+        Ok(verdict_of(self.call(Op::Peek { entries })?)?.0)
+    }
+
+    fn read(&self, key: String, query: WindowQuery) -> Result<Outcome, Error> {
+        self.call(Op::Read { key, query })
+    }
+
+    fn hit_op(&self, key: String, decay_ms: f64, amount: i64) -> Result<HitWindow, Error> {
+        let decay = convert::window(decay_ms)?;
+        match self.call(Op::Hit { key, decay, amount })? {
+            Outcome::Hit {
+                count,
+                reset_after_ms,
+            } => Ok(convert::hit_window((count, reset_after_ms))),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+fn entry(key: String, limit: Limit) -> Vec<Entry> {
+    vec![Entry { key, limit }]
 }
 
 impl GuestRedisStore for RedisStore {
@@ -122,38 +215,40 @@ impl GuestRedisStore for RedisStore {
             // An empty separator is documented as "no hash tag": keep the options as they are.
             core = core.clone().with_hash_tag_before(separator).unwrap_or(core);
         }
-        RedisStore { options: core }
+        RedisStore {
+            machine: Redis::new(core).evalsha(options.evalsha.unwrap_or(true)),
+        }
     }
 
-    fn consume_many(&self, entries: Vec<Entry>) -> Result<RedisConsumed, Error> {
-        let entries = convert::entries(entries)?;
-        let id = call_id()?;
-        let (plan, release) = plans::plan_consume_many(&entries, &self.options, &id)
-            .map_err(|e| Error::StoreFailed(e.to_string()))?;
-        let verdict = plans::decode_batch_of(&run(&plan)?, entries.len()).map_err(malformed)?;
-        Ok(RedisConsumed {
-            release: verdict
-                .allowed
-                .then(|| ReleaseHandle::new(Token(RefCell::new(Some(release))))),
-            verdict: verdict.into(),
+    fn consume(&self, key: String, limit: Limit) -> Result<RedisConsumedOne, Error> {
+        let (verdict, release) = RedisStore::consume(self, entry(key, limit))?;
+        Ok(RedisConsumedOne {
+            verdict: single(verdict),
+            release,
         })
     }
 
+    fn peek(&self, key: String, limit: Limit) -> Result<Verdict, Error> {
+        RedisStore::peek(self, entry(key, limit)).map(single)
+    }
+
+    fn consume_many(&self, entries: Vec<Entry>) -> Result<RedisConsumed, Error> {
+        let (verdict, release) = RedisStore::consume(self, entries)?;
+        Ok(RedisConsumed { verdict, release })
+    }
+
     fn peek_many(&self, entries: Vec<Entry>) -> Result<BatchVerdict, Error> {
-        let entries = convert::entries(entries)?;
-        let plan = plans::plan_peek_many(&entries, &self.options);
-        let verdict = plans::decode_batch_of(&run(&plan)?, entries.len()).map_err(malformed)?;
-        Ok(verdict.into())
+        RedisStore::peek(self, entries)
     }
 
     fn release(&self, token: RedisReleaseBorrow<'_>) -> Result<bool, Error> {
         let cell = &token.get::<Token>().0;
         // `try_borrow`: never panics, even if a host managed to re-enter.
-        let plan = match cell.try_borrow().ok().as_deref() {
-            Some(Some(release)) => plans::plan_release(release),
+        let token = match cell.try_borrow().ok().as_deref() {
+            Some(Some(token)) => token.clone(),
             _ => return Ok(false),
         };
-        plans::decode_release(&run(&plan)?).map_err(malformed)?;
+        unit(self.call(Op::Release { token })?)?;
         if let Ok(mut slot) = cell.try_borrow_mut() {
             *slot = None;
         }
@@ -161,21 +256,53 @@ impl GuestRedisStore for RedisStore {
     }
 
     fn hit(&self, key: String, decay_ms: f64, amount: i64) -> Result<i64, Error> {
+        Ok(self.hit_op(key, decay_ms, amount)?.count)
+    }
+
+    fn hit_window(&self, key: String, decay_ms: f64, amount: i64) -> Result<HitWindow, Error> {
+        self.hit_op(key, decay_ms, amount)
+    }
+
+    fn attempt(&self, key: String, max: i64, decay_ms: f64) -> Result<AttemptResult, Error> {
         let decay = convert::window(decay_ms)?;
-        let plan = plans::plan_hit(&key, decay, amount, &self.options);
-        let reply = run(&plan)?;
-        match window(&reply)? {
-            Some(state) => Ok(state.count),
-            None => Err(malformed(plans::ReplyError::new(
-                "fixed",
-                "[count, ms until the window ends > 0] after a hit",
-                &reply,
-            ))),
+        match self.call(Op::Attempt { key, max, decay })? {
+            Outcome::Attempt {
+                allowed,
+                count,
+                reset_after_ms,
+            } => Ok(convert::attempt((allowed, count, reset_after_ms))),
+            other => Err(unexpected(&other)),
         }
     }
 
     fn attempts(&self, key: String) -> Result<i64, Error> {
-        let reply = run(&plans::plan_get_window(&key, &self.options))?;
-        Ok(window(&reply)?.map_or(0, |s| s.count))
+        int(self.read(key, WindowQuery::Attempts)?)
+    }
+
+    fn too_many_attempts(&self, key: String, max: i64) -> Result<bool, Error> {
+        match self.read(key, WindowQuery::TooManyAttempts { max })? {
+            Outcome::Bool(b) => Ok(b),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn remaining(&self, key: String, max: i64) -> Result<i64, Error> {
+        int(self.read(key, WindowQuery::Remaining { max })?)
+    }
+
+    fn available_in(&self, key: String) -> Result<u64, Error> {
+        Ok(int(self.read(key, WindowQuery::AvailableIn)?)?.max(0) as u64)
+    }
+
+    fn available_in_ms(&self, key: String) -> Result<u64, Error> {
+        Ok(int(self.read(key, WindowQuery::AvailableInMs)?)?.max(0) as u64)
+    }
+
+    fn reset_attempts(&self, key: String) -> Result<(), Error> {
+        unit(self.call(Op::ResetAttempts { key })?)
+    }
+
+    fn clear(&self, key: String) -> Result<(), Error> {
+        unit(self.call(Op::Clear { key })?)
     }
 }

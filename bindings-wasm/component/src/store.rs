@@ -8,7 +8,7 @@ use ratewindow_core::{MemoryStore, Release};
 use crate::bindings::exports::ratewindow::engine::{
     errors::Error,
     memory::{Consumed, GuestMemoryStore, GuestReleaseToken, ReleaseToken, ReleaseTokenBorrow},
-    types::{BatchVerdict, Entry, Limit, Verdict},
+    types::{AttemptResult, BatchVerdict, Entry, HitWindow, Limit, Verdict},
 };
 use crate::convert;
 
@@ -89,6 +89,30 @@ impl Store {
         Ok(self.inner.hit(key, convert::window(decay_ms)?, amount, now))
     }
 
+    pub fn hit_window(
+        &self,
+        key: &str,
+        decay_ms: f64,
+        amount: i64,
+        now: u64,
+    ) -> Result<HitWindow, Error> {
+        let decay = convert::window(decay_ms)?;
+        Ok(convert::hit_window(
+            self.inner.hit_window(key, decay, amount, now),
+        ))
+    }
+
+    pub fn attempt(
+        &self,
+        key: &str,
+        max: i64,
+        decay_ms: f64,
+        now: u64,
+    ) -> Result<AttemptResult, Error> {
+        let decay = convert::window(decay_ms)?;
+        Ok(convert::attempt(self.inner.attempt(key, max, decay, now)))
+    }
+
     pub fn attempts(&self, key: &str, now: u64) -> i64 {
         self.inner.attempts(key, now)
     }
@@ -157,6 +181,26 @@ impl GuestMemoryStore for Store {
 
     fn hit(&self, key: String, decay_ms: f64, amount: i64, now: u64) -> Result<i64, Error> {
         Store::hit(self, &key, decay_ms, amount, now)
+    }
+
+    fn hit_window(
+        &self,
+        key: String,
+        decay_ms: f64,
+        amount: i64,
+        now: u64,
+    ) -> Result<HitWindow, Error> {
+        Store::hit_window(self, &key, decay_ms, amount, now)
+    }
+
+    fn attempt(
+        &self,
+        key: String,
+        max: i64,
+        decay_ms: f64,
+        now: u64,
+    ) -> Result<AttemptResult, Error> {
+        Store::attempt(self, &key, max, decay_ms, now)
     }
 
     fn attempts(&self, key: String, now: u64) -> i64 {

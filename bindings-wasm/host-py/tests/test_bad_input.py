@@ -98,20 +98,13 @@ def test_hosted_store_reads_the_host_clock() -> None:
 def test_hosted_redis_store_reports_the_host_runner_error() -> None:
     # This host's `store-io.run-script` answers an error (it has no Redis client): every Redis store
     # call is the `store-failed` variant carrying that message, never a trap.
-    from wasmtime import component as wc
-
-    from ratewindow_component_host import _interface
-
     w = HostedWorld()
-    f = _interface(w.store, w.instance, "redis", [
-        "[constructor]redis-store", "[method]redis-store.consume-many", "[method]redis-store.hit"])
-    opts = wc.Record()
-    setattr(opts, "prefix", "t:")
-    setattr(opts, "hash-tag-before", None)
-    s = f["[constructor]redis-store"](w.store, opts)
+    s = w.redis_store(prefix="t:")
     calls: list[Callable[[], Any]] = [
-        lambda: f["[method]redis-store.consume-many"](w.store, s, [entry("k", limit(1, 1000))]),
-        lambda: f["[method]redis-store.hit"](w.store, s, "k", 1000.0, 1),
+        lambda: s.call("consume-many", [entry("k", limit(1, 1000))]),
+        lambda: s.call("hit", "k", 1000.0, 1),
+        lambda: s.call("attempt", "k", 3, 1000.0),
+        lambda: s.call("clear", "k"),
     ]
     for call in calls:
         with pytest.raises(ComponentError) as e:

@@ -10,6 +10,7 @@ import pytest
 from wasmtime import component as wc
 
 from ratewindow_component_host import EngineWorld, HostedWorld, entry, limit
+from ratewindow_component_host import verdict_json as verdict
 
 VECTORS = Path(__file__).resolve().parents[3] / "tests" / "vectors"
 FILES = sorted(VECTORS.glob("*.json"))
@@ -21,17 +22,6 @@ def lim(v: dict[str, Any]) -> wc.Record:
 
 def entries(op: dict[str, Any]) -> list[wc.Record]:
     return [entry(e["key"], lim(e["limit"])) for e in op["entries"]]
-
-
-def verdict(v: Any, batch: bool = False) -> dict[str, Any]:
-    out = {
-        "allowed": v.allowed,
-        "retry_after_ms": getattr(v, "retry-after-ms"),
-        "retry_timestamp": getattr(v, "retry-timestamp"),
-    }
-    if batch:
-        out["blocked"] = v.blocked
-    return out
 
 
 def result(r: Any, ok: Callable[[Any], Any]) -> Any:
@@ -60,6 +50,16 @@ def run(w: Any, op: dict[str, Any]) -> Any:
         return None
     if name == "hit":
         return result(w.hit(op["key"], op["decay_ms"], op["amount"], now), lambda n: n)
+    if name == "hit_window":
+        return result(
+            w.hit_window(op["key"], op["decay_ms"], op["amount"], now),
+            lambda h: {"count": h.count, "reset_after_ms": getattr(h, "reset-after-ms")},
+        )
+    if name == "attempt":
+        return result(
+            w.attempt(op["key"], op["max"], op["decay_ms"], now),
+            lambda a: {"allowed": a.allowed, "count": a.count, "reset_after_ms": getattr(a, "reset-after-ms")},
+        )
     if name == "attempts":
         return w.attempts(op["key"], now)
     if name == "too_many_attempts":

@@ -5,9 +5,14 @@
 //! the imported `clock` interface ([`HostState::clock_ms`]). Both implement [`Ops`], the operations of
 //! the conformance vectors, so one runner drives either.
 //!
-//! The `hosted` world also exports the `redis` store, whose scripts run through the imported
-//! `store-io.run-script`: this host hands them to [`HostState::runner`], a callback over the host's own
-//! Redis client (the tests give it a `redis::Connection` to the real server).
+//! The `hosted` world also exports the `redis` store: the core's call machines run inside the component,
+//! and each script they ask for comes out through the imported `store-io.run-script`, which this host
+//! hands to [`HostState::runner`], a callback over the host's own Redis client (the tests give it a
+//! `redis::Connection` to the real server, or a scripted conversation). Give-backs that failed arrive
+//! through `store-io.give-back-failed` in [`HostState::give_back_failures`].
+//!
+//! [`Ops`] is implemented once for both worlds by `impl_ops!`: the worlds' generated types differ only
+//! in their module and in whether `now` crosses the call.
 //!
 //! The components are found in `RATEWINDOW_COMPONENT_DIR`, else in `bindings-wasm/component/dist/`,
 //! where `scripts/test-wasm-component.sh` puts them.
@@ -53,6 +58,25 @@ pub struct Verdict {
     pub retry_timestamp: Option<u64>,
     /// Batches only: the blocking entry.
     pub blocked: Option<u32>,
+    /// The tightest entry's `uses`.
+    pub limit: u32,
+    /// Uses it has left after the call.
+    pub remaining: u32,
+    /// Ms until it gets a use back.
+    pub refill_after_ms: u64,
+    /// Ms until its window is empty.
+    pub reset_after_ms: u64,
+}
+
+/// A fixed window's answer to `hit-window` and `attempt`, world-independent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// `attempt` only (true for a hit): whether the hit was counted.
+    pub allowed: bool,
+    /// Hits in the window after the call.
+    pub count: i64,
+    /// Ms until the window ends; 0 when none runs.
+    pub reset_after_ms: u64,
 }
 
 /// The component's `error` variant, world-independent.
@@ -74,6 +98,23 @@ pub enum Error {
     },
     /// `store-failed`.
     StoreFailed(String),
+    /// `protocol`.
+    Protocol(String),
+    /// `unsupported`.
+    Unsupported(String),
+}
+
+impl Error {
+    /// The stable kind, as the core's `CallError::kind()` and the conversation vectors name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::InvalidLimit { .. } => "invalid_limit",
+            Error::MalformedReply { .. } => "reply",
+            Error::StoreFailed(_) => "store",
+            Error::Protocol(_) => "protocol",
+            Error::Unsupported(_) => "unsupported",
+        }
+    }
 }
 
 /// Operations of the conformance vectors on one current store of a component instance.
@@ -112,6 +153,22 @@ pub trait Ops {
         amount: i64,
         now: u64,
     ) -> Result<Result<i64, Error>>;
+    /// `hit-window`.
+    fn hit_window(
+        &mut self,
+        key: &str,
+        decay_ms: f64,
+        amount: i64,
+        now: u64,
+    ) -> Result<Result<Window, Error>>;
+    /// `attempt`.
+    fn attempt(
+        &mut self,
+        key: &str,
+        max: i64,
+        decay_ms: f64,
+        now: u64,
+    ) -> Result<Result<Window, Error>>;
     /// `attempts`.
     fn attempts(&mut self, key: &str, now: u64) -> Result<i64>;
     /// `too-many-attempts`.
@@ -131,7 +188,9 @@ pub trait Ops {
 }
 
 /// The reply type of `store-io.run-script`.
-pub use hosted::ratewindow::engine::store_io::{Reply as ScriptReply, Value as ScriptValue};
+pub use hosted::ratewindow::engine::store_io::{
+    GiveBackFailure, Reply as ScriptReply, Value as ScriptValue,
+};
 
 /// The host's script runner behind `store-io.run-script`: `(script, sha1, keys, args)`, where an empty
 /// `script` means `EVALSHA sha1` and a non-empty one `EVAL script`; the reply, or the client's error
@@ -153,6 +212,8 @@ pub struct HostState {
     pub evalsha_calls: u64,
     /// `run-script` calls that sent the full source (EVAL, after a `NOSCRIPT`).
     pub eval_calls: u64,
+    /// What the component reported through `store-io.give-back-failed`, oldest first.
+    pub give_back_failures: Vec<GiveBackFailure>,
     /// Call ids handed out through `random-bytes`.
     random_counter: u64,
 }
@@ -165,6 +226,7 @@ impl std::fmt::Debug for HostState {
             .field("runner", &self.runner.as_ref().map(|_| "..."))
             .field("evalsha_calls", &self.evalsha_calls)
             .field("eval_calls", &self.eval_calls)
+            .field("give_back_failures", &self.give_back_failures)
             .finish()
     }
 }
@@ -209,6 +271,10 @@ impl hosted::ratewindow::engine::store_io::Host for HostState {
         }
         out.truncate(len as usize);
         out
+    }
+
+    fn give_back_failed(&mut self, failure: GiveBackFailure) {
+        self.give_back_failures.push(failure);
     }
 
     fn query(
@@ -271,6 +337,10 @@ macro_rules! convert_types {
                 retry_after_ms: v.retry_after_ms,
                 retry_timestamp: v.retry_timestamp,
                 blocked: None,
+                limit: v.limit,
+                remaining: v.remaining,
+                refill_after_ms: v.refill_after_ms,
+                reset_after_ms: v.reset_after_ms,
             }
         }
 
@@ -280,6 +350,26 @@ macro_rules! convert_types {
                 retry_after_ms: v.retry_after_ms,
                 retry_timestamp: v.retry_timestamp,
                 blocked: v.blocked,
+                limit: v.limit,
+                remaining: v.remaining,
+                refill_after_ms: v.refill_after_ms,
+                reset_after_ms: v.reset_after_ms,
+            }
+        }
+
+        pub(crate) fn hit_window(h: t::HitWindow) -> crate::Window {
+            crate::Window {
+                allowed: true,
+                count: h.count,
+                reset_after_ms: h.reset_after_ms,
+            }
+        }
+
+        pub(crate) fn attempt(a: t::AttemptResult) -> crate::Window {
+            crate::Window {
+                allowed: a.allowed,
+                count: a.count,
+                reset_after_ms: a.reset_after_ms,
             }
         }
 
@@ -297,6 +387,8 @@ macro_rules! convert_types {
                     got: m.got,
                 },
                 e::Error::StoreFailed(s) => crate::Error::StoreFailed(s),
+                e::Error::Protocol(s) => crate::Error::Protocol(s),
+                e::Error::Unsupported(s) => crate::Error::Unsupported(s),
             }
         }
     };
@@ -314,6 +406,18 @@ mod hosted_conv {
         crate::hosted::exports::ratewindow::engine::types,
         crate::hosted::exports::ratewindow::engine::errors
     );
+}
+
+impl From<hosted::exports::ratewindow::engine::types::Verdict> for Verdict {
+    fn from(v: hosted::exports::ratewindow::engine::types::Verdict) -> Verdict {
+        hosted_conv::verdict(v)
+    }
+}
+
+impl From<hosted::exports::ratewindow::engine::types::BatchVerdict> for Verdict {
+    fn from(v: hosted::exports::ratewindow::engine::types::BatchVerdict) -> Verdict {
+        hosted_conv::batch(v)
+    }
 }
 
 impl From<hosted::exports::ratewindow::engine::errors::Error> for Error {
@@ -387,6 +491,9 @@ impl EngineWorld {
         })
     }
 
+    /// The engine world passes `now` to every call: nothing to set.
+    fn at(&mut self, _now: u64) {}
+
     /// The `memory` interface's exports.
     pub fn memory(&self) -> &engine::exports::ratewindow::engine::memory::Guest {
         self.bindings.ratewindow_engine_memory()
@@ -438,6 +545,17 @@ impl HostedWorld {
         self.bindings.ratewindow_engine_redis()
     }
 
+    /// A new `redis-store` with `options`, owned by the caller.
+    pub fn redis_store(
+        &mut self,
+        options: &hosted::exports::ratewindow::engine::redis::RedisOptions,
+    ) -> Result<ResourceAny> {
+        self.bindings
+            .ratewindow_engine_redis()
+            .redis_store()
+            .call_constructor(&mut self.store, options)
+    }
+
     /// The wasmtime store and the `redis` exports at once, to call them directly.
     pub fn split_redis(
         &mut self,
@@ -476,363 +594,169 @@ impl HostedWorld {
     }
 }
 
-impl Ops for EngineWorld {
-    fn fresh_store(&mut self) -> Result<()> {
-        self.current.drop_all(&mut self.store)?;
-        let handle = self
-            .bindings
-            .ratewindow_engine_memory()
-            .memory_store()
-            .call_constructor(&mut self.store)?;
-        self.current.store = Some(handle);
-        Ok(())
-    }
-
-    fn check_limit(&mut self, limit: Limit) -> Result<Result<(), Error>> {
-        let r = self
-            .bindings
-            .ratewindow_engine_limits()
-            .call_check_limit(&mut self.store, engine_conv::limit(limit))?;
-        Ok(r.map_err(engine_conv::error))
-    }
-
-    fn consume(&mut self, key: &str, limit: Limit, now: u64) -> Result<Result<Verdict, Error>> {
-        let s = self.current.store()?;
-        let r = self
-            .bindings
-            .ratewindow_engine_memory()
-            .memory_store()
-            .call_consume(&mut self.store, s, key, engine_conv::limit(limit), now)?;
-        Ok(r.map(engine_conv::verdict).map_err(engine_conv::error))
-    }
-
-    fn peek(&mut self, key: &str, limit: Limit, now: u64) -> Result<Result<Verdict, Error>> {
-        let s = self.current.store()?;
-        let r = self
-            .bindings
-            .ratewindow_engine_memory()
-            .memory_store()
-            .call_peek(&mut self.store, s, key, engine_conv::limit(limit), now)?;
-        Ok(r.map(engine_conv::verdict).map_err(engine_conv::error))
-    }
-
-    fn consume_many(
-        &mut self,
-        entries: &[(String, Limit)],
-        now: u64,
-        id: Option<&str>,
-    ) -> Result<Result<Verdict, Error>> {
-        let s = self.current.store()?;
-        let list = engine_conv::entries(entries);
-        let r = self
-            .bindings
-            .ratewindow_engine_memory()
-            .memory_store()
-            .call_consume_many(&mut self.store, s, &list, now)?;
-        Ok(match r {
-            Ok(consumed) => {
-                if let Some(token) = consumed.release {
-                    match id {
-                        Some(id) => self.current.tokens.push((id.to_owned(), token)),
-                        None => token.resource_drop(&mut self.store)?,
-                    }
-                }
-                Ok(engine_conv::batch(consumed.verdict))
+/// The one implementation of [`Ops`] for both worlds: `$iface` names the store interface's accessor,
+/// `$conv` the world's conversions, and `$now => [$($pass)?]` whether `now` crosses each call (the
+/// `engine` world) or is set on the host's clock (the `hosted` world, whose `at` does that).
+macro_rules! impl_ops {
+    ($world:ident, $conv:ident, $iface:ident, $now:ident => [$($pass:ident)?]) => {
+        impl Ops for $world {
+            fn fresh_store(&mut self) -> Result<()> {
+                self.current.drop_all(&mut self.store)?;
+                let handle = self
+                    .bindings
+                    .$iface()
+                    .memory_store()
+                    .call_constructor(&mut self.store)?;
+                self.current.store = Some(handle);
+                Ok(())
             }
-            Err(e) => Err(engine_conv::error(e)),
-        })
-    }
 
-    fn peek_many(
-        &mut self,
-        entries: &[(String, Limit)],
-        now: u64,
-    ) -> Result<Result<Verdict, Error>> {
-        let s = self.current.store()?;
-        let list = engine_conv::entries(entries);
-        let r = self
-            .bindings
-            .ratewindow_engine_memory()
-            .memory_store()
-            .call_peek_many(&mut self.store, s, &list, now)?;
-        Ok(r.map(engine_conv::batch).map_err(engine_conv::error))
-    }
+            fn check_limit(&mut self, limit: Limit) -> Result<Result<(), Error>> {
+                let r = self
+                    .bindings
+                    .ratewindow_engine_limits()
+                    .call_check_limit(&mut self.store, $conv::limit(limit))?;
+                Ok(r.map_err($conv::error))
+            }
 
-    fn release(&mut self, id: &str, now: u64) -> Result<()> {
-        let s = self.current.store()?;
-        if let Some(token) = self.current.token(id) {
-            self.bindings
-                .ratewindow_engine_memory()
-                .memory_store()
-                .call_release(&mut self.store, s, token, now)?;
+            fn consume(&mut self, key: &str, limit: Limit, $now: u64) -> Result<Result<Verdict, Error>> {
+                let s = self.current.store()?;
+                self.at($now);
+                let r = self.bindings.$iface().memory_store().call_consume(
+                    &mut self.store, s, key, $conv::limit(limit) $(, $pass)?)?;
+                Ok(r.map($conv::verdict).map_err($conv::error))
+            }
+
+            fn peek(&mut self, key: &str, limit: Limit, $now: u64) -> Result<Result<Verdict, Error>> {
+                let s = self.current.store()?;
+                self.at($now);
+                let r = self.bindings.$iface().memory_store().call_peek(
+                    &mut self.store, s, key, $conv::limit(limit) $(, $pass)?)?;
+                Ok(r.map($conv::verdict).map_err($conv::error))
+            }
+
+            fn consume_many(
+                &mut self,
+                entries: &[(String, Limit)],
+                $now: u64,
+                id: Option<&str>,
+            ) -> Result<Result<Verdict, Error>> {
+                let s = self.current.store()?;
+                self.at($now);
+                let list = $conv::entries(entries);
+                let r = self.bindings.$iface().memory_store().call_consume_many(
+                    &mut self.store, s, &list $(, $pass)?)?;
+                Ok(match r {
+                    Ok(consumed) => {
+                        if let Some(token) = consumed.release {
+                            match id {
+                                Some(id) => self.current.tokens.push((id.to_owned(), token)),
+                                None => token.resource_drop(&mut self.store)?,
+                            }
+                        }
+                        Ok($conv::batch(consumed.verdict))
+                    }
+                    Err(e) => Err($conv::error(e)),
+                })
+            }
+
+            fn peek_many(
+                &mut self,
+                entries: &[(String, Limit)],
+                $now: u64,
+            ) -> Result<Result<Verdict, Error>> {
+                let s = self.current.store()?;
+                self.at($now);
+                let list = $conv::entries(entries);
+                let r = self.bindings.$iface().memory_store().call_peek_many(
+                    &mut self.store, s, &list $(, $pass)?)?;
+                Ok(r.map($conv::batch).map_err($conv::error))
+            }
+
+            fn release(&mut self, id: &str, $now: u64) -> Result<()> {
+                let s = self.current.store()?;
+                self.at($now);
+                if let Some(token) = self.current.token(id) {
+                    self.bindings.$iface().memory_store().call_release(
+                        &mut self.store, s, token $(, $pass)?)?;
+                }
+                Ok(())
+            }
+
+            fn hit(&mut self, key: &str, decay_ms: f64, amount: i64, $now: u64) -> Result<Result<i64, Error>> {
+                let s = self.current.store()?;
+                self.at($now);
+                let r = self.bindings.$iface().memory_store().call_hit(
+                    &mut self.store, s, key, decay_ms, amount $(, $pass)?)?;
+                Ok(r.map_err($conv::error))
+            }
+
+            fn hit_window(&mut self, key: &str, decay_ms: f64, amount: i64, $now: u64) -> Result<Result<Window, Error>> {
+                let s = self.current.store()?;
+                self.at($now);
+                let r = self.bindings.$iface().memory_store().call_hit_window(
+                    &mut self.store, s, key, decay_ms, amount $(, $pass)?)?;
+                Ok(r.map($conv::hit_window).map_err($conv::error))
+            }
+
+            fn attempt(&mut self, key: &str, max: i64, decay_ms: f64, $now: u64) -> Result<Result<Window, Error>> {
+                let s = self.current.store()?;
+                self.at($now);
+                let r = self.bindings.$iface().memory_store().call_attempt(
+                    &mut self.store, s, key, max, decay_ms $(, $pass)?)?;
+                Ok(r.map($conv::attempt).map_err($conv::error))
+            }
+
+            fn attempts(&mut self, key: &str, $now: u64) -> Result<i64> {
+                let s = self.current.store()?;
+                self.at($now);
+                self.bindings.$iface().memory_store().call_attempts(&mut self.store, s, key $(, $pass)?)
+            }
+
+            fn too_many_attempts(&mut self, key: &str, max: i64, $now: u64) -> Result<bool> {
+                let s = self.current.store()?;
+                self.at($now);
+                self.bindings.$iface().memory_store().call_too_many_attempts(
+                    &mut self.store, s, key, max $(, $pass)?)
+            }
+
+            fn remaining(&mut self, key: &str, max: i64, $now: u64) -> Result<i64> {
+                let s = self.current.store()?;
+                self.at($now);
+                self.bindings.$iface().memory_store().call_remaining(&mut self.store, s, key, max $(, $pass)?)
+            }
+
+            fn available_in(&mut self, key: &str, $now: u64) -> Result<u64> {
+                let s = self.current.store()?;
+                self.at($now);
+                self.bindings.$iface().memory_store().call_available_in(&mut self.store, s, key $(, $pass)?)
+            }
+
+            fn available_in_ms(&mut self, key: &str, $now: u64) -> Result<u64> {
+                let s = self.current.store()?;
+                self.at($now);
+                self.bindings.$iface().memory_store().call_available_in_ms(&mut self.store, s, key $(, $pass)?)
+            }
+
+            fn reset_attempts(&mut self, key: &str, $now: u64) -> Result<()> {
+                let s = self.current.store()?;
+                self.at($now);
+                self.bindings.$iface().memory_store().call_reset_attempts(&mut self.store, s, key $(, $pass)?)
+            }
+
+            fn clear(&mut self, key: &str, $now: u64) -> Result<()> {
+                let s = self.current.store()?;
+                self.at($now);
+                self.bindings.$iface().memory_store().call_clear(&mut self.store, s, key)
+            }
+
+            fn key_count(&mut self) -> Result<u64> {
+                let s = self.current.store()?;
+                self.bindings.$iface().memory_store().call_key_count(&mut self.store, s)
+            }
         }
-        Ok(())
-    }
-
-    fn hit(
-        &mut self,
-        key: &str,
-        decay_ms: f64,
-        amount: i64,
-        now: u64,
-    ) -> Result<Result<i64, Error>> {
-        let s = self.current.store()?;
-        let r = self
-            .bindings
-            .ratewindow_engine_memory()
-            .memory_store()
-            .call_hit(&mut self.store, s, key, decay_ms, amount, now)?;
-        Ok(r.map_err(engine_conv::error))
-    }
-
-    fn attempts(&mut self, key: &str, now: u64) -> Result<i64> {
-        let s = self.current.store()?;
-        self.bindings
-            .ratewindow_engine_memory()
-            .memory_store()
-            .call_attempts(&mut self.store, s, key, now)
-    }
-
-    fn too_many_attempts(&mut self, key: &str, max: i64, now: u64) -> Result<bool> {
-        let s = self.current.store()?;
-        self.bindings
-            .ratewindow_engine_memory()
-            .memory_store()
-            .call_too_many_attempts(&mut self.store, s, key, max, now)
-    }
-
-    fn remaining(&mut self, key: &str, max: i64, now: u64) -> Result<i64> {
-        let s = self.current.store()?;
-        self.bindings
-            .ratewindow_engine_memory()
-            .memory_store()
-            .call_remaining(&mut self.store, s, key, max, now)
-    }
-
-    fn available_in(&mut self, key: &str, now: u64) -> Result<u64> {
-        let s = self.current.store()?;
-        self.bindings
-            .ratewindow_engine_memory()
-            .memory_store()
-            .call_available_in(&mut self.store, s, key, now)
-    }
-
-    fn available_in_ms(&mut self, key: &str, now: u64) -> Result<u64> {
-        let s = self.current.store()?;
-        self.bindings
-            .ratewindow_engine_memory()
-            .memory_store()
-            .call_available_in_ms(&mut self.store, s, key, now)
-    }
-
-    fn reset_attempts(&mut self, key: &str, now: u64) -> Result<()> {
-        let s = self.current.store()?;
-        self.bindings
-            .ratewindow_engine_memory()
-            .memory_store()
-            .call_reset_attempts(&mut self.store, s, key, now)
-    }
-
-    fn clear(&mut self, key: &str, _now: u64) -> Result<()> {
-        let s = self.current.store()?;
-        self.bindings
-            .ratewindow_engine_memory()
-            .memory_store()
-            .call_clear(&mut self.store, s, key)
-    }
-
-    fn key_count(&mut self) -> Result<u64> {
-        let s = self.current.store()?;
-        self.bindings
-            .ratewindow_engine_memory()
-            .memory_store()
-            .call_key_count(&mut self.store, s)
-    }
+    };
 }
 
-impl Ops for HostedWorld {
-    fn fresh_store(&mut self) -> Result<()> {
-        self.current.drop_all(&mut self.store)?;
-        let handle = self
-            .bindings
-            .ratewindow_engine_clocked_memory()
-            .memory_store()
-            .call_constructor(&mut self.store)?;
-        self.current.store = Some(handle);
-        Ok(())
-    }
-
-    fn check_limit(&mut self, limit: Limit) -> Result<Result<(), Error>> {
-        let r = self
-            .bindings
-            .ratewindow_engine_limits()
-            .call_check_limit(&mut self.store, hosted_conv::limit(limit))?;
-        Ok(r.map_err(hosted_conv::error))
-    }
-
-    fn consume(&mut self, key: &str, limit: Limit, now: u64) -> Result<Result<Verdict, Error>> {
-        let s = self.current.store()?;
-        self.at(now);
-        let r = self
-            .bindings
-            .ratewindow_engine_clocked_memory()
-            .memory_store()
-            .call_consume(&mut self.store, s, key, hosted_conv::limit(limit))?;
-        Ok(r.map(hosted_conv::verdict).map_err(hosted_conv::error))
-    }
-
-    fn peek(&mut self, key: &str, limit: Limit, now: u64) -> Result<Result<Verdict, Error>> {
-        let s = self.current.store()?;
-        self.at(now);
-        let r = self
-            .bindings
-            .ratewindow_engine_clocked_memory()
-            .memory_store()
-            .call_peek(&mut self.store, s, key, hosted_conv::limit(limit))?;
-        Ok(r.map(hosted_conv::verdict).map_err(hosted_conv::error))
-    }
-
-    fn consume_many(
-        &mut self,
-        entries: &[(String, Limit)],
-        now: u64,
-        id: Option<&str>,
-    ) -> Result<Result<Verdict, Error>> {
-        let s = self.current.store()?;
-        self.at(now);
-        let list = hosted_conv::entries(entries);
-        let r = self
-            .bindings
-            .ratewindow_engine_clocked_memory()
-            .memory_store()
-            .call_consume_many(&mut self.store, s, &list)?;
-        Ok(match r {
-            Ok(consumed) => {
-                if let Some(token) = consumed.release {
-                    match id {
-                        Some(id) => self.current.tokens.push((id.to_owned(), token)),
-                        None => token.resource_drop(&mut self.store)?,
-                    }
-                }
-                Ok(hosted_conv::batch(consumed.verdict))
-            }
-            Err(e) => Err(hosted_conv::error(e)),
-        })
-    }
-
-    fn peek_many(
-        &mut self,
-        entries: &[(String, Limit)],
-        now: u64,
-    ) -> Result<Result<Verdict, Error>> {
-        let s = self.current.store()?;
-        self.at(now);
-        let list = hosted_conv::entries(entries);
-        let r = self
-            .bindings
-            .ratewindow_engine_clocked_memory()
-            .memory_store()
-            .call_peek_many(&mut self.store, s, &list)?;
-        Ok(r.map(hosted_conv::batch).map_err(hosted_conv::error))
-    }
-
-    fn release(&mut self, id: &str, now: u64) -> Result<()> {
-        let s = self.current.store()?;
-        self.at(now);
-        if let Some(token) = self.current.token(id) {
-            self.bindings
-                .ratewindow_engine_clocked_memory()
-                .memory_store()
-                .call_release(&mut self.store, s, token)?;
-        }
-        Ok(())
-    }
-
-    fn hit(
-        &mut self,
-        key: &str,
-        decay_ms: f64,
-        amount: i64,
-        now: u64,
-    ) -> Result<Result<i64, Error>> {
-        let s = self.current.store()?;
-        self.at(now);
-        let r = self
-            .bindings
-            .ratewindow_engine_clocked_memory()
-            .memory_store()
-            .call_hit(&mut self.store, s, key, decay_ms, amount)?;
-        Ok(r.map_err(hosted_conv::error))
-    }
-
-    fn attempts(&mut self, key: &str, now: u64) -> Result<i64> {
-        let s = self.current.store()?;
-        self.at(now);
-        self.bindings
-            .ratewindow_engine_clocked_memory()
-            .memory_store()
-            .call_attempts(&mut self.store, s, key)
-    }
-
-    fn too_many_attempts(&mut self, key: &str, max: i64, now: u64) -> Result<bool> {
-        let s = self.current.store()?;
-        self.at(now);
-        self.bindings
-            .ratewindow_engine_clocked_memory()
-            .memory_store()
-            .call_too_many_attempts(&mut self.store, s, key, max)
-    }
-
-    fn remaining(&mut self, key: &str, max: i64, now: u64) -> Result<i64> {
-        let s = self.current.store()?;
-        self.at(now);
-        self.bindings
-            .ratewindow_engine_clocked_memory()
-            .memory_store()
-            .call_remaining(&mut self.store, s, key, max)
-    }
-
-    fn available_in(&mut self, key: &str, now: u64) -> Result<u64> {
-        let s = self.current.store()?;
-        self.at(now);
-        self.bindings
-            .ratewindow_engine_clocked_memory()
-            .memory_store()
-            .call_available_in(&mut self.store, s, key)
-    }
-
-    fn available_in_ms(&mut self, key: &str, now: u64) -> Result<u64> {
-        let s = self.current.store()?;
-        self.at(now);
-        self.bindings
-            .ratewindow_engine_clocked_memory()
-            .memory_store()
-            .call_available_in_ms(&mut self.store, s, key)
-    }
-
-    fn reset_attempts(&mut self, key: &str, now: u64) -> Result<()> {
-        let s = self.current.store()?;
-        self.at(now);
-        self.bindings
-            .ratewindow_engine_clocked_memory()
-            .memory_store()
-            .call_reset_attempts(&mut self.store, s, key)
-    }
-
-    fn clear(&mut self, key: &str, now: u64) -> Result<()> {
-        let s = self.current.store()?;
-        self.at(now);
-        self.bindings
-            .ratewindow_engine_clocked_memory()
-            .memory_store()
-            .call_clear(&mut self.store, s, key)
-    }
-
-    fn key_count(&mut self) -> Result<u64> {
-        let s = self.current.store()?;
-        self.bindings
-            .ratewindow_engine_clocked_memory()
-            .memory_store()
-            .call_key_count(&mut self.store, s)
-    }
-}
+impl_ops!(EngineWorld, engine_conv, ratewindow_engine_memory, now => [now]);
+impl_ops!(HostedWorld, hosted_conv, ratewindow_engine_clocked_memory, now => []);

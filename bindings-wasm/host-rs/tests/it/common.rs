@@ -7,7 +7,14 @@ use ratewindow_host_rs::{Error, Limit, Ops, Verdict};
 use serde_json::{json, Value};
 
 pub fn vector_files() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors");
+    json_files("")
+}
+
+/// The JSON files of `tests/vectors/<sub>`, sorted; at least one.
+pub fn json_files(sub: &str) -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/vectors")
+        .join(sub);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.expect("dir entry").path())
@@ -18,7 +25,7 @@ pub fn vector_files() -> Vec<PathBuf> {
     files
 }
 
-fn num(op: &Value, field: &str) -> f64 {
+pub fn num(op: &Value, field: &str) -> f64 {
     op[field]
         .as_f64()
         .unwrap_or_else(|| panic!("{field} in {op}"))
@@ -30,24 +37,24 @@ fn uint(op: &Value, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} in {op}"))
 }
 
-fn int(op: &Value, field: &str) -> i64 {
+pub fn int(op: &Value, field: &str) -> i64 {
     op[field]
         .as_i64()
         .unwrap_or_else(|| panic!("{field} in {op}"))
 }
 
-fn key(op: &Value) -> &str {
+pub fn key(op: &Value) -> &str {
     op["key"].as_str().unwrap_or_else(|| panic!("key in {op}"))
 }
 
-fn limit(v: &Value) -> Limit {
+pub fn limit(v: &Value) -> Limit {
     Limit {
         uses: num(v, "uses"),
         window_ms: num(v, "window_ms"),
     }
 }
 
-fn entries(op: &Value) -> Vec<(String, Limit)> {
+pub fn entries(op: &Value) -> Vec<(String, Limit)> {
     op["entries"]
         .as_array()
         .unwrap_or_else(|| panic!("entries in {op}"))
@@ -56,11 +63,16 @@ fn entries(op: &Value) -> Vec<(String, Limit)> {
         .collect()
 }
 
-fn verdict(v: Verdict, batch: bool) -> Value {
+/// A verdict in the vectors' shape (`blocked` for batches only), quota fields included.
+pub fn verdict(v: Verdict, batch: bool) -> Value {
     let mut out = json!({
         "allowed": v.allowed,
         "retry_after_ms": v.retry_after_ms,
         "retry_timestamp": v.retry_timestamp,
+        "limit": v.limit,
+        "remaining": v.remaining,
+        "refill_after_ms": v.refill_after_ms,
+        "reset_after_ms": v.reset_after_ms,
     });
     if batch {
         out["blocked"] = json!(v.blocked);
@@ -105,6 +117,14 @@ pub fn run(ops: &mut dyn Ops, op: &Value) -> Value {
             "hit" => result(
                 ops.hit(key(op), num(op, "decay_ms"), int(op, "amount"), now)?,
                 |n| json!(n),
+            ),
+            "hit_window" => result(
+                ops.hit_window(key(op), num(op, "decay_ms"), int(op, "amount"), now)?,
+                |w| json!({ "count": w.count, "reset_after_ms": w.reset_after_ms }),
+            ),
+            "attempt" => result(
+                ops.attempt(key(op), int(op, "max"), num(op, "decay_ms"), now)?,
+                |w| json!({ "allowed": w.allowed, "count": w.count, "reset_after_ms": w.reset_after_ms }),
             ),
             "attempts" => json!(ops.attempts(key(op), now)?),
             "too_many_attempts" => json!(ops.too_many_attempts(key(op), int(op, "max"), now)?),

@@ -58,6 +58,10 @@ fn verdict(v: ratewindow_core::Verdict) -> Verdict {
         retry_after_ms: v.retry_after_ms,
         retry_timestamp: v.retry_timestamp,
         blocked: None,
+        limit: v.quota.limit,
+        remaining: v.quota.remaining,
+        refill_after_ms: v.quota.refill_after_ms,
+        reset_after_ms: v.quota.reset_after_ms,
     }
 }
 
@@ -67,6 +71,10 @@ fn batch(v: ratewindow_core::BatchVerdict) -> Verdict {
         retry_after_ms: v.retry_after_ms,
         retry_timestamp: v.retry_timestamp,
         blocked: v.blocked.map(|b| b as u32),
+        limit: v.quota.limit,
+        remaining: v.quota.remaining,
+        refill_after_ms: v.quota.refill_after_ms,
+        reset_after_ms: v.quota.reset_after_ms,
     }
 }
 

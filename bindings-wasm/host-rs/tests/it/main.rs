@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod common;
+mod conversations;
 mod differential;
 mod hosted;
 mod redis;

@@ -72,16 +72,12 @@ impl Fixture {
         let prefix = format!("ratewindow-wasm-test:{test}:{nanos}:");
         let mut world = HostedWorld::new().unwrap();
         world.store.data_mut().runner = Some(redis_runner(connection()));
-        let (store, redis) = world.split_redis();
-        let handle = redis
-            .redis_store()
-            .call_constructor(
-                &mut *store,
-                &RedisOptions {
-                    prefix: Some(prefix.clone()),
-                    hash_tag_before: None,
-                },
-            )
+        let handle = world
+            .redis_store(&RedisOptions {
+                prefix: Some(prefix.clone()),
+                hash_tag_before: None,
+                evalsha: None,
+            })
             .unwrap();
         Fixture {
             world,
@@ -423,4 +419,97 @@ fn an_invalid_limit_runs_nothing() {
         Err(Error::InvalidLimit { .. })
     ));
     assert_eq!(f.world.store.data().evalsha_calls, calls);
+}
+
+/// The component's error as this host's comparable one (the outer `Result` is a trap: it fails).
+fn ours<T>(
+    r: wasmtime::Result<
+        Result<T, ratewindow_host_rs::hosted::exports::ratewindow::engine::errors::Error>,
+    >,
+) -> Result<T, Error> {
+    r.expect("the component trapped").map_err(Error::from)
+}
+
+#[test]
+fn attempt_counts_exactly_max_and_every_fixed_window_read_runs_on_the_server() {
+    let mut f = Fixture::new("attempt");
+    let s = f.store;
+    let (store, redis) = f.world.split_redis();
+    let r = redis.redis_store();
+    let mut allowed = 0;
+    for _ in 0..5 {
+        let a = r
+            .call_attempt(&mut *store, s, "a", 3, 60_000.0)
+            .unwrap()
+            .unwrap();
+        allowed += usize::from(a.allowed);
+        assert!(a.count <= 3 && a.reset_after_ms > 0 && a.reset_after_ms <= 60_000);
+    }
+    assert_eq!(allowed, 3, "exactly max attempts are counted");
+    assert_eq!(ours(r.call_attempts(&mut *store, s, "a")), Ok(3));
+    assert_eq!(
+        ours(r.call_too_many_attempts(&mut *store, s, "a", 3)),
+        Ok(true)
+    );
+    assert_eq!(ours(r.call_remaining(&mut *store, s, "a", 5)), Ok(2));
+    assert_eq!(ours(r.call_available_in(&mut *store, s, "a")), Ok(60));
+    let ms = r
+        .call_available_in_ms(&mut *store, s, "a")
+        .unwrap()
+        .unwrap();
+    assert!(ms > 59_000 && ms <= 60_000, "{ms}");
+    assert_eq!(ours(r.call_reset_attempts(&mut *store, s, "a")), Ok(()));
+    assert_eq!(ours(r.call_attempts(&mut *store, s, "a")), Ok(0));
+    let ms = r
+        .call_available_in_ms(&mut *store, s, "a")
+        .unwrap()
+        .unwrap();
+    assert!(ms > 0, "a reset keeps the window running");
+    let h = r
+        .call_hit_window(&mut *store, s, "a", 60_000.0, 2)
+        .unwrap()
+        .unwrap();
+    assert_eq!(h.count, 2);
+    assert!(h.reset_after_ms > 0 && h.reset_after_ms <= ms);
+    assert_eq!(ours(r.call_clear(&mut *store, s, "a")), Ok(()));
+    assert_eq!(ours(r.call_available_in_ms(&mut *store, s, "a")), Ok(0));
+    assert!(matches!(
+        r.call_attempt(&mut *store, s, "a", 3, 0.5).unwrap(),
+        Err(
+            ratewindow_host_rs::hosted::exports::ratewindow::engine::errors::Error::InvalidLimit(_)
+        )
+    ));
+}
+
+#[test]
+fn consume_and_peek_of_one_key_carry_the_quota_and_a_release() {
+    let mut f = Fixture::new("single");
+    let s = f.store;
+    let lim = Limit {
+        uses: 2.0,
+        window_ms: 60_000.0,
+    };
+    let (store, redis) = f.world.split_redis();
+    let r = redis.redis_store();
+    let first = r.call_consume(&mut *store, s, "q", lim).unwrap().unwrap();
+    assert!(first.verdict.allowed && first.release.is_some());
+    assert_eq!((first.verdict.limit, first.verdict.remaining), (2, 1));
+    assert!(first.verdict.reset_after_ms > 59_000 && first.verdict.reset_after_ms <= 60_000);
+    let peeked = r.call_peek(&mut *store, s, "q", lim).unwrap().unwrap();
+    assert_eq!((peeked.allowed, peeked.remaining), (true, 1));
+    let second = r.call_consume(&mut *store, s, "q", lim).unwrap().unwrap();
+    assert_eq!(
+        (second.verdict.allowed, second.verdict.remaining),
+        (true, 0)
+    );
+    let refused = r.call_consume(&mut *store, s, "q", lim).unwrap().unwrap();
+    assert!(!refused.verdict.allowed && refused.release.is_none());
+    assert_eq!(
+        refused.verdict.refill_after_ms,
+        refused.verdict.retry_after_ms
+    );
+    let token = second.release.unwrap();
+    assert_eq!(ours(r.call_release(&mut *store, s, token)), Ok(true));
+    let again = r.call_consume(&mut *store, s, "q", lim).unwrap().unwrap();
+    assert!(again.verdict.allowed, "the released call no longer counts");
 }
