@@ -1,30 +1,81 @@
-//! The call boundary: a store's planner ([`crate::redis::NativeRedis`], [`crate::sql::NativePostgres`],
-//! [`crate::sql::NativeSqlite`]) starts a [`NativeCall`] for one operation; the TypeScript driver
-//! (`ts/drive.ts`) asks it for the next step, runs the command with the user's client, feeds back the
-//! reply, the rows or the client's error message, and ends with the outcome. Everything that decides
-//! lives in the core's call machines (`ratewindow_core::call`); this file only converts values.
+//! The call boundary: one [`NativeCalls`] per store (Redis, PostgreSQL or SQLite) starts the core's
+//! call machine (`ratewindow_core::call`) for each operation and keeps it by id; the TypeScript driver
+//! (`ts/drive.ts`) asks for the call's step, runs the command with the user's client, feeds back the
+//! reply, the rows or the client's error message, and reads the outcome. Everything that decides lives
+//! in the core; this file only converts values.
 //!
-//! One typed shape crosses each way: a step is a [`NativeStep`] (a command, or the outcome), a reply
-//! or rows cross as the JS values the client gave (walked here, never as JSON), a failure as the
-//! client's message.
+//! Each crossing is typed and small, because napi objects are dear here (a 9-field object costs
+//! about as much as the whole Redis plan): `next`/`feed…`/`fail` answer the step's kind (a
+//! [`StepKind`] number), then typed getters of that call id give what the kind has (a command's
+//! `keys` and `args` or `statements`; a verdict's fields one by one; an error or a release token as an
+//! object, as they are rare or batch-only), and `end` frees the call. A reply crosses as the JS values
+//! the client gave (walked here), or — the fast path — an array of up to nine numbers as arguments.
 
 use std::ptr;
 
 use napi::bindgen_prelude::{Either6, FromNapiValue, JsValue, Null, Result, Unknown};
 use napi::sys;
 use napi_derive::napi;
-use ratewindow_core::call::{Call, CallError, Command, Fed, GiveBackFailure, Next, Op, Outcome};
-use ratewindow_core::call::{ReleaseToken, WindowQuery};
-use ratewindow_core::redis::Reply;
-use ratewindow_core::sql::{SqlValue, Statement};
-use ratewindow_core::{Entry, Window};
+use ratewindow_core::call::{
+    Call, CallError, Command, Fed, GiveBackFailure, Next, Op, Outcome, Redis, ReleaseToken,
+    WindowQuery,
+};
+use ratewindow_core::redis::{RedisOptions, RedisRelease, Reply};
+use ratewindow_core::sql::{Postgres, SqlNames, SqlRelease, SqlValue, Sqlite, Statement};
+use ratewindow_core::{BatchVerdict, Entry, Window};
 
 use crate::{coded, guard, limit, limit_error, Res};
 
-/// What gives an allowed consume's call back: opaque; hand it to the planner's `release`.
+/// What a step is: a command to run, or how the call ended.
 #[napi]
+pub enum StepKind {
+    /// Run a Redis script (`script`, `bySha1`, `keys`, `args`), then feed the reply.
+    Script,
+    /// Run SQL `statements` in order on one connection, then feed the rows of the last.
+    Sql,
+    /// A consume's or peek's verdict (`allowed`, `retryAfterMs`, … `release`).
+    Verdict,
+    /// A hit: `count`, `resetAfterMs`.
+    Hit,
+    /// An attempt: `allowed`, `count`, `resetAfterMs`.
+    Attempt,
+    /// A number: `int`.
+    Int,
+    /// A yes or no: `bool`.
+    Bool,
+    /// Done, nothing to say.
+    Unit,
+    /// The call failed: `error`.
+    Error,
+}
+
+/// What gives an allowed consume's call back (the core's `ReleaseToken`): keep it as it is and hand it
+/// to `release`.
+#[napi(object)]
 pub struct NativeRelease {
-    token: ReleaseToken,
+    /// Whose token: `redis` or `sql`.
+    pub store: String,
+    /// The keys the call was recorded under.
+    pub keys: Vec<String>,
+    /// The call's id.
+    pub call_id: String,
+}
+
+/// A failed call: the stable kind (`store`, `reply`, `protocol`, `unsupported`) and the details.
+#[napi(object, object_from_js = false)]
+pub struct NativeCallError {
+    /// The kind.
+    pub kind: String,
+    /// The core's message.
+    pub message: String,
+    /// `store`: the client's own message (the failure that stands).
+    pub client_message: Option<String>,
+    /// `reply`: whose reply (the script or statement).
+    pub source: Option<String>,
+    /// `reply`: what it should have been.
+    pub expected: Option<String>,
+    /// `reply`: what came, rendered briefly.
+    pub got: Option<String>,
 }
 
 /// A statement of a SQL command: its text and parameters, in the dialect's placeholder style.
@@ -48,270 +99,655 @@ pub struct NativeGiveBack {
     pub message: String,
 }
 
-/// One step of a call: a command to run (`kind` `script` or `sql`) or the outcome (`verdict`, `hit`,
-/// `attempt`, `int`, `bool`, `unit`, `error`). Only the fields of its kind are set.
+/// What a purge deleted.
 #[napi(object, object_from_js = false)]
-#[derive(Default)]
-pub struct NativeStep {
-    /// What this step is.
-    pub kind: String,
-    /// `script`: the script's name (`sliding`, `fixed`).
-    pub script: Option<String>,
-    /// `script`: `EVALSHA` with its SHA1 (true) or `EVAL` with its source (false).
-    pub by_sha1: Option<bool>,
-    /// `script`: `KEYS`.
-    pub keys: Option<Vec<String>>,
-    /// `script`: `ARGV`.
-    pub args: Option<Vec<String>>,
-    /// `sql`: the statements, run in order on one connection; feed the rows of the last.
-    pub statements: Option<Vec<NativeStatement>>,
-    /// `verdict`, `attempt`: whether allowed (counted).
-    pub allowed: Option<bool>,
-    /// `verdict`: ms until the next call is allowed.
-    pub retry_after_ms: Option<f64>,
-    /// `verdict`, refused: when the next call is allowed (the store's clock, ms).
-    pub retry_timestamp: Option<f64>,
-    /// `verdict`, refused: the entry with the longest wait.
-    pub blocked: Option<u32>,
-    /// `verdict`: the tightest entry's uses.
-    pub limit: Option<f64>,
-    /// `verdict`: the uses it has left.
-    pub remaining: Option<f64>,
-    /// `verdict`: ms until it gets a use back.
-    pub refill_after_ms: Option<f64>,
-    /// `verdict`, `hit`, `attempt`: ms until the window is empty (ends).
-    pub reset_after_ms: Option<f64>,
-    /// `verdict`, an allowed consume asked with its release: what gives it back.
-    pub release: Option<NativeRelease>,
-    /// `hit`, `attempt`: the count after the call.
-    pub count: Option<f64>,
-    /// `int`: the number.
-    pub int: Option<f64>,
-    /// `bool`: the answer.
-    pub bool: Option<bool>,
-    /// `error`: the stable kind (`store`, `reply`, `protocol`, `unsupported`).
-    pub error_kind: Option<String>,
-    /// `error`: the core's message.
-    pub message: Option<String>,
-    /// `error` of kind `store`: the client's own message (the failure that stands).
-    pub client_message: Option<String>,
-    /// `error` of kind `reply`: whose reply (the script or statement).
-    pub source: Option<String>,
-    /// `error` of kind `reply`: what it should have been.
-    pub expected: Option<String>,
-    /// `error` of kind `reply`: what came, rendered briefly.
-    pub got: Option<String>,
-    /// Any outcome: give-backs that failed on the way (Redis Cluster only).
-    pub give_back_failures: Option<Vec<NativeGiveBack>>,
+pub struct NativePurged {
+    /// Rows of calls that had left their windows.
+    pub calls: f64,
+    /// Fixed windows that had ended.
+    pub windows: f64,
 }
 
-/// One store operation in progress (a core [`Call`]).
+enum Planner {
+    Redis(Redis),
+    Postgres(Postgres),
+    Sqlite(Sqlite),
+}
+
+enum Slot {
+    Free,
+    Running(Call, bool),
+    Done(
+        std::result::Result<Outcome, CallError>,
+        Vec<GiveBackFailure>,
+        bool,
+    ),
+}
+
+/// One store's call machines and its calls in progress, by id (a slot each: a JS object per call
+/// would cost a finalizer).
 #[napi]
-pub struct NativeCall {
-    call: Call,
-    keep_release: bool,
+pub struct NativeCalls {
+    planner: Planner,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
 }
 
-impl NativeCall {
-    pub(crate) fn new(call: Call) -> NativeCall {
-        NativeCall {
-            call,
-            keep_release: true,
+fn names(prefix: &str) -> Res<SqlNames> {
+    SqlNames::new(prefix).map_err(|message| coded("invalid_argument:prefix", message))
+}
+
+fn unsupported(what: &str) -> napi::Error<String> {
+    coded(
+        "invalid_argument:store",
+        format!("{what} is not an operation of this store"),
+    )
+}
+
+fn no_call(id: u32) -> napi::Error<String> {
+    coded(
+        "invalid_argument:call",
+        format!("no call {id} at this step"),
+    )
+}
+
+impl NativeCalls {
+    fn new(planner: Planner) -> NativeCalls {
+        NativeCalls {
+            planner,
+            slots: Vec::new(),
+            free: Vec::new(),
         }
     }
 
-    pub(crate) fn dropping_release(call: Call) -> NativeCall {
-        NativeCall {
-            call,
-            keep_release: false,
-        }
+    fn start(&mut self, op: Op, now: Option<f64>, keep_release: bool) -> Res<u32> {
+        let call = match &self.planner {
+            Planner::Redis(r) => r.start(op),
+            Planner::Postgres(p) => p.start(op),
+            Planner::Sqlite(s) => s.start(op, now.unwrap_or(0.0) as u64),
+        };
+        let slot = Slot::Running(call, keep_release);
+        Ok(match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = slot;
+                id
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        })
     }
 
-    fn step(&mut self) -> NativeStep {
-        let result = match self.call.next() {
-            Next::Run(Command::Script {
-                script,
-                keys,
-                args,
-                by_sha1,
-            }) => {
-                return NativeStep {
-                    kind: "script".to_owned(),
-                    script: Some(script.name.to_owned()),
-                    by_sha1: Some(by_sha1),
-                    keys: Some(keys.to_vec()),
-                    args: Some(args.to_vec()),
-                    ..NativeStep::default()
-                }
-            }
-            Next::Run(Command::Sql { statements }) => {
-                return NativeStep {
-                    kind: "sql".to_owned(),
-                    statements: Some(statements.iter().map(statement).collect()),
-                    ..NativeStep::default()
-                }
-            }
+    /// Feeds (with `f`) the running call `id`, then answers its step's kind (an ended call keeps its
+    /// outcome until `end`).
+    fn step(&mut self, id: u32, f: impl FnOnce(&mut Call) -> Res<()>) -> Res<StepKind> {
+        let Some(slot) = self.slots.get_mut(id as usize) else {
+            return Err(no_call(id));
+        };
+        let Slot::Running(call, keep) = slot else {
+            return Err(no_call(id));
+        };
+        f(call)?;
+        let result = match call.next() {
+            Next::Run(Command::Script { .. }) => return Ok(StepKind::Script),
+            Next::Run(Command::Sql { .. }) => return Ok(StepKind::Sql),
             Next::Done(result) => result,
         };
-        let failures = self.call.take_give_back_failures();
-        let mut step = match result {
-            Ok(outcome) => self.outcome(outcome),
-            Err(error) => failed(error),
+        let kind = match &result {
+            Ok(Outcome::Verdict { .. }) => StepKind::Verdict,
+            Ok(Outcome::Hit { .. }) => StepKind::Hit,
+            Ok(Outcome::Attempt { .. }) => StepKind::Attempt,
+            Ok(Outcome::Int(_)) => StepKind::Int,
+            Ok(Outcome::Bool(_)) => StepKind::Bool,
+            Ok(Outcome::Unit) => StepKind::Unit,
+            Err(_) => StepKind::Error,
         };
-        if !failures.is_empty() {
-            step.give_back_failures = Some(failures.into_iter().map(give_back).collect());
-        }
-        step
+        let failures = call.take_give_back_failures();
+        *slot = Slot::Done(result, failures, *keep);
+        Ok(kind)
     }
 
-    fn outcome(&self, outcome: Outcome) -> NativeStep {
-        let kind = |kind: &str| NativeStep {
-            kind: kind.to_owned(),
-            ..NativeStep::default()
-        };
-        match outcome {
-            Outcome::Verdict { verdict, release } => NativeStep {
-                allowed: Some(verdict.allowed),
-                retry_after_ms: Some(verdict.retry_after_ms as f64),
-                retry_timestamp: verdict.retry_timestamp.map(|t| t as f64),
-                blocked: verdict.blocked.map(|b| b as u32),
-                limit: Some(verdict.quota.limit.into()),
-                remaining: Some(verdict.quota.remaining.into()),
-                refill_after_ms: Some(verdict.quota.refill_after_ms as f64),
-                reset_after_ms: Some(verdict.quota.reset_after_ms as f64),
-                release: release
-                    .filter(|_| self.keep_release)
-                    .map(|token| NativeRelease { token }),
-                ..kind("verdict")
+    fn command(&mut self, id: u32) -> Res<Command<'_>> {
+        match self.slots.get_mut(id as usize) {
+            Some(Slot::Running(call, _)) => match call.next() {
+                Next::Run(command) => Ok(command),
+                Next::Done(_) => Err(no_call(id)),
             },
-            Outcome::Hit {
-                count,
-                reset_after_ms,
-            } => NativeStep {
-                count: Some(count as f64),
-                reset_after_ms: Some(reset_after_ms as f64),
-                ..kind("hit")
-            },
-            Outcome::Attempt {
-                allowed,
-                count,
-                reset_after_ms,
-            } => NativeStep {
-                allowed: Some(allowed),
-                count: Some(count as f64),
-                reset_after_ms: Some(reset_after_ms as f64),
-                ..kind("attempt")
-            },
-            Outcome::Int(n) => NativeStep {
-                int: Some(n as f64),
-                ..kind("int")
-            },
-            Outcome::Bool(b) => NativeStep {
-                bool: Some(b),
-                ..kind("bool")
-            },
-            Outcome::Unit => kind("unit"),
+            _ => Err(no_call(id)),
         }
     }
-}
 
-fn failed(error: CallError) -> NativeStep {
-    let (source, expected, got) = match &error {
-        CallError::Reply(e) => (Some(e.script), Some(e.expected), Some(e.got.clone())),
-        CallError::Rows(e) => (Some(e.statement), Some(e.expected), Some(e.got.clone())),
-        _ => (None, None, None),
-    };
-    let client_message = match &error {
-        CallError::Store { message } => Some(message.clone()),
-        _ => None,
-    };
-    NativeStep {
-        kind: "error".to_owned(),
-        error_kind: Some(error.kind().to_owned()),
-        message: Some(error.to_string()),
-        client_message,
-        source: source.map(str::to_owned),
-        expected: expected.map(str::to_owned),
-        got,
-        ..NativeStep::default()
+    fn outcome(&self, id: u32) -> Res<&std::result::Result<Outcome, CallError>> {
+        match self.slots.get(id as usize) {
+            Some(Slot::Done(result, _, _)) => Ok(result),
+            _ => Err(no_call(id)),
+        }
     }
-}
 
-fn give_back(f: GiveBackFailure) -> NativeGiveBack {
-    NativeGiveBack {
-        keys: f.keys,
-        call_id: f.call_id,
-        message: f.message,
-    }
-}
-
-pub(crate) fn statement(s: &Statement) -> NativeStatement {
-    NativeStatement {
-        sql: s.sql.clone(),
-        params: s.params.iter().map(param).collect(),
-    }
-}
-
-#[allow(clippy::type_complexity)]
-fn param(value: &SqlValue) -> Either6<Null, bool, f64, String, Vec<f64>, Vec<String>> {
-    match value {
-        SqlValue::Null => Either6::A(Null),
-        SqlValue::Bool(b) => Either6::B(*b),
-        SqlValue::Int(i) => Either6::C(*i as f64),
-        SqlValue::Text(s) => Either6::D(s.clone()),
-        SqlValue::Ints(v) => Either6::E(v.iter().map(|&i| i as f64).collect()),
-        SqlValue::Texts(v) => Either6::F(v.clone()),
+    fn verdict(&self, id: u32) -> Res<&BatchVerdict> {
+        match self.outcome(id)? {
+            Ok(Outcome::Verdict { verdict, .. }) => Ok(verdict),
+            _ => Err(no_call(id)),
+        }
     }
 }
 
 #[napi]
-impl NativeCall {
-    /// The first step (later ones come from the feeds).
-    #[napi]
-    pub fn next(&mut self) -> Result<NativeStep, String> {
-        guard(|| Ok(self.step()))
-    }
-
-    /// Feeds a Redis reply as the client gave it (numbers, strings, null, arrays, Buffers, bigints);
-    /// returns the next step.
-    #[napi]
-    pub fn feed(&mut self, reply: Unknown<'_>) -> Result<NativeStep, String> {
+impl NativeCalls {
+    /// A Redis store's calls: keys start with `prefix`; with `hash_tag_before`, each key is tagged
+    /// with its part before that separator (an empty one: code `invalid_argument:hashTag`); `evalsha`
+    /// (default true): the host can run scripts by SHA1.
+    #[napi(factory)]
+    pub fn redis(
+        prefix: String,
+        hash_tag_before: Option<String>,
+        evalsha: Option<bool>,
+    ) -> Result<Self, String> {
         guard(|| {
-            let value = reply.value();
-            // SAFETY: the value and its env come from this very call's arguments.
-            let reply = unsafe { reply_of(value.env, value.value, 0)? };
-            self.call.feed(Fed::Reply(reply));
-            Ok(self.step())
+            let mut options = RedisOptions::default().with_prefix(prefix);
+            if let Some(separator) = hash_tag_before {
+                options = options
+                    .with_hash_tag_before(separator)
+                    .map_err(|m| coded("invalid_argument:hashTag", m))?;
+            }
+            let redis = Redis::new(options).evalsha(evalsha.unwrap_or(true));
+            Ok(NativeCalls::new(Planner::Redis(redis)))
         })
     }
 
-    /// Feeds the rows of a SQL command's last statement (an array of rows, each an array of column
-    /// values or an object of them in column order); returns the next step.
+    /// A PostgreSQL store's calls on the objects named by `prefix` (`[a-z_][a-z0-9_]*`, at most 40
+    /// characters); `durable`: every call waits for its commit's WAL flush.
+    #[napi(factory)]
+    pub fn postgres(prefix: String, durable: Option<bool>) -> Result<Self, String> {
+        guard(|| {
+            let pg = Postgres::new(names(&prefix)?).durable(durable.unwrap_or(false));
+            Ok(NativeCalls::new(Planner::Postgres(pg)))
+        })
+    }
+
+    /// A SQLite store's calls on the tables named by `prefix` (the host's clock: `now` in each start).
+    #[napi(factory)]
+    pub fn sqlite(prefix: String) -> Result<Self, String> {
+        guard(|| {
+            let sqlite = Sqlite::new(names(&prefix)?);
+            Ok(NativeCalls::new(Planner::Sqlite(sqlite)))
+        })
+    }
+
+    /// The SQL schema (idempotent; several statements, run without parameters).
     #[napi]
-    pub fn feed_rows(&mut self, rows: Unknown<'_>) -> Result<NativeStep, String> {
+    pub fn schema(&self) -> Result<String, String> {
+        guard(|| match &self.planner {
+            Planner::Postgres(p) => Ok(p.schema()),
+            Planner::Sqlite(s) => Ok(s.schema()),
+            Planner::Redis(_) => Err(unsupported("schema")),
+        })
+    }
+
+    /// SQLite: what to `exec` on every connection, the busy timeout (`Sqlite::CONNECTION_SETUP`
+    /// without one).
+    #[napi]
+    pub fn connection_setup(&self, busy_timeout_ms: Option<u32>) -> String {
+        busy_timeout_ms.map_or_else(
+            || Sqlite::CONNECTION_SETUP.to_owned(),
+            Sqlite::connection_setup,
+        )
+    }
+
+    /// The purge (not a call): PostgreSQL one statement answering one row (calls, windows); SQLite
+    /// at `now`, statements each deleting rows (their `changes` count them).
+    #[napi]
+    pub fn purge(&self, now: Option<f64>) -> Result<Vec<NativeStatement>, String> {
+        guard(|| match &self.planner {
+            Planner::Postgres(p) => Ok(vec![statement(&p.plan_purge())]),
+            Planner::Sqlite(s) => Ok(s
+                .plan_purge(now.unwrap_or(0.0) as u64)
+                .iter()
+                .map(statement)
+                .collect()),
+            Planner::Redis(_) => Err(unsupported("purge")),
+        })
+    }
+
+    /// PostgreSQL: the purge's counts from its rows (code `store_reply` for rows of the wrong shape).
+    #[napi]
+    pub fn purged(&self, rows: Unknown<'_>) -> Result<NativePurged, String> {
         guard(|| {
             let value = rows.value();
-            // SAFETY: as in `feed`.
+            // SAFETY: the value and its env come from this call's arguments.
             let rows = unsafe { rows_of(value.env, value.value)? };
-            self.call.feed(Fed::Rows(rows));
-            Ok(self.step())
+            let (calls, windows) =
+                Postgres::decode_purge(&rows).map_err(|e| coded("store_reply", e.to_string()))?;
+            Ok(NativePurged {
+                calls: calls as f64,
+                windows: windows as f64,
+            })
         })
     }
 
-    /// Feeds the client's failure (its error message, as the client gives it); returns the next step.
+    /// Starts `Op::Consume` of the entries (three parallel arrays) under `call_id`; with `release`
+    /// false its verdict keeps no release token. `now`: SQLite's clock (ms). Answers the call's id.
     #[napi]
-    pub fn fail(&mut self, message: String) -> Result<NativeStep, String> {
+    pub fn consume(
+        &mut self,
+        call_id: String,
+        keys: Vec<String>,
+        uses: Vec<f64>,
+        windows: Vec<f64>,
+        release: bool,
+        now: Option<f64>,
+    ) -> Result<u32, String> {
         guard(|| {
-            self.call.fail(message);
-            Ok(self.step())
+            let entries = entries(keys, uses, windows)?;
+            self.start(Op::Consume { entries, call_id }, now, release)
         })
+    }
+
+    /// [`Self::consume`] of one entry, without a release token (a single call's verdict has none).
+    #[napi]
+    pub fn consume_one(
+        &mut self,
+        call_id: String,
+        key: String,
+        uses: f64,
+        window_ms: f64,
+        now: Option<f64>,
+    ) -> Result<u32, String> {
+        guard(|| {
+            let entries = vec![Entry::new(key, limit(uses, window_ms)?)];
+            self.start(Op::Consume { entries, call_id }, now, false)
+        })
+    }
+
+    /// Starts `Op::Peek`.
+    #[napi]
+    pub fn peek(
+        &mut self,
+        keys: Vec<String>,
+        uses: Vec<f64>,
+        windows: Vec<f64>,
+        now: Option<f64>,
+    ) -> Result<u32, String> {
+        guard(|| {
+            let entries = entries(keys, uses, windows)?;
+            self.start(Op::Peek { entries }, now, false)
+        })
+    }
+
+    /// Starts `Op::Release` of an allowed consume's token.
+    #[napi]
+    pub fn release(&mut self, token: NativeRelease, now: Option<f64>) -> Result<u32, String> {
+        guard(|| {
+            let op = Op::Release {
+                token: token_of(token)?,
+            };
+            self.start(op, now, false)
+        })
+    }
+
+    /// Starts `Op::Hit`.
+    #[napi]
+    pub fn hit(
+        &mut self,
+        key: String,
+        decay_ms: f64,
+        amount: f64,
+        now: Option<f64>,
+    ) -> Result<u32, String> {
+        guard(|| {
+            let op = Op::Hit {
+                key,
+                decay: decay(decay_ms)?,
+                amount: amount as i64,
+            };
+            self.start(op, now, false)
+        })
+    }
+
+    /// Starts `Op::Attempt`.
+    #[napi]
+    pub fn attempt(
+        &mut self,
+        key: String,
+        max: f64,
+        decay_ms: f64,
+        now: Option<f64>,
+    ) -> Result<u32, String> {
+        guard(|| {
+            let op = Op::Attempt {
+                key,
+                max: max as i64,
+                decay: decay(decay_ms)?,
+            };
+            self.start(op, now, false)
+        })
+    }
+
+    /// Starts `Op::Read` answering `query` (`attempts`, `tooManyAttempts`, `remaining`,
+    /// `availableIn`, `availableInMs`; `max` for the two that take it).
+    #[napi]
+    pub fn read(
+        &mut self,
+        key: String,
+        query: String,
+        max: f64,
+        now: Option<f64>,
+    ) -> Result<u32, String> {
+        guard(|| {
+            let query = window_query(&query, max)?;
+            self.start(Op::Read { key, query }, now, false)
+        })
+    }
+
+    /// Starts `Op::ResetAttempts`.
+    #[napi]
+    pub fn reset_attempts(&mut self, key: String, now: Option<f64>) -> Result<u32, String> {
+        guard(|| self.start(Op::ResetAttempts { key }, now, false))
+    }
+
+    /// Starts `Op::Clear`.
+    #[napi]
+    pub fn clear(&mut self, key: String, now: Option<f64>) -> Result<u32, String> {
+        guard(|| self.start(Op::Clear { key }, now, false))
+    }
+
+    /// The kind of call `id`'s first step.
+    #[napi]
+    pub fn next(&mut self, id: u32) -> Result<StepKind, String> {
+        guard(|| self.step(id, |_| Ok(())))
+    }
+
+    /// Feeds call `id` a reply as the client gave it (numbers, strings, null, arrays, Buffers,
+    /// bigints); the kind of its next step.
+    #[napi]
+    pub fn feed(&mut self, id: u32, reply: Unknown<'_>) -> Result<StepKind, String> {
+        guard(|| {
+            self.step(id, |call| {
+                let value = reply.value();
+                // SAFETY: the value and its env come from this very call's arguments.
+                call.feed(Fed::Reply(unsafe { reply_of(value.env, value.value, 0)? }));
+                Ok(())
+            })
+        })
+    }
+
+    /// The fast path of [`Self::feed`]: a reply that is an array of `len` (at most 9) numbers, given
+    /// one by one (the shape every ratewindow script answers; no array crosses).
+    #[napi]
+    #[allow(clippy::too_many_arguments)]
+    pub fn feed_numbers(
+        &mut self,
+        id: u32,
+        len: u32,
+        n0: f64,
+        n1: f64,
+        n2: f64,
+        n3: f64,
+        n4: f64,
+        n5: f64,
+        n6: f64,
+        n7: f64,
+        n8: f64,
+    ) -> Result<StepKind, String> {
+        guard(|| {
+            let all = [n0, n1, n2, n3, n4, n5, n6, n7, n8];
+            let numbers = all.get(..len as usize).unwrap_or(&all);
+            let reply = numbers
+                .iter()
+                .map(|&n| number(n).map_or_else(Reply::Text, Reply::Int))
+                .collect();
+            self.step(id, |call| {
+                call.feed(Fed::Reply(Reply::Array(reply)));
+                Ok(())
+            })
+        })
+    }
+
+    /// Feeds call `id` the rows of its SQL command's last statement (an array of rows, each an array
+    /// of column values or an object of them in column order); the kind of its next step.
+    #[napi]
+    pub fn feed_rows(&mut self, id: u32, rows: Unknown<'_>) -> Result<StepKind, String> {
+        guard(|| {
+            self.step(id, |call| {
+                let value = rows.value();
+                // SAFETY: as in `feed`.
+                call.feed(Fed::Rows(unsafe { rows_of(value.env, value.value)? }));
+                Ok(())
+            })
+        })
+    }
+
+    /// Feeds call `id` the client's failure (its error message, as the client gives it); the kind of
+    /// its next step.
+    #[napi]
+    pub fn fail(&mut self, id: u32, message: String) -> Result<StepKind, String> {
+        guard(|| {
+            self.step(id, |call| {
+                call.fail(message);
+                Ok(())
+            })
+        })
+    }
+
+    /// `Script` step: the script's name (`sliding`, `fixed`).
+    #[napi]
+    pub fn script(&mut self, id: u32) -> Result<String, String> {
+        guard(|| match self.command(id)? {
+            Command::Script { script, .. } => Ok(script.name.to_owned()),
+            Command::Sql { .. } => Err(no_call(id)),
+        })
+    }
+
+    /// `Script` step: `EVALSHA` with its SHA1 (true) or `EVAL` with its source (false).
+    #[napi]
+    pub fn by_sha1(&mut self, id: u32) -> Result<bool, String> {
+        guard(|| match self.command(id)? {
+            Command::Script { by_sha1, .. } => Ok(by_sha1),
+            Command::Sql { .. } => Err(no_call(id)),
+        })
+    }
+
+    /// `Script` step: `KEYS`.
+    #[napi(ts_return_type = "Array<string>")]
+    pub fn keys(&mut self, id: u32) -> Result<Strings, String> {
+        guard(|| match self.command(id)? {
+            Command::Script { keys, .. } => Ok(Strings(keys.to_vec())),
+            Command::Sql { .. } => Err(no_call(id)),
+        })
+    }
+
+    /// `Script` step: `ARGV`.
+    #[napi(ts_return_type = "Array<string>")]
+    pub fn args(&mut self, id: u32) -> Result<Strings, String> {
+        guard(|| match self.command(id)? {
+            Command::Script { args, .. } => Ok(Strings(args.to_vec())),
+            Command::Sql { .. } => Err(no_call(id)),
+        })
+    }
+
+    /// `Sql` step: the statements, to run in order on one connection.
+    #[napi]
+    pub fn statements(&mut self, id: u32) -> Result<Vec<NativeStatement>, String> {
+        guard(|| match self.command(id)? {
+            Command::Sql { statements } => Ok(statements.iter().map(statement).collect()),
+            Command::Script { .. } => Err(no_call(id)),
+        })
+    }
+
+    /// `Verdict`: whether allowed; `Attempt`: whether counted.
+    #[napi]
+    pub fn allowed(&self, id: u32) -> Result<bool, String> {
+        guard(|| match self.outcome(id)? {
+            Ok(Outcome::Verdict { verdict, .. }) => Ok(verdict.allowed),
+            Ok(Outcome::Attempt { allowed, .. }) => Ok(*allowed),
+            _ => Err(no_call(id)),
+        })
+    }
+
+    /// `Verdict`: ms until the next call is allowed (0 when allowed).
+    #[napi]
+    pub fn retry_after_ms(&self, id: u32) -> Result<f64, String> {
+        guard(|| Ok(self.verdict(id)?.retry_after_ms as f64))
+    }
+
+    /// `Verdict`, refused: when the next call is allowed (the store's clock, ms).
+    #[napi]
+    pub fn retry_timestamp(&self, id: u32) -> Result<Option<f64>, String> {
+        guard(|| Ok(self.verdict(id)?.retry_timestamp.map(|t| t as f64)))
+    }
+
+    /// `Verdict`, refused: the entry with the longest wait.
+    #[napi]
+    pub fn blocked(&self, id: u32) -> Result<Option<u32>, String> {
+        guard(|| Ok(self.verdict(id)?.blocked.map(|b| b as u32)))
+    }
+
+    /// `Verdict`: the tightest entry's uses.
+    #[napi]
+    pub fn limit(&self, id: u32) -> Result<f64, String> {
+        guard(|| Ok(self.verdict(id)?.quota.limit.into()))
+    }
+
+    /// `Verdict`: the uses it has left.
+    #[napi]
+    pub fn remaining(&self, id: u32) -> Result<f64, String> {
+        guard(|| Ok(self.verdict(id)?.quota.remaining.into()))
+    }
+
+    /// `Verdict`: ms until it gets a use back.
+    #[napi]
+    pub fn refill_after_ms(&self, id: u32) -> Result<f64, String> {
+        guard(|| Ok(self.verdict(id)?.quota.refill_after_ms as f64))
+    }
+
+    /// `Verdict`: ms until its window is empty; `Hit`, `Attempt`: until the window ends.
+    #[napi]
+    pub fn reset_after_ms(&self, id: u32) -> Result<f64, String> {
+        guard(|| match self.outcome(id)? {
+            Ok(Outcome::Verdict { verdict, .. }) => Ok(verdict.quota.reset_after_ms as f64),
+            Ok(Outcome::Hit { reset_after_ms, .. } | Outcome::Attempt { reset_after_ms, .. }) => {
+                Ok(*reset_after_ms as f64)
+            }
+            _ => Err(no_call(id)),
+        })
+    }
+
+    /// `Verdict` of a consume asked with its release, allowed: what gives it back.
+    #[napi]
+    pub fn release_token(&self, id: u32) -> Result<Option<NativeRelease>, String> {
+        guard(|| match self.slots.get(id as usize) {
+            Some(Slot::Done(Ok(Outcome::Verdict { release, .. }), _, keep)) => {
+                Ok(release.clone().filter(|_| *keep).map(release_of))
+            }
+            _ => Err(no_call(id)),
+        })
+    }
+
+    /// `Hit`, `Attempt`: the count after the call.
+    #[napi]
+    pub fn count(&self, id: u32) -> Result<f64, String> {
+        guard(|| match self.outcome(id)? {
+            Ok(Outcome::Hit { count, .. } | Outcome::Attempt { count, .. }) => Ok(*count as f64),
+            _ => Err(no_call(id)),
+        })
+    }
+
+    /// `Int`: the number.
+    #[napi]
+    pub fn int(&self, id: u32) -> Result<f64, String> {
+        guard(|| match self.outcome(id)? {
+            Ok(Outcome::Int(n)) => Ok(*n as f64),
+            _ => Err(no_call(id)),
+        })
+    }
+
+    /// `Bool`: the answer.
+    #[napi]
+    pub fn bool(&self, id: u32) -> Result<bool, String> {
+        guard(|| match self.outcome(id)? {
+            Ok(Outcome::Bool(b)) => Ok(*b),
+            _ => Err(no_call(id)),
+        })
+    }
+
+    /// `Error`: why the call failed.
+    #[napi]
+    pub fn error(&self, id: u32) -> Result<NativeCallError, String> {
+        guard(|| match self.outcome(id)? {
+            Err(e) => Ok(call_error(e)),
+            Ok(_) => Err(no_call(id)),
+        })
+    }
+
+    /// Any outcome: the give-backs that failed on the way (Redis Cluster only; none: `undefined`).
+    #[napi]
+    pub fn give_back_failures(&self, id: u32) -> Result<Option<Vec<NativeGiveBack>>, String> {
+        guard(|| match self.slots.get(id as usize) {
+            Some(Slot::Done(_, failures, _)) if failures.is_empty() => Ok(None),
+            Some(Slot::Done(_, failures, _)) => Ok(Some(failures.iter().map(give_back).collect())),
+            _ => Err(no_call(id)),
+        })
+    }
+
+    /// Frees call `id` (its outcome read, or the call abandoned).
+    #[napi]
+    pub fn end(&mut self, id: u32) {
+        if let Some(slot) = self.slots.get_mut(id as usize) {
+            if !matches!(slot, Slot::Free) {
+                *slot = Slot::Free;
+                self.free.push(id);
+            }
+        }
+    }
+
+    /// Calls in progress or not yet ended (for leak tests).
+    #[napi]
+    pub fn in_progress(&self) -> u32 {
+        (self.slots.len() - self.free.len()) as u32
     }
 }
 
-// ---- Starting calls: the arguments of each op, converted and validated by the core ------------------
+/// Strings for JS, each made as Latin-1 when it is ASCII (V8's one-byte strings, no UTF-8 decoding:
+/// the keys and arguments of a script are nearly always ASCII).
+pub struct Strings(Vec<String>);
+
+impl napi::bindgen_prelude::TypeName for Strings {
+    fn type_name() -> &'static str {
+        "Array<string>"
+    }
+
+    fn value_type() -> napi::ValueType {
+        napi::ValueType::Object
+    }
+}
+
+impl napi::bindgen_prelude::ToNapiValue for Strings {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        let mut array = ptr::null_mut();
+        napi::check_status!(sys::napi_create_array_with_length(
+            env,
+            val.0.len(),
+            &mut array
+        ))?;
+        for (i, s) in val.0.iter().enumerate() {
+            let mut text = ptr::null_mut();
+            let status = if s.is_ascii() {
+                sys::napi_create_string_latin1(env, s.as_ptr().cast(), s.len() as isize, &mut text)
+            } else {
+                sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut text)
+            };
+            napi::check_status!(status)?;
+            napi::check_status!(sys::napi_set_element(env, array, i as u32, text))?;
+        }
+        Ok(array)
+    }
+}
+
+// ---- Values: the op arguments in, the outcome's parts out ------------------------------------------
 
 /// The entries of a call, given as three parallel arrays, validated by the core.
-pub(crate) fn entries(keys: Vec<String>, uses: Vec<f64>, windows: Vec<f64>) -> Res<Vec<Entry>> {
+fn entries(keys: Vec<String>, uses: Vec<f64>, windows: Vec<f64>) -> Res<Vec<Entry>> {
     if keys.len() != uses.len() || keys.len() != windows.len() {
         return Err(coded(
             "invalid_argument:entries",
@@ -325,12 +761,11 @@ pub(crate) fn entries(keys: Vec<String>, uses: Vec<f64>, windows: Vec<f64>) -> R
 }
 
 /// A fixed window's decay, validated by the core.
-pub(crate) fn decay(decay_ms: f64) -> Res<Window> {
+fn decay(decay_ms: f64) -> Res<Window> {
     Window::from_f64(decay_ms).map_err(limit_error)
 }
 
-/// What a read answers: `attempts`, `tooManyAttempts`, `remaining`, `availableIn`, `availableInMs`.
-pub(crate) fn query(name: &str, max: f64) -> Res<WindowQuery> {
+fn window_query(name: &str, max: f64) -> Res<WindowQuery> {
     let max = max as i64;
     Ok(match name {
         "attempts" => WindowQuery::Attempts,
@@ -347,96 +782,78 @@ pub(crate) fn query(name: &str, max: f64) -> Res<WindowQuery> {
     })
 }
 
-/// The release token an allowed consume gave.
-pub(crate) fn token(release: &NativeRelease) -> ReleaseToken {
-    release.token.clone()
+fn release_of(token: ReleaseToken) -> NativeRelease {
+    let (store, keys, call_id) = match token {
+        ReleaseToken::Redis(r) => ("redis", r.keys, r.call_id),
+        ReleaseToken::Sql(r) => ("sql", r.keys, r.call_id),
+    };
+    NativeRelease {
+        store: store.to_owned(),
+        keys,
+        call_id,
+    }
 }
 
-/// Every op a planner starts, in one place: each planner's napi methods forward here.
-pub(crate) trait Starter {
-    /// Starts `op` at `now` (ms; only SQLite reads it).
-    fn begin(&self, op: Op, now: f64) -> Call;
-
-    fn consume(
-        &self,
-        call_id: String,
-        keys: Vec<String>,
-        uses: Vec<f64>,
-        windows: Vec<f64>,
-        release: bool,
-        now: f64,
-    ) -> Res<NativeCall> {
-        guard(|| {
-            let entries = entries(keys, uses, windows)?;
-            let call = self.begin(Op::Consume { entries, call_id }, now);
-            Ok(if release {
-                NativeCall::new(call)
-            } else {
-                NativeCall::dropping_release(call)
-            })
-        })
+/// The token `release` describes (an unknown `store`: code `invalid_argument:release`).
+fn token_of(release: NativeRelease) -> Res<ReleaseToken> {
+    let NativeRelease {
+        store,
+        keys,
+        call_id,
+    } = release;
+    match store.as_str() {
+        "redis" => Ok(ReleaseToken::Redis(RedisRelease { keys, call_id })),
+        "sql" => Ok(ReleaseToken::Sql(SqlRelease { keys, call_id })),
+        _ => Err(coded(
+            "invalid_argument:release",
+            format!("not a release token of this package: store {store:?}"),
+        )),
     }
+}
 
-    fn peek(
-        &self,
-        keys: Vec<String>,
-        uses: Vec<f64>,
-        windows: Vec<f64>,
-        now: f64,
-    ) -> Res<NativeCall> {
-        guard(|| {
-            let entries = entries(keys, uses, windows)?;
-            Ok(NativeCall::new(self.begin(Op::Peek { entries }, now)))
-        })
+fn call_error(error: &CallError) -> NativeCallError {
+    let (source, expected, got) = match error {
+        CallError::Reply(e) => (Some(e.script), Some(e.expected), Some(e.got.clone())),
+        CallError::Rows(e) => (Some(e.statement), Some(e.expected), Some(e.got.clone())),
+        _ => (None, None, None),
+    };
+    NativeCallError {
+        kind: error.kind().to_owned(),
+        message: error.to_string(),
+        client_message: match error {
+            CallError::Store { message } => Some(message.clone()),
+            _ => None,
+        },
+        source: source.map(str::to_owned),
+        expected: expected.map(str::to_owned),
+        got,
     }
+}
 
-    fn release(&self, release: &NativeRelease, now: f64) -> Res<NativeCall> {
-        guard(|| {
-            let op = Op::Release {
-                token: token(release),
-            };
-            Ok(NativeCall::new(self.begin(op, now)))
-        })
+fn give_back(f: &GiveBackFailure) -> NativeGiveBack {
+    NativeGiveBack {
+        keys: f.keys.clone(),
+        call_id: f.call_id.clone(),
+        message: f.message.clone(),
     }
+}
 
-    fn hit(&self, key: String, decay_ms: f64, amount: f64, now: f64) -> Res<NativeCall> {
-        guard(|| {
-            let op = Op::Hit {
-                key,
-                decay: decay(decay_ms)?,
-                amount: amount as i64,
-            };
-            Ok(NativeCall::new(self.begin(op, now)))
-        })
+fn statement(s: &Statement) -> NativeStatement {
+    NativeStatement {
+        sql: s.sql.clone(),
+        params: s.params.iter().map(param).collect(),
     }
+}
 
-    fn attempt(&self, key: String, max: f64, decay_ms: f64, now: f64) -> Res<NativeCall> {
-        guard(|| {
-            let op = Op::Attempt {
-                key,
-                max: max as i64,
-                decay: decay(decay_ms)?,
-            };
-            Ok(NativeCall::new(self.begin(op, now)))
-        })
-    }
-
-    fn read(&self, key: String, name: String, max: f64, now: f64) -> Res<NativeCall> {
-        guard(|| {
-            let op = Op::Read {
-                key,
-                query: query(&name, max)?,
-            };
-            Ok(NativeCall::new(self.begin(op, now)))
-        })
-    }
-
-    fn reset_attempts(&self, key: String, now: f64) -> Res<NativeCall> {
-        guard(|| Ok(NativeCall::new(self.begin(Op::ResetAttempts { key }, now))))
-    }
-
-    fn clear(&self, key: String, now: f64) -> Res<NativeCall> {
-        guard(|| Ok(NativeCall::new(self.begin(Op::Clear { key }, now))))
+#[allow(clippy::type_complexity)]
+fn param(value: &SqlValue) -> Either6<Null, bool, f64, String, Vec<f64>, Vec<String>> {
+    match value {
+        SqlValue::Null => Either6::A(Null),
+        SqlValue::Bool(b) => Either6::B(*b),
+        SqlValue::Int(i) => Either6::C(*i as f64),
+        SqlValue::Text(s) => Either6::D(s.clone()),
+        SqlValue::Ints(v) => Either6::E(v.iter().map(|&i| i as f64).collect()),
+        SqlValue::Texts(v) => Either6::F(v.clone()),
     }
 }
 
@@ -607,10 +1024,7 @@ unsafe fn sql_value(env: sys::napi_env, value: sys::napi_value) -> Res<SqlValue>
 
 /// Rows: an array of rows, each an array of values or an object of them (in column order). Anything
 /// else becomes one row holding its text, which no statement answers (the machine names it).
-pub(crate) unsafe fn rows_of(
-    env: sys::napi_env,
-    value: sys::napi_value,
-) -> Res<Vec<Vec<SqlValue>>> {
+unsafe fn rows_of(env: sys::napi_env, value: sys::napi_value) -> Res<Vec<Vec<SqlValue>>> {
     let Some(rows) = elements(env, value)? else {
         return Ok(vec![vec![SqlValue::Text(text_of(env, value)?)]]);
     };

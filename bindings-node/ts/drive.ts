@@ -12,13 +12,13 @@ import { randomUUID } from 'node:crypto';
 import type { Backend } from './backend';
 import { checkEntries, checkInteger, checkKey, checkLimitShape } from './check';
 import { fromBackend, InternalError, typeError } from './errors';
-import type { BackendCall, BackendCalls, BackendRelease, Step } from './redis-backend';
+import { StepKind, type BackendCalls, type BackendRelease, type CallErrorInfo, type WindowQuery } from './redis-backend';
 import { cooldownLimit, CooldownStore } from './store';
 import { GiveBackError, StoreError, StoreReplyError } from './store-errors';
 import type { AttemptResult, Awaitable, HitResult, BatchVerdict, CooldownLimit, Entry, Verdict } from './types';
 
-/** Runs a step's command with the user's client: resolves to the reply (Redis) or the rows (SQL). */
-export type RunCommand = (step: Step) => unknown;
+/** Runs call `id`'s command (a `Script` or `Sql` step) with the user's client: its reply or rows. */
+export type RunCommand = (kind: StepKind, id: number) => unknown;
 
 /** What the client threw, as the message a call is fed (as the client gives it). */
 function message(error: unknown): string {
@@ -29,54 +29,65 @@ function message(error: unknown): string {
 /** The errors a client threw during one call, by message (a failure's `cause`). */
 type Thrown = Map<string, unknown>;
 
-function feedFailure(call: BackendCall, error: unknown, thrown: Thrown): Step {
+/** Feeds what the client answered (an array of up to nine numbers crosses as numbers). */
+function feed(calls: BackendCalls, id: number, kind: StepKind, answer: unknown): StepKind {
+  if (kind === StepKind.Sql) return calls.feedRows(id, answer);
+  if (Array.isArray(answer) && answer.length <= 9) {
+    const a = answer as unknown[];
+    let numbers = true;
+    for (let i = 0; i < a.length; i++) if (typeof a[i] !== 'number') numbers = false;
+    if (numbers) {
+      const n = a as number[];
+      return calls.feedNumbers(id, n.length, n[0] ?? 0, n[1] ?? 0, n[2] ?? 0, n[3] ?? 0, n[4] ?? 0, n[5] ?? 0, n[6] ?? 0, n[7] ?? 0, n[8] ?? 0);
+    }
+  }
+  return calls.feed(id, answer);
+}
+
+function failed(calls: BackendCalls, id: number, error: unknown, thrown: Thrown): StepKind {
   const text = message(error);
   thrown.set(text, error);
-  return call.fail(text);
+  return calls.fail(id, text);
 }
 
-function isCommand(step: Step): boolean {
-  return step.kind === 'script' || step.kind === 'sql';
-}
-
-/** Drives `call` to its end, awaiting each command. Throws the outcome's typed error. */
-export async function drive(call: BackendCall, run: RunCommand, onGiveBack?: (e: GiveBackError) => void): Promise<Step> {
+/** Drives call `id` to its end, awaiting each command; the outcome's kind (an error is thrown). */
+export async function drive(calls: BackendCalls, id: number, run: RunCommand, onGiveBack?: (e: GiveBackError) => void): Promise<StepKind> {
   const thrown: Thrown = new Map();
-  let step = call.next();
-  while (isCommand(step)) {
+  let kind: StepKind = calls.next(id);
+  while (kind === StepKind.Script || kind === StepKind.Sql) {
     let answer: unknown;
     try {
-      answer = await run(step);
+      answer = await run(kind, id);
     } catch (e) {
-      step = feedFailure(call, e, thrown);
+      kind = failed(calls, id, e, thrown);
       continue;
     }
-    step = step.kind === 'sql' ? call.feedRows(answer) : call.feed(answer);
+    kind = feed(calls, id, kind, answer);
   }
-  return settle(step, thrown, onGiveBack);
+  return settle(calls, id, kind, thrown, onGiveBack);
 }
 
 /** {@link drive} for a synchronous client (SQLite). */
-export function driveSync(call: BackendCall, run: RunCommand): Step {
+export function driveSync(calls: BackendCalls, id: number, run: RunCommand): StepKind {
   const thrown: Thrown = new Map();
-  let step = call.next();
-  while (isCommand(step)) {
+  let kind: StepKind = calls.next(id);
+  while (kind === StepKind.Script || kind === StepKind.Sql) {
     let answer: unknown;
     try {
-      answer = run(step);
+      answer = run(kind, id);
     } catch (e) {
-      step = feedFailure(call, e, thrown);
+      kind = failed(calls, id, e, thrown);
       continue;
     }
-    step = call.feedRows(answer);
+    kind = feed(calls, id, kind, answer);
   }
-  return settle(step, thrown);
+  return settle(calls, id, kind, thrown);
 }
 
-/** Reports the give-backs that failed, then throws a failed call's error or returns its outcome. */
-function settle(step: Step, thrown: Thrown, onGiveBack?: (e: GiveBackError) => void): Step {
-  if (step.giveBackFailures !== undefined && onGiveBack !== undefined) {
-    for (const f of step.giveBackFailures) {
+/** Reports the give-backs that failed, then throws a failed call's error or returns its kind. */
+function settle(calls: BackendCalls, id: number, kind: StepKind, thrown: Thrown, onGiveBack?: (e: GiveBackError) => void): StepKind {
+  if (onGiveBack !== undefined) {
+    for (const f of calls.giveBackFailures(id) ?? []) {
       try {
         onGiveBack(new GiveBackError(f.keys, f.callId, thrown.get(f.message) ?? new Error(f.message)));
       } catch {
@@ -84,39 +95,39 @@ function settle(step: Step, thrown: Thrown, onGiveBack?: (e: GiveBackError) => v
       }
     }
   }
-  if (step.kind === 'error') throw callError(step, thrown);
-  return step;
+  if (kind === StepKind.Error) throw callError(calls.error(id), thrown);
+  return kind;
 }
 
 /** A failed call's error: the one place where the engine's error kinds become ratewindow's errors. */
-export function callError(step: Step, thrown: Thrown = new Map()): Error {
-  const text = step.message ?? 'the call failed';
-  switch (step.errorKind) {
+export function callError(e: CallErrorInfo, thrown: Thrown = new Map()): Error {
+  switch (e.kind) {
     case 'store': {
-      const client = step.clientMessage ?? '';
-      return new StoreError(text, { cause: thrown.has(client) ? thrown.get(client) : new Error(client) });
+      const client = e.clientMessage ?? '';
+      return new StoreError(e.message, { cause: thrown.has(client) ? thrown.get(client) : new Error(client) });
     }
     case 'reply':
-      return new StoreReplyError(step.source ?? 'unknown', step.expected ?? '', step.got ?? '', text);
+      return new StoreReplyError(e.source ?? 'unknown', e.expected ?? '', e.got ?? '', e.message);
     case 'unsupported':
-      return new TypeError(text);
+      return new TypeError(e.message);
     default:
-      return new InternalError(`ratewindow: ${text}`);
+      return new InternalError(`ratewindow: ${e.message}`);
   }
 }
 
-/** A verdict from a `verdict` outcome: single (`consume`, `peek`) or batch, `release` not enumerable. */
-export function verdictOf(step: Step, batch: boolean, release?: () => Awaitable<void>): BatchVerdict {
-  const v: { -readonly [K in keyof BatchVerdict]: BatchVerdict[K] } = {
-    allowed: step.allowed === true,
-    retryAfterMs: step.retryAfterMs ?? 0,
-  };
-  if (step.retryTimestamp !== undefined) v.retryTimestamp = step.retryTimestamp;
-  if (batch && step.blocked !== undefined) v.blocked = step.blocked;
-  v.limit = step.limit ?? 0;
-  v.remaining = step.remaining ?? 0;
-  v.refillAfterMs = step.refillAfterMs ?? 0;
-  v.resetAfterMs = step.resetAfterMs ?? 0;
+/** Call `id`'s verdict: single (`consume`, `peek`) or batch, `release` not enumerable. */
+export function verdictOf(calls: BackendCalls, id: number, batch: boolean, release?: () => Awaitable<void>): BatchVerdict {
+  const v: { -readonly [K in keyof BatchVerdict]: BatchVerdict[K] } = { allowed: calls.allowed(id), retryAfterMs: calls.retryAfterMs(id) };
+  if (!v.allowed) {
+    const at = calls.retryTimestamp(id);
+    if (at !== null && at !== undefined) v.retryTimestamp = at;
+    const blocked = batch ? calls.blocked(id) : undefined;
+    if (blocked !== null && blocked !== undefined) v.blocked = blocked;
+  }
+  v.limit = calls.limit(id);
+  v.remaining = calls.remaining(id);
+  v.refillAfterMs = calls.refillAfterMs(id);
+  v.resetAfterMs = calls.resetAfterMs(id);
   if (release !== undefined) Object.defineProperty(v, 'release', { value: release, enumerable: false });
   return v;
 }
@@ -149,8 +160,8 @@ function columns(entries: readonly Entry[]): [string[], number[], number[]] {
 export abstract class CallStore<S extends boolean> extends CooldownStore {
   protected abstract readonly calls: BackendCalls;
   protected abstract readonly backend: Backend;
-  /** Runs a step's command with the user's client. */
-  protected abstract runCommand(step: Step): unknown;
+  /** Runs call `id`'s command (a `Script` or `Sql` step) with the user's client. */
+  protected abstract runCommand(kind: StepKind, id: number): unknown;
   /** Whether the client answers at once (SQLite's drivers). */
   protected abstract readonly sync: S;
 
@@ -159,13 +170,16 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     return 0;
   }
 
+  /** Whether the store's calls may give back (Redis Cluster's key-by-key fallback). */
+  protected readonly reportsGiveBacks: boolean = false;
+
   /** Where a failed give-back goes (Redis Cluster only). */
   protected giveBackFailed(error: GiveBackError): void {
     process.emitWarning(error);
   }
 
-  /** Starts a call (`begin` checks the arguments too), drives it, converts its outcome. */
-  protected go<T>(begin: () => BackendCall, then: (step: Step) => T, entries?: readonly Entry[], decayMs?: number): Answer<S, T> {
+  /** Starts a call (`begin` checks the arguments too), drives it, converts its outcome, frees it. */
+  protected go<T>(begin: () => number, then: (id: number) => T, entries?: readonly Entry[], decayMs?: number): Answer<S, T> {
     const start = () => {
       try {
         return begin();
@@ -174,8 +188,26 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         throw typeof code === 'string' && !code.startsWith('ERR_') ? engineError(e, this.backend, entries, decayMs) : e;
       }
     };
-    if (this.sync) return then(driveSync(start(), (step) => this.runCommand(step))) as Answer<S, T>;
-    return (async () => then(await drive(start(), (step) => this.runCommand(step), (e) => this.giveBackFailed(e))))() as Answer<S, T>;
+    const calls = this.calls;
+    const run = (kind: StepKind, id: number) => this.runCommand(kind, id);
+    if (this.sync) {
+      const id = start();
+      try {
+        driveSync(calls, id, run);
+        return then(id) as Answer<S, T>;
+      } finally {
+        calls.end(id);
+      }
+    }
+    return (async () => {
+      const id = start();
+      try {
+        await drive(calls, id, run, this.reportsGiveBacks ? (e) => this.giveBackFailed(e) : undefined);
+        return then(id);
+      } finally {
+        calls.end(id);
+      }
+    })() as Answer<S, T>;
   }
 
   /** An allowed consume's `release`: the engine's release call with its token, once (again after a failure). */
@@ -205,9 +237,9 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
       () => {
         checkKey(key);
         checkLimitShape(limit);
-        return this.calls.consume(randomUUID(), [key], [limit.uses], [limit.windowMs], false, this.now());
+        return this.calls.consumeOne(randomUUID(), key, limit.uses, limit.windowMs, this.now());
       },
-      (step) => verdictOf(step, false),
+      (id) => verdictOf(this.calls, id, false),
       [{ key, limit }],
     );
   }
@@ -220,7 +252,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         checkLimitShape(limit);
         return this.calls.peek([key], [limit.uses], [limit.windowMs], this.now());
       },
-      (step) => verdictOf(step, false),
+      (id) => verdictOf(this.calls, id, false),
       [{ key, limit }],
     );
   }
@@ -236,7 +268,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         checkEntries(entries);
         return this.calls.consume(randomUUID(), ...columns(entries), true, this.now());
       },
-      (step) => verdictOf(step, true, this.releaser(step.release)),
+      (id) => verdictOf(this.calls, id, true, this.releaser(this.calls.releaseToken(id) ?? undefined)),
       entries,
     );
   }
@@ -248,7 +280,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         checkEntries(entries);
         return this.calls.peek(...columns(entries), this.now());
       },
-      (step) => verdictOf(step, true),
+      (id) => verdictOf(this.calls, id, true),
       entries,
     );
   }
@@ -264,7 +296,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         if (typeof decayMs !== 'number') throw typeError('decayMs must be a number', decayMs);
         return this.calls.hit(key, decayMs, checkInteger('amount', amount), this.now());
       },
-      (step) => step.count ?? 0,
+      (id) => this.calls.count(id),
       undefined,
       decayMs,
     );
@@ -278,7 +310,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         if (typeof decayMs !== 'number') throw typeError('decayMs must be a number', decayMs);
         return this.calls.hit(key, decayMs, checkInteger('amount', amount), this.now());
       },
-      (step): HitResult => ({ count: step.count ?? 0, resetAfterMs: step.resetAfterMs ?? 0 }),
+      (id): HitResult => ({ count: this.calls.count(id), resetAfterMs: this.calls.resetAfterMs(id) }),
       undefined,
       decayMs,
     );
@@ -296,13 +328,13 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         if (typeof decayMs !== 'number') throw typeError('decayMs must be a number', decayMs);
         return this.calls.attempt(key, checkInteger('max', max), decayMs, this.now());
       },
-      (step): AttemptResult => ({ allowed: step.allowed === true, count: step.count ?? 0, resetAfterMs: step.resetAfterMs ?? 0 }),
+      (id): AttemptResult => ({ allowed: this.calls.allowed(id), count: this.calls.count(id), resetAfterMs: this.calls.resetAfterMs(id) }),
       undefined,
       decayMs,
     );
   }
 
-  private read<T>(key: string, query: 'attempts' | 'tooManyAttempts' | 'remaining' | 'availableIn' | 'availableInMs', max: number, value: (step: Step) => T): Answer<S, T> {
+  private read<T>(key: string, query: WindowQuery, max: number, value: (id: number) => T): Answer<S, T> {
     return this.go(() => {
       checkKey(key);
       return this.calls.read(key, query, checkInteger('max', max), this.now());
@@ -311,27 +343,27 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
 
   /** Hits counted in `key`'s current window; 0 when it has none. */
   attempts(key: string): Answer<S, number> {
-    return this.read(key, 'attempts', 0, (s) => s.int ?? 0);
+    return this.read(key, 'attempts', 0, (id) => this.calls.int(id));
   }
 
   /** Whether `key` has `max` or more hits in a window that still runs. */
   tooManyAttempts(key: string, max: number): Answer<S, boolean> {
-    return this.read(key, 'tooManyAttempts', max, (s) => s.bool === true);
+    return this.read(key, 'tooManyAttempts', max, (id) => this.calls.bool(id));
   }
 
   /** `max` minus the hits in `key`'s current window, floored at 0. */
   remaining(key: string, max: number): Answer<S, number> {
-    return this.read(key, 'remaining', max, (s) => s.int ?? 0);
+    return this.read(key, 'remaining', max, (id) => this.calls.int(id));
   }
 
   /** Whole seconds until `key`'s window ends, rounded up; 0 when it has none. */
   availableIn(key: string): Answer<S, number> {
-    return this.read(key, 'availableIn', 0, (s) => s.int ?? 0);
+    return this.read(key, 'availableIn', 0, (id) => this.calls.int(id));
   }
 
   /** Milliseconds until `key`'s window ends; 0 when it has none. */
   availableInMs(key: string): Answer<S, number> {
-    return this.read(key, 'availableInMs', 0, (s) => s.int ?? 0);
+    return this.read(key, 'availableInMs', 0, (id) => this.calls.int(id));
   }
 
   /** Sets `key`'s count to zero, keeping its window running. */

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 
 import type { Backend, BackendStore } from './backend';
 import type { BackendCalls, RedisBackend } from './redis-backend';
-import type { BackendPostgres, BackendSqlite, SqlBackend } from './sql-backend';
+import type { SqlBackend } from './sql-backend';
 
 /** What the addon exports (see `src/lib.rs`). */
 interface NativeModule {
@@ -17,10 +17,12 @@ interface NativeModule {
   checkLimit(uses: number, windowMs: number): void;
   noop(): number;
   __panicForTest(message: string): void;
-  NativeRedis: new (prefix: string, hashTagBefore: string | null, evalsha?: boolean) => BackendCalls;
+  NativeCalls: {
+    redis(prefix: string, hashTagBefore: string | null, evalsha?: boolean): BackendCalls;
+    postgres(prefix: string, durable?: boolean): BackendCalls;
+    sqlite(prefix: string): BackendCalls;
+  };
   redisScripts(): string[];
-  NativePostgres: new (prefix: string, durable?: boolean) => BackendPostgres;
-  NativeSqlite: new (prefix: string) => BackendSqlite;
 }
 
 let loaded: Backend | undefined;
@@ -36,10 +38,10 @@ export function nativeBackend(): Backend {
     checkLimit: native.checkLimit,
     noop: native.noop,
     panicForTest: native.__panicForTest,
-    createRedis: (prefix: string, hashTagBefore: string | null, evalsha?: boolean) => new native.NativeRedis(prefix, hashTagBefore, evalsha),
+    createRedis: (prefix: string, hashTagBefore: string | null, evalsha?: boolean) => native.NativeCalls.redis(prefix, hashTagBefore, evalsha),
     redisScripts: native.redisScripts,
-    createPostgres: (prefix: string, durable?: boolean) => new native.NativePostgres(prefix, durable),
-    createSqlite: (prefix: string) => new native.NativeSqlite(prefix),
+    createPostgres: (prefix: string, durable?: boolean) => native.NativeCalls.postgres(prefix, durable),
+    createSqlite: (prefix: string) => native.NativeCalls.sqlite(prefix),
   } satisfies Backend & RedisBackend & SqlBackend);
   return loaded;
 }

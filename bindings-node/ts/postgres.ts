@@ -15,9 +15,8 @@
 import type { Backend } from './backend';
 import { CallStore, engineError } from './drive';
 import { typeError } from './errors';
-import type { SqlStatement, Step } from './redis-backend';
+import type { BackendCalls, SqlStatement, StepKind } from './redis-backend';
 import { sqlBackend, prefixOption, storeError } from './sql';
-import type { BackendPostgres } from './sql-backend';
 
 /**
  * Runs one statement (`$1`-style placeholders) with its parameters and resolves to its rows: arrays of
@@ -92,7 +91,7 @@ function runner(client: PostgresQuery | PgQueryable): PostgresQuery {
  * Rows leave as their keys are used; call {@link purge} now and then (e.g. hourly) to delete the rest.
  */
 export class PostgresStore extends CallStore<false> {
-  protected readonly calls: BackendPostgres;
+  protected readonly calls: BackendCalls;
   protected readonly backend: Backend;
   protected readonly sync = false;
   private readonly query: PostgresQuery;
@@ -148,9 +147,9 @@ export class PostgresStore extends CallStore<false> {
   }
 
   /** A call's statements, in order (the engine plans one per call); the rows of the last. */
-  protected override async runCommand(step: Step): Promise<unknown> {
+  protected override async runCommand(_kind: StepKind, id: number): Promise<unknown> {
     let rows: unknown = [];
-    for (const statement of step.statements!) rows = await this.statement(statement);
+    for (const statement of this.calls.statements(id)) rows = await this.statement(statement);
     return rows;
   }
 
@@ -161,7 +160,7 @@ export class PostgresStore extends CallStore<false> {
    * `setInterval(() => store.purge().catch(log), 3_600_000).unref()`, or with pg_cron.
    */
   async purge(): Promise<PurgeResult> {
-    const rows = await this.statement(this.calls.purge(), 'purge');
+    const rows = await this.statement(this.calls.purge()[0]!, 'purge');
     try {
       return this.calls.purged(rows);
     } catch (e) {

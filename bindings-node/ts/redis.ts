@@ -16,7 +16,7 @@
 import type { Backend } from './backend';
 import { CallStore, engineError } from './drive';
 import { typeError } from './errors';
-import { hasRedis, type BackendCalls, type Step } from './redis-backend';
+import { hasRedis, type BackendCalls, type StepKind } from './redis-backend';
 import { getDefaultBackend } from './store';
 import type { GiveBackError } from './store-errors';
 
@@ -73,6 +73,7 @@ export class RedisStore extends CallStore<false> {
   protected readonly calls: BackendCalls;
   protected readonly backend: Backend;
   protected readonly sync = false;
+  protected override readonly reportsGiveBacks = true;
   private readonly run: RedisRun;
   private readonly evalsha: RedisEvalSha | undefined;
   private readonly byName: Readonly<Record<string, ScriptRef>>;
@@ -129,11 +130,12 @@ export class RedisStore extends CallStore<false> {
     return { sliding: this.byName.sliding!, fixed: this.byName.fixed! };
   }
 
-  protected override runCommand(step: Step): unknown {
-    const script = this.byName[step.script!]!;
-    return step.bySha1 && this.evalsha !== undefined
-      ? this.evalsha(script.sha1, step.keys!, step.args!)
-      : this.run(script.source, step.keys!, step.args!);
+  protected override runCommand(_kind: StepKind, id: number): unknown {
+    const c = this.calls;
+    const script = this.byName[c.script(id)]!;
+    return c.bySha1(id) && this.evalsha !== undefined
+      ? this.evalsha(script.sha1, c.keys(id), c.args(id))
+      : this.run(script.source, c.keys(id), c.args(id));
   }
 
   protected override giveBackFailed(error: GiveBackError): void {

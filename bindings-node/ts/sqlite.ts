@@ -15,9 +15,8 @@ import type { Backend } from './backend';
 import { checkInteger, checkNow } from './check';
 import { CallStore, engineError } from './drive';
 import { InvalidArgumentError, typeError } from './errors';
-import type { SqlStatement, Step } from './redis-backend';
+import type { BackendCalls, SqlStatement, StepKind } from './redis-backend';
 import { prefixOption, sqlBackend, storeError } from './sql';
-import type { BackendSqlite } from './sql-backend';
 import type { Clock } from './types';
 
 /** A prepared statement of `better-sqlite3` or `node:sqlite`: the methods the store uses. */
@@ -83,7 +82,7 @@ const CACHE_LIMIT = 256;
  * WAL mode (`PRAGMA journal_mode = WAL`, the user's choice) makes calls much cheaper.
  */
 export class SqliteStore extends CallStore<true> {
-  protected readonly calls: BackendSqlite;
+  protected readonly calls: BackendCalls;
   protected readonly backend: Backend;
   protected readonly sync = true;
   private readonly db: SqliteDatabaseLike;
@@ -151,8 +150,8 @@ export class SqliteStore extends CallStore<true> {
   }
 
   /** A call's statements, in order on this connection; the rows of the last. */
-  protected override runCommand(step: Step): unknown {
-    const statements = step.statements!;
+  protected override runCommand(_kind: StepKind, id: number): unknown {
+    const statements = this.calls.statements(id);
     const last = statements.length - 1;
     for (let i = 0; i < last; i++) this.exec(statements[i]!);
     const { statement, reader } = this.prepare(statements[last]!.sql);
