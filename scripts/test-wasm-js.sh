@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Tests @ratewindow/wasm (bindings-wasm/js/): sets up, builds (crate -> wasm-bindgen -> TypeScript), then
-#   1. the crate's unit tests on the host, cargo fmt --check, and clippy -D warnings for wasm32 (rustup
-#      toolchain only: Debian's rustc-web has no clippy);
+#   1. the unit tests on the host of the crate and of the glue it shares with the napi addon
+#      (ratewindow-js-glue: numbers, keys, the record, the memory store's operations under hostile
+#      numbers), cargo fmt --check, and clippy -D warnings (the crate for wasm32, rustup toolchain only:
+#      Debian's rustc-web has no clippy; the glue for the host);
 #   2. the Node package's own test files for the memory store and rate limiter (bindings-node/test/:
 #      vectors, the conformance kit on MemoryStore, RateLimiter, errors, panics) with
 #      RATEWINDOW_BACKEND=wasm, unchanged;
 #   3. this package's typings (a consumer type-checked with bundler and node16 resolution, and without
 #      the DOM lib) and its tests
-#      (bindings-wasm/js/test/: the entry points, hostile numbers at the boundary, keys, traps, the size
-#      budget);
+#      (bindings-wasm/js/test/: the entry points, hostile numbers at the boundary, keys, traps, the
+#      record, the vectors through the package's own MemoryStore, the size budget);
 #   4. a smoke test in headless Chromium (Debian's `chromium`, installed by the setup);
 #      RATEWINDOW_WASM_BROWSER=0 skips it.
 # Exits non-zero on any failure.
@@ -19,10 +21,11 @@ export PATH="$HOME/.cargo/bin:$PATH"
 "$ROOT/scripts/setup-wasm-js.sh"
 "$ROOT/scripts/build-wasm-js.sh"
 
-echo "== ratewindow-wasm: fmt, clippy, its host unit tests"
-(cd "$ROOT" && cargo test -q -p ratewindow-wasm)
+echo "== ratewindow-wasm and ratewindow-js-glue: fmt, clippy, host unit tests"
+(cd "$ROOT" && cargo test -q -p ratewindow-wasm -p ratewindow-js-glue)
+(cd "$ROOT" && cargo clippy -q -p ratewindow-js-glue --all-targets -- -D warnings)
 if cargo fmt --version >/dev/null 2>&1; then
-  (cd "$ROOT" && cargo fmt --check -p ratewindow-wasm)
+  (cd "$ROOT" && cargo fmt --check -p ratewindow-wasm -p ratewindow-js-glue)
 else
   echo "(cargo fmt --check skipped: no rustfmt)"
 fi
@@ -38,8 +41,9 @@ fi
 echo "== the Node package's suite on the wasm backend"
 # Its files for what this build carries: the vectors, the conformance kit on MemoryStore (and on stores
 # in plain JS), the TypeScript layer's unit tests (MemoryStore, RateLimiter, Limit, errors), panics.
-# Not its networked-store suites (Redis, PostgreSQL, SQLite: the wasm backend has no planners yet, and
-# they need servers), nor load.test.mjs (it loads the `ratewindow` package by name: the napi addon).
+# Not its networked-store suites (Redis, PostgreSQL, SQLite, the conversation vectors: they drive the
+# core's call machines through the napi addon's call boundary, which this build does not carry), nor
+# load.test.mjs (it loads the `ratewindow` package by name: the napi addon).
 NODE_SUITE=(vectors.test.mjs kit.test.mjs kit-fails.test.mjs unit.test.mjs panic.test.mjs)
 (cd "$ROOT/bindings-node" && npm run -s build:ts)
 for f in "${NODE_SUITE[@]}"; do

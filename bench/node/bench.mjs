@@ -76,7 +76,7 @@ const theirsAwait = (i) =>
 // The parts of one consume: the bare crossing, and the native consume without the TypeScript layer
 // (on a store of its own, same workload, the clock read once).
 const backend = nativeBackend();
-const native = backend.createStore();
+const native = backend.createStore(new Float64Array(backend.recordLayout().length));
 const now = Date.now();
 const noop = () => backend.noop();
 const nativeOnly = (i) => native.consume(KEYS[i % KEYS.length], 5, 10_000, now);

@@ -1,15 +1,18 @@
-//! The Node addon of ratewindow: conversions and forwarding into `ratewindow-core`, nothing else.
+//! The Node addon of ratewindow: a thin napi shell. The memory store's backend (`NativeStore`) forwards
+//! to `ratewindow-js-glue`, which the wasm-bindgen package shares; the networked stores drive the core's
+//! call machines (`call.rs`, `redis.rs`, `sql.rs`).
 //!
-//! It implements the `Backend` / `BackendStore` interfaces documented in `ts/backend.ts`: only strings
-//! and numbers cross, verdicts are encoded as one number, and every export runs inside
+//! It implements the `Backend` / `BackendStore` interfaces documented in `ts/backend.ts`: strings and
+//! numbers cross, each answer is one number with the rest written into the store's record (a
+//! `Float64Array`, laid out by `ratewindow_js_glue::record`), and every export runs inside
 //! [`std::panic::catch_unwind`] so a panic becomes a thrown JS error (code `panic`), never an abort.
 
-use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use ratewindow_core::{Entry, Limit, LimitError, MemoryStore, Release, Window};
+use ratewindow_core::{Limit, LimitError, MemoryStore};
+use ratewindow_js_glue::{record, Failure, JsStore, Record};
 
 mod key;
 use key::Key;
@@ -19,7 +22,8 @@ pub mod redis;
 mod sql;
 
 /// What every export returns: on failure a JS `Error` whose `code` is the status string
-/// (`invalid_limit:uses`, `invalid_limit:window_ms` or `panic`, see `ts/backend.ts`).
+/// (`invalid_limit:uses`, `invalid_limit:window_ms`, `invalid_argument:<field>` or `panic`, see
+/// `ts/backend.ts`).
 type Res<T> = Result<T, String>;
 
 /// A JS error with `code` and `message`.
@@ -27,17 +31,23 @@ fn coded(code: &str, message: String) -> Error<String> {
     Error::new(code.to_owned(), message)
 }
 
+/// The glue's failure as a JS error.
+#[cold]
+fn thrown(f: Failure) -> Error<String> {
+    Error::new(f.code, f.message)
+}
+
 /// Runs `f`, turning a panic into a JS error with code `panic`, so none unwinds into Node.
 #[inline(always)]
-fn guard<T>(f: impl FnOnce() -> Res<T>) -> Res<T> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic with a non-string payload".to_owned());
-        Err(coded("panic", format!("ratewindow panicked: {message}")))
-    })
+fn guard<T>(f: impl FnOnce() -> Res<T>) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(f))
+        .unwrap_or_else(|payload| Err(thrown(Failure::panic("", &*payload))))
+}
+
+/// The glue's answer inside [`guard`].
+#[inline(always)]
+fn glue<T>(f: impl FnOnce() -> ratewindow_js_glue::Res<T>) -> Result<T, String> {
+    guard(|| f().map_err(thrown))
 }
 
 /// The core's limit error as a JS error with code `invalid_limit:<field>` and the core's message.
@@ -45,154 +55,120 @@ fn limit_error(e: LimitError) -> Error<String> {
     coded(&format!("invalid_limit:{}", e.field.name()), e.to_string())
 }
 
-/// A time or count the TypeScript layer already checked to be a safe integer (saturating, never panics).
+/// A cooldown limit from JS numbers, refused naming the field as JS spells it.
 #[inline(always)]
-fn ms(v: f64) -> u64 {
-    v as u64
+fn limit(uses: f64, window_ms: f64) -> Result<Limit, String> {
+    ratewindow_js_glue::number::limit(uses, window_ms).map_err(thrown)
 }
 
-#[inline(always)]
-fn limit(uses: f64, window_ms: f64) -> Res<Limit> {
-    Limit::from_f64(uses, window_ms).map_err(limit_error)
-}
-
-/// One core `MemoryStore`, its pending batch and the releases of its allowed batches.
+/// One memory store (`ratewindow_js_glue::JsStore`) and the record its answers are written into.
 #[napi]
 pub struct NativeStore {
-    store: MemoryStore,
-    batch: Vec<Entry>,
-    blocked: u32,
-    releases: HashMap<u64, Release>,
-    next_handle: u64,
+    store: JsStore,
+    record: Float64Array,
+}
+
+impl NativeStore {
+    /// The record, as the glue writes it (its length was checked when the store was made).
+    #[inline(always)]
+    fn out(&mut self) -> (&mut JsStore, &mut Record) {
+        // SAFETY: the Float64Array is kept alive by the reference napi-rs holds for this struct, and JS
+        // runs nothing while this call runs, so nothing else reads or writes it meanwhile.
+        let slice = unsafe { self.record.as_mut() };
+        let out = <&mut Record>::try_from(slice).expect("length checked in the constructor");
+        (&mut self.store, out)
+    }
 }
 
 #[napi]
 impl NativeStore {
-    /// An empty store.
+    /// An empty store writing its answers into `record` (`ts/backend.ts`: `RECORD_LENGTH` slots).
     #[napi(constructor)]
-    #[allow(clippy::new_without_default)]
-    pub fn new() -> Self {
-        NativeStore {
-            store: MemoryStore::new(),
-            batch: Vec::new(),
-            blocked: 0,
-            releases: HashMap::new(),
-            next_handle: 1,
+    pub fn new(record: Float64Array) -> Result<Self, String> {
+        if record.len() != record::LEN {
+            return Err(coded(
+                "invalid_argument:record",
+                format!(
+                    "a store's record holds {} numbers, not {}",
+                    record::LEN,
+                    record.len()
+                ),
+            ));
         }
+        Ok(NativeStore {
+            store: JsStore::new(MemoryStore::new()),
+            record,
+        })
     }
 
-    /// `0` when allowed, else the retry timestamp.
+    /// `0` when allowed, else the retry timestamp; the quota in the record.
     #[napi]
-    pub fn consume(&self, key: Key, uses: f64, window_ms: f64, now: f64) -> Result<f64, String> {
-        guard(|| {
-            let v = self
-                .store
-                .consume(key.as_str(), limit(uses, window_ms)?, ms(now));
-            Ok(v.retry_timestamp.map_or(0.0, |t| t as f64))
+    pub fn consume(
+        &mut self,
+        key: Key,
+        uses: f64,
+        window_ms: f64,
+        now: f64,
+    ) -> Result<f64, String> {
+        glue(|| {
+            let (store, out) = self.out();
+            store.consume(key.as_str(), uses, window_ms, now, out)
         })
     }
 
     /// Like `consume`, recording nothing.
     #[napi]
-    pub fn peek(&self, key: Key, uses: f64, window_ms: f64, now: f64) -> Result<f64, String> {
-        guard(|| {
-            let v = self
-                .store
-                .peek(key.as_str(), limit(uses, window_ms)?, ms(now));
-            Ok(v.retry_timestamp.map_or(0.0, |t| t as f64))
+    pub fn peek(&mut self, key: Key, uses: f64, window_ms: f64, now: f64) -> Result<f64, String> {
+        glue(|| {
+            let (store, out) = self.out();
+            store.peek(key.as_str(), uses, window_ms, now, out)
         })
     }
 
     /// Appends an entry to the pending batch; an invalid limit clears it.
     #[napi]
     pub fn batch_push(&mut self, key: Key, uses: f64, window_ms: f64) -> Result<(), String> {
-        guard(|| match limit(uses, window_ms) {
-            Ok(l) => {
-                self.batch.push(Entry::new(key.as_str(), l));
-                Ok(())
-            }
-            Err(e) => {
-                self.batch.clear();
-                Err(e)
-            }
-        })
+        glue(|| self.store.batch_push(key.as_str(), uses, window_ms))
     }
 
     /// Consumes the pending batch: a release handle (> 0) or minus the retry timestamp.
     #[napi]
     pub fn batch_consume(&mut self, now: f64) -> Result<f64, String> {
-        guard(|| {
-            // Taken out first, so even a panic cannot leave entries behind for the next batch.
-            let mut batch = std::mem::take(&mut self.batch);
-            let consumed = self.store.consume_many(&batch, ms(now));
-            batch.clear();
-            self.batch = batch;
-            match consumed.release {
-                Some(release) => {
-                    let handle = self.next_handle;
-                    self.next_handle += 1;
-                    self.releases.insert(handle, release);
-                    Ok(handle as f64)
-                }
-                None => {
-                    Ok(self.refused(consumed.verdict.blocked, consumed.verdict.retry_timestamp))
-                }
-            }
+        glue(|| {
+            let (store, out) = self.out();
+            store.batch_consume(now, out)
         })
     }
 
     /// Peeks the pending batch: `0` or minus the retry timestamp.
     #[napi]
     pub fn batch_peek(&mut self, now: f64) -> Result<f64, String> {
-        guard(|| {
-            let mut batch = std::mem::take(&mut self.batch);
-            let verdict = self.store.peek_many(&batch, ms(now));
-            batch.clear();
-            self.batch = batch;
-            Ok(if verdict.allowed {
-                0.0
-            } else {
-                self.refused(verdict.blocked, verdict.retry_timestamp)
-            })
+        glue(|| {
+            let (store, out) = self.out();
+            store.batch_peek(now, out)
         })
-    }
-
-    fn refused(&mut self, blocked: Option<usize>, retry_timestamp: Option<u64>) -> f64 {
-        self.blocked = blocked.unwrap_or(0) as u32;
-        -(retry_timestamp.unwrap_or(1) as f64)
     }
 
     /// Discards the pending batch.
     #[napi]
     pub fn batch_clear(&mut self) -> Result<(), String> {
         guard(|| {
-            self.batch.clear();
+            self.store.batch_clear();
             Ok(())
         })
-    }
-
-    /// `blocked` of the last refused batch.
-    #[napi]
-    pub fn batch_blocked(&self) -> u32 {
-        self.blocked
     }
 
     /// Gives back the calls of an allowed batch (once; unknown handles do nothing).
     #[napi]
     pub fn release(&mut self, handle: f64, now: f64) -> Result<(), String> {
-        guard(|| {
-            if let Some(release) = self.releases.remove(&ms(handle)) {
-                self.store.release(release, ms(now));
-            }
-            Ok(())
-        })
+        glue(|| self.store.release(handle, now))
     }
 
     /// Forgets a release handle without releasing.
     #[napi]
     pub fn drop_release(&mut self, handle: f64) -> Result<(), String> {
         guard(|| {
-            self.releases.remove(&ms(handle));
+            self.store.drop_release(handle);
             Ok(())
         })
     }
@@ -200,59 +176,74 @@ impl NativeStore {
     /// How many release handles are held.
     #[napi]
     pub fn release_handles(&self) -> u32 {
-        self.releases.len() as u32
+        self.store.release_handles()
     }
 
     /// Fixed window: the count after adding `amount`.
     #[napi]
     pub fn hit(&self, key: Key, decay_ms: f64, amount: f64, now: f64) -> Result<f64, String> {
-        guard(|| {
-            let decay = Window::from_f64(decay_ms).map_err(limit_error)?;
-            Ok(self.store.hit(key.as_str(), decay, amount as i64, ms(now)) as f64)
+        glue(|| self.store.hit(key.as_str(), decay_ms, amount, now))
+    }
+
+    /// Fixed window: the count after adding `amount`; `resetAfterMs` in the record.
+    #[napi]
+    pub fn hit_window(
+        &mut self,
+        key: Key,
+        decay_ms: f64,
+        amount: f64,
+        now: f64,
+    ) -> Result<f64, String> {
+        glue(|| {
+            let (store, out) = self.out();
+            store.hit_window(key.as_str(), decay_ms, amount, now, out)
+        })
+    }
+
+    /// Fixed window, atomically: one hit counted only below `max`; the count, with `allowed` and
+    /// `resetAfterMs` in the record.
+    #[napi]
+    pub fn attempt(&mut self, key: Key, max: f64, decay_ms: f64, now: f64) -> Result<f64, String> {
+        glue(|| {
+            let (store, out) = self.out();
+            store.attempt(key.as_str(), max, decay_ms, now, out)
         })
     }
 
     /// Hits in the current window.
     #[napi]
     pub fn attempts(&self, key: Key, now: f64) -> Result<f64, String> {
-        guard(|| Ok(self.store.attempts(key.as_str(), ms(now)) as f64))
+        glue(|| self.store.attempts(key.as_str(), now))
     }
 
-    /// `1` when `max` or more hits are counted in a live window.
+    /// Whether `max` or more hits are counted in a live window.
     #[napi]
-    pub fn too_many_attempts(&self, key: Key, max: f64, now: f64) -> Result<u32, String> {
-        guard(|| {
-            Ok(self
-                .store
-                .too_many_attempts(key.as_str(), max as i64, ms(now)) as u32)
-        })
+    pub fn too_many_attempts(&self, key: Key, max: f64, now: f64) -> Result<bool, String> {
+        glue(|| self.store.too_many_attempts(key.as_str(), max, now))
     }
 
     /// `max` minus the hits, floored at 0.
     #[napi]
     pub fn remaining(&self, key: Key, max: f64, now: f64) -> Result<f64, String> {
-        guard(|| Ok(self.store.remaining(key.as_str(), max as i64, ms(now)) as f64))
+        glue(|| self.store.remaining(key.as_str(), max, now))
     }
 
     /// Whole seconds until the window ends, rounded up.
     #[napi]
     pub fn available_in(&self, key: Key, now: f64) -> Result<f64, String> {
-        guard(|| Ok(self.store.available_in(key.as_str(), ms(now)) as f64))
+        glue(|| self.store.available_in(key.as_str(), now))
     }
 
     /// Milliseconds until the window ends.
     #[napi]
     pub fn available_in_ms(&self, key: Key, now: f64) -> Result<f64, String> {
-        guard(|| Ok(self.store.available_in_ms(key.as_str(), ms(now)) as f64))
+        glue(|| self.store.available_in_ms(key.as_str(), now))
     }
 
     /// Zeroes the count, keeping the window.
     #[napi]
     pub fn reset_attempts(&self, key: Key, now: f64) -> Result<(), String> {
-        guard(|| {
-            self.store.reset_attempts(key.as_str(), ms(now));
-            Ok(())
-        })
+        glue(|| self.store.reset_attempts(key.as_str(), now))
     }
 
     /// Removes the count and the window.
@@ -267,17 +258,20 @@ impl NativeStore {
     /// Removes every expired key.
     #[napi]
     pub fn purge(&self, now: f64) -> Result<(), String> {
-        guard(|| {
-            self.store.purge(ms(now));
-            Ok(())
-        })
+        glue(|| self.store.purge(now))
     }
 
     /// Keys held.
     #[napi]
     pub fn size(&self) -> Result<f64, String> {
-        guard(|| Ok(self.store.len() as f64))
+        guard(|| Ok(self.store.size()))
     }
+}
+
+/// The names of the record's slots, in order (`ts/backend.ts` checks them against its own on load).
+#[napi]
+pub fn record_layout() -> Vec<&'static str> {
+    record::NAMES.to_vec()
 }
 
 /// Validates a limit with the core.

@@ -12,24 +12,34 @@ const L = (uses, windowMs) => ({ uses, windowMs });
 
 describe('the backend', () => {
   it('implements every method of the Backend and BackendStore interfaces', () => {
-    for (const name of ['createStore', 'checkLimit', 'noop', 'panicForTest']) assert.equal(typeof backend[name], 'function', name);
+    for (const name of ['createStore', 'recordLayout', 'checkLimit', 'noop', 'panicForTest']) assert.equal(typeof backend[name], 'function', name);
     assert.equal(typeof backend.kind, 'string');
-    const store = backend.createStore();
-    const methods = ['consume', 'peek', 'batchPush', 'batchConsume', 'batchPeek', 'batchClear', 'batchBlocked', 'release',
-      'dropRelease', 'releaseHandles', 'hit', 'attempts', 'tooManyAttempts', 'remaining', 'availableIn', 'availableInMs',
-      'resetAttempts', 'clear', 'purge', 'size'];
+    assert.deepStrictEqual([...backend.recordLayout()], ['limit', 'remaining', 'refillAfterMs', 'resetAfterMs', 'blocked', 'allowed']);
+    const store = backend.createStore(new Float64Array(6));
+    const methods = ['consume', 'peek', 'batchPush', 'batchConsume', 'batchPeek', 'batchClear', 'release',
+      'dropRelease', 'releaseHandles', 'hit', 'hitWindow', 'attempt', 'attempts', 'tooManyAttempts', 'remaining', 'availableIn',
+      'availableInMs', 'resetAttempts', 'clear', 'purge', 'size'];
     for (const name of methods) assert.equal(typeof store[name], 'function', name);
     assert.equal(backend.noop(), 0);
   });
 
-  it('encodes verdicts as documented: 0 allowed, the retry timestamp when refused', () => {
-    const store = backend.createStore();
+  it('encodes verdicts as documented: 0 allowed, the retry timestamp when refused, the rest in the record', () => {
+    const record = new Float64Array(6);
+    const store = backend.createStore(record);
     assert.equal(store.consume('k', 1, 1000, 50), 0);
+    assert.deepStrictEqual([...record.subarray(0, 4)], [1, 0, 1000, 1000]);
     assert.equal(store.consume('k', 1, 1000, 60), 1050);
-    store.batchPush('k', 1, 1000);
+    assert.deepStrictEqual([...record.subarray(0, 4)], [1, 0, 990, 990]);
     store.batchPush('j', 1, 5000);
+    store.batchPush('k', 1, 1000);
     assert.equal(store.batchConsume(70), -1050);
-    assert.equal(store.batchBlocked(), 0);
+    assert.equal(record[4], 1, 'blocked');
+    assert.equal(store.attempt('f', 1, 100, 70), 1);
+    assert.deepStrictEqual([record[3], record[5]], [100, 1]);
+    assert.equal(store.attempt('f', 1, 100, 80), 1);
+    assert.deepStrictEqual([record[3], record[5]], [90, 0]);
+    assert.equal(store.hitWindow('f', 100, 2, 90), 3);
+    assert.equal(record[3], 80);
     store.batchPush('j', 1, 5000);
     const handle = store.batchConsume(70);
     assert.ok(handle > 0);
@@ -38,7 +48,12 @@ describe('the backend', () => {
     store.release(handle, 80);
     assert.equal(store.releaseHandles(), 0);
     assert.throws(() => store.consume('k', 0, 1000, 0), (e) => e.code === 'invalid_limit:uses');
-    assert.throws(() => store.hit('k', 0.5, 1, 0), (e) => e.code === 'invalid_limit:window_ms');
+    assert.throws(() => store.hit('k', 0.5, 1, 0), (e) => e.code === 'invalid_limit:window_ms' && e.message.startsWith('invalid decayMs: 0.5'));
+    // Numbers the TypeScript layer checks are checked again at the boundary, named as JS spells them.
+    assert.throws(() => store.hit('k', 1000, 0.5, 0), (e) => e.code === 'invalid_argument:amount');
+    assert.throws(() => store.remaining('k', NaN, 0), (e) => e.code === 'invalid_argument:max');
+    assert.throws(() => store.consume('k', 1, 1000, -1), (e) => e.code === 'invalid_argument:now');
+    assert.throws(() => backend.createStore(new Float64Array(2)), Error);
     // Called directly with a wrong type, the boundary throws (it never reads garbage or panics).
     assert.throws(() => store.consume(5, 1, 1000, 0), Error);
     assert.throws(() => store.attempts({}, 0), Error);
@@ -46,16 +61,17 @@ describe('the backend', () => {
 });
 
 describe('MemoryStore verdicts', () => {
-  it('are plain data, the shared ones frozen', () => {
+  it('are plain data with the quota', () => {
     const store = new MemoryStore({ clock: manual(0) });
     const allowed = store.consume('a', L(1, 1000));
-    assert.deepStrictEqual(allowed, { allowed: true, retryAfterMs: 0 });
-    assert.ok(Object.isFrozen(allowed));
+    assert.deepStrictEqual(allowed, { allowed: true, retryAfterMs: 0, limit: 1, remaining: 0, refillAfterMs: 1000, resetAfterMs: 1000 });
     const refused = store.consume('a', L(1, 1000));
-    assert.deepStrictEqual(refused, { allowed: false, retryAfterMs: 1000, retryTimestamp: 1000 });
+    assert.deepStrictEqual(refused, { allowed: false, retryAfterMs: 1000, retryTimestamp: 1000, limit: 1, remaining: 0, refillAfterMs: 1000, resetAfterMs: 1000 });
     assert.equal(Object.getPrototypeOf(refused), Object.prototype);
-    assert.ok(Object.isFrozen(store.consume('b', L(1, 1000))), 'the shared allowed verdict');
-    assert.equal(JSON.stringify(refused), '{"allowed":false,"retryAfterMs":1000,"retryTimestamp":1000}');
+    assert.equal(
+      JSON.stringify(refused),
+      '{"allowed":false,"retryAfterMs":1000,"retryTimestamp":1000,"limit":1,"remaining":0,"refillAfterMs":1000,"resetAfterMs":1000}',
+    );
   });
 
   it('of an allowed batch carry a non-enumerable, idempotent release that gives back only that call', () => {
@@ -63,18 +79,22 @@ describe('MemoryStore verdicts', () => {
     const store = new MemoryStore({ clock });
     const batch = [{ key: 'a', limit: L(2, 1000) }];
     const first = store.consumeMany(batch);
-    assert.deepStrictEqual(first, { allowed: true, retryAfterMs: 0 });
-    assert.deepStrictEqual(Object.keys(first), ['allowed', 'retryAfterMs']);
+    assert.deepStrictEqual(first, { allowed: true, retryAfterMs: 0, limit: 2, remaining: 1, refillAfterMs: 1000, resetAfterMs: 1000 });
+    assert.deepStrictEqual(Object.keys(first), ['allowed', 'retryAfterMs', 'limit', 'remaining', 'refillAfterMs', 'resetAfterMs']);
     assert.equal(typeof first.release, 'function');
     clock.t = 10;
     store.consumeMany(batch);
     clock.t = 20;
-    assert.deepStrictEqual(store.consumeMany(batch), { allowed: false, retryAfterMs: 980, retryTimestamp: 1000, blocked: 0 });
+    assert.deepStrictEqual(store.consumeMany(batch), {
+      allowed: false, retryAfterMs: 980, retryTimestamp: 1000, blocked: 0, limit: 2, remaining: 0, refillAfterMs: 980, resetAfterMs: 990,
+    });
     assert.equal(first.release(), undefined);
     first.release();
     assert.equal(store.consumeMany(batch).allowed, true);
     const refused = store.consumeMany(batch);
-    assert.deepStrictEqual(refused, { allowed: false, retryAfterMs: 990, retryTimestamp: 1010, blocked: 0 });
+    assert.deepStrictEqual(refused, {
+      allowed: false, retryAfterMs: 990, retryTimestamp: 1010, blocked: 0, limit: 2, remaining: 0, refillAfterMs: 990, resetAfterMs: 1000,
+    });
     assert.equal(refused.release, undefined);
   });
 
@@ -82,8 +102,9 @@ describe('MemoryStore verdicts', () => {
     const store = new MemoryStore({ clock: manual(0) });
     const batch = [{ key: 'a', limit: L(1, 100) }, { key: 'b', limit: L(1, 300) }, { key: 'c', limit: L(1, 300) }];
     store.consumeMany(batch);
-    assert.deepStrictEqual(store.consumeMany(batch), { allowed: false, retryAfterMs: 300, retryTimestamp: 300, blocked: 1 });
-    assert.deepStrictEqual(store.peekMany(batch), { allowed: false, retryAfterMs: 300, retryTimestamp: 300, blocked: 1 });
+    const refused = { allowed: false, retryAfterMs: 300, retryTimestamp: 300, blocked: 1, limit: 1, remaining: 0, refillAfterMs: 300, resetAfterMs: 300 };
+    assert.deepStrictEqual(store.consumeMany(batch), refused);
+    assert.deepStrictEqual(store.peekMany(batch), refused);
   });
 
   it('release handles are dropped once their verdicts are garbage', async () => {
@@ -136,10 +157,12 @@ describe('MemoryStore', () => {
 
   it('peeks without recording', () => {
     const store = new MemoryStore({ clock: manual(0) });
-    assert.deepStrictEqual(store.peek('a', L(1, 100)), { allowed: true, retryAfterMs: 0 });
+    assert.deepStrictEqual(store.peek('a', L(1, 100)), { allowed: true, retryAfterMs: 0, limit: 1, remaining: 1, refillAfterMs: 0, resetAfterMs: 0 });
     assert.equal(store.size, 0);
     store.consume('a', L(1, 100));
-    assert.deepStrictEqual(store.peek('a', L(1, 100)), { allowed: false, retryAfterMs: 100, retryTimestamp: 100 });
+    assert.deepStrictEqual(store.peek('a', L(1, 100)), {
+      allowed: false, retryAfterMs: 100, retryTimestamp: 100, limit: 1, remaining: 0, refillAfterMs: 100, resetAfterMs: 100,
+    });
   });
 
   it('offers the fixed-window operations', () => {
@@ -197,7 +220,7 @@ describe('errors', () => {
     assert.throws(() => store.consumeMany([{ key: 'x', limit: L(1, 10) }, { key: 2, limit: L(1, 10) }]), TypeError);
     assert.throws(() => store.hit('k', '10'), TypeError);
     assert.throws(() => new MemoryStore(null), TypeError);
-    assert.deepStrictEqual(store.consumeMany([{ key: 'y', limit: L(1, 10) }]), { allowed: true, retryAfterMs: 0 });
+    assert.deepStrictEqual(store.consumeMany([{ key: 'y', limit: L(1, 10) }]), { allowed: true, retryAfterMs: 0, limit: 1, remaining: 0, refillAfterMs: 10, resetAfterMs: 10 });
     assert.equal(store.consume('x', L(1, 10)).allowed, true);
   });
 

@@ -8,27 +8,64 @@
  *
  * ## Rules every implementation follows
  *
- * - **Times** (`now`) are whole Unix milliseconds. The TypeScript layer has already checked that they
- *   are safe non-negative integers; an implementation converts them with a saturating cast.
+ * - **Times** (`now`) are whole Unix milliseconds, safe non-negative integers (checked as below).
  * - **Limits** arrive as the two host numbers `uses` and `windowMs` *as the user gave them* (possibly
  *   NaN, negative, fractional, huge). The implementation validates them with the core
  *   (`Limit::from_f64`, `Window::from_f64` for a fixed window's decay) and on failure throws a
  *   {@link BackendError} with code `invalid_limit:uses` or `invalid_limit:window_ms` and the core's
  *   message. A failing call changes nothing.
- * - **Counts, amounts and maxima** (`amount`, `max`) have been checked by the TypeScript layer to be
- *   safe integers; convert them with a saturating cast to `i64`.
+ * - **Counts, amounts and maxima** (`amount`, `max`) and times are checked again by the engine (the
+ *   TypeScript layer checks them first): a number that is not a safe integer (or a negative time) is
+ *   refused with a {@link BackendError} coded `invalid_argument:<field>`, the field as JS spells it.
  * - **Panics** never cross: every export runs inside `catch_unwind` (or the wasm equivalent) and a
  *   panic becomes a thrown {@link BackendError} with code `panic`.
- * - **Verdict encoding** (single calls): `0` means allowed; a positive number is a refusal and is the
- *   `retry_timestamp` (always >= 1). The TypeScript layer derives `retryAfterMs = max(1, ts - now)`,
- *   which is exactly the core's `Verdict::refused(now, ts)`.
- * - **Batch encoding**: see {@link BackendStore.batchConsume}.
+ * - **Answers**: each call returns its primary number and writes the rest of its answer into the
+ *   store's *record*, the `Float64Array` of {@link RECORD_LENGTH} slots given to
+ *   {@link Backend.createStore}, at the indices below (read them right after the call). Single verdicts:
+ *   `0` means allowed, a positive number is a refusal's `retry_timestamp` (>= 1), and the TypeScript
+ *   layer derives `retryAfterMs = max(1, ts - now)`, exactly the core's `Verdict::refused(now, ts)`;
+ *   the quota is in the record. Batches: see {@link BackendStore.batchConsume}.
+ * - Both builds forward to one Rust crate, `ratewindow-js-glue` (`bindings-js-glue/`), which validates
+ *   every number and lays the record out; `recordLayout()` names its slots, checked against
+ *   {@link RECORD_SLOTS} when a backend is first used.
  *
  * @module
  */
 
 /** Error codes a backend may put on the errors it throws (`error.code`). */
-export type BackendErrorCode = 'invalid_limit:uses' | 'invalid_limit:window_ms' | 'panic';
+export type BackendErrorCode = 'invalid_limit:uses' | 'invalid_limit:window_ms' | `invalid_argument:${string}` | 'panic';
+
+/** The record's slots, by name: where each call writes the parts of its answer it does not return. */
+export const RECORD_SLOTS = Object.freeze(['limit', 'remaining', 'refillAfterMs', 'resetAfterMs', 'blocked', 'allowed'] as const);
+/** `limit`: the tightest entry's uses (a verdict). */
+export const LIMIT = 0;
+/** `remaining`: the uses it has left after the call (a verdict). */
+export const REMAINING = 1;
+/** `refillAfterMs`: ms until it gets a use back (a verdict). */
+export const REFILL_AFTER_MS = 2;
+/** `resetAfterMs`: ms until its window is empty (a verdict), or until a fixed window ends (`hitWindow`, `attempt`). */
+export const RESET_AFTER_MS = 3;
+/** `blocked`: the entry with the longest wait (a refused batch). */
+export const BLOCKED = 4;
+/** `allowed`: `1` when the attempt was counted, else `0` (`attempt`). */
+export const ALLOWED = 5;
+/** Slots in a record. */
+export const RECORD_LENGTH = RECORD_SLOTS.length;
+
+const checked = new WeakSet<Backend>();
+
+/**
+ * Checks once per backend that its record has the slots this file reads ({@link RECORD_SLOTS}).
+ * @throws {Error} when the build under it lays the record out otherwise.
+ */
+export function checkRecordLayout(backend: Backend): void {
+  if (checked.has(backend)) return;
+  const names = backend.recordLayout();
+  if (names.length !== RECORD_LENGTH || names.some((n, i) => n !== RECORD_SLOTS[i])) {
+    throw new Error(`ratewindow: the ${backend.kind} engine's record is [${names.join(', ')}], this layer reads [${RECORD_SLOTS.join(', ')}]: rebuild them together`);
+  }
+  checked.add(backend);
+}
 
 /**
  * What a backend throws: a plain `Error` whose `code` is a {@link BackendErrorCode} and whose `message`
@@ -45,12 +82,14 @@ export interface BackendError extends Error {
  * One `ratewindow_core::MemoryStore` and the release handles of its allowed batches.
  *
  * Single-threaded by contract: the TypeScript layer never awaits between {@link batchPush} and
- * {@link batchConsume} / {@link batchPeek}, so one pending batch per store suffices.
+ * {@link batchConsume} / {@link batchPeek}, nor between a call and reading the record it wrote, so one
+ * pending batch and one record per store suffice.
  */
 export interface BackendStore {
   /**
    * `MemoryStore::consume(key, Limit::from_f64(uses, windowMs)?, now)`.
-   * @returns `0` when allowed (and recorded), else the refusal's `retry_timestamp` (>= 1).
+   * @returns `0` when allowed (and recorded), else the refusal's `retry_timestamp` (>= 1); the quota
+   *   (`limit`, `remaining`, `refillAfterMs`, `resetAfterMs`) in the record.
    * @throws {BackendError} `invalid_limit:*` when the limit is invalid (nothing is recorded).
    */
   consume(key: string, uses: number, windowMs: number, now: number): number;
@@ -69,8 +108,9 @@ export interface BackendStore {
    * @returns
    *  - `> 0`: allowed; the number is a release handle (a positive integer, never reused by this store)
    *    to pass to {@link release} or {@link dropRelease}.
-   *  - `< 0`: refused; `-result` is the `retry_timestamp`, and {@link batchBlocked} gives `blocked`.
-   *  (`0` is never returned by this method.)
+   *  - `< 0`: refused; `-result` is the `retry_timestamp`, and the record's `blocked` the entry with
+   *    the longest wait.
+   *  (`0` is never returned by this method.) The quota is in the record either way.
    */
   batchConsume(now: number): number;
 
@@ -82,9 +122,6 @@ export interface BackendStore {
 
   /** Discards the pending batch (used when the TypeScript layer abandons one half-built). */
   batchClear(): void;
-
-  /** The `blocked` index of the last refused {@link batchConsume} / {@link batchPeek}. */
-  batchBlocked(): number;
 
   /**
    * `MemoryStore::release` of the handle's `Release` at `now`, taking it out of the handle table:
@@ -105,11 +142,25 @@ export interface BackendStore {
    */
   hit(key: string, decayMs: number, amount: number, now: number): number;
 
+  /**
+   * `MemoryStore::hit_window`: {@link hit}, with the ms until the window ends in the record's
+   * `resetAfterMs`.
+   */
+  hitWindow(key: string, decayMs: number, amount: number, now: number): number;
+
+  /**
+   * `MemoryStore::attempt(key, max, Window::from_f64(decayMs)?, now)`: one hit counted, atomically, only
+   * while fewer than `max` are.
+   * @returns the count after the call; `allowed` (1 or 0) and `resetAfterMs` in the record.
+   * @throws {BackendError} `invalid_limit:window_ms` for an invalid decay.
+   */
+  attempt(key: string, max: number, decayMs: number, now: number): number;
+
   /** `MemoryStore::attempts`. */
   attempts(key: string, now: number): number;
 
-  /** `MemoryStore::too_many_attempts`, as `1` (true) or `0` (false). */
-  tooManyAttempts(key: string, max: number, now: number): number;
+  /** `MemoryStore::too_many_attempts`. */
+  tooManyAttempts(key: string, max: number, now: number): boolean;
 
   /** `MemoryStore::remaining`. */
   remaining(key: string, max: number, now: number): number;
@@ -138,8 +189,14 @@ export interface Backend {
   /** `'native'` for the napi addon, `'wasm'` for the wasm-bindgen package. */
   readonly kind: string;
 
-  /** A new, empty store (`MemoryStore::new()`). */
-  createStore(): BackendStore;
+  /**
+   * A new, empty store (`MemoryStore::new()`) writing its answers into `record` (a `Float64Array` of
+   * {@link RECORD_LENGTH} slots).
+   */
+  createStore(record: Float64Array): BackendStore;
+
+  /** The names of the record's slots, in order (see {@link checkRecordLayout}). */
+  recordLayout(): readonly string[];
 
   /**
    * Validates a limit with `Limit::from_f64(uses, windowMs)`.

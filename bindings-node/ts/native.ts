@@ -13,7 +13,8 @@ import type { SqlBackend } from './sql-backend';
 
 /** What the addon exports (see `src/lib.rs`). */
 interface NativeModule {
-  NativeStore: new () => BackendStore;
+  NativeStore: new (record: Float64Array) => BackendStore;
+  recordLayout(): string[];
   checkLimit(uses: number, windowMs: number): void;
   noop(): number;
   __panicForTest(message: string): void;
@@ -34,7 +35,8 @@ export function nativeBackend(): Backend {
   const native = require(join(__dirname, '..', 'loader.cjs')) as NativeModule;
   loaded = Object.freeze({
     kind: 'native',
-    createStore: () => new native.NativeStore(),
+    createStore: (record: Float64Array) => new native.NativeStore(record),
+    recordLayout: native.recordLayout,
     checkLimit: native.checkLimit,
     noop: native.noop,
     panicForTest: native.__panicForTest,

@@ -3,34 +3,64 @@
  * embedded default that counts in this process with the Rust engine.
  * @module
  */
-import type { Backend, BackendStore } from './backend';
+import {
+  ALLOWED,
+  BLOCKED,
+  checkRecordLayout,
+  LIMIT,
+  RECORD_LENGTH,
+  REFILL_AFTER_MS,
+  REMAINING,
+  RESET_AFTER_MS,
+  type Backend,
+  type BackendStore,
+} from './backend';
+import { checkEntries, checkInteger, checkKey, checkLimitShape, checkNow } from './check';
 import { fromBackend, InvalidArgumentError, typeError } from './errors';
 import { nativeBackend } from './native';
-import type { Awaitable, BatchVerdict, Clock, CooldownLimit, Entry, Verdict } from './types';
+import type { AttemptResult, Awaitable, BatchVerdict, Clock, CooldownLimit, Entry, Verdict } from './types';
 
-/** The verdict of every allowed single call: one frozen object, shared. */
-const ALLOWED: Verdict = Object.freeze({ allowed: true, retryAfterMs: 0 });
-/** The verdict of an allowed batch that has nothing to give back (peeks, empty batches by default). */
-const ALLOWED_BATCH: BatchVerdict = ALLOWED;
+/** The verdict of an allowed batch that has nothing to give back (the default `peekMany`). */
+const ALLOWED_BATCH: BatchVerdict = Object.freeze({ allowed: true, retryAfterMs: 0 });
 
 /**
- * A refusal at `now` lasting until `retryTimestamp`: the engine's `Verdict::refused`. Fresh verdicts are
- * left unfrozen (freezing costs more than the engine's whole check); the shared ones are frozen.
+ * A single verdict from the engine's answer (`0` allowed, else the retry timestamp) and the quota in
+ * its record. Fresh verdicts are left unfrozen (freezing costs more than the engine's whole check).
  */
-function refused(retryTimestamp: number, now: number): Verdict {
+function verdictOf(result: number, now: number, r: Float64Array): Verdict {
+  if (result === 0) {
+    return {
+      allowed: true,
+      retryAfterMs: 0,
+      limit: r[LIMIT]!,
+      remaining: r[REMAINING]!,
+      refillAfterMs: r[REFILL_AFTER_MS]!,
+      resetAfterMs: r[RESET_AFTER_MS]!,
+    };
+  }
   return {
     allowed: false,
-    retryAfterMs: retryTimestamp > now ? retryTimestamp - now : 1,
-    retryTimestamp,
+    retryAfterMs: result > now ? result - now : 1,
+    retryTimestamp: result,
+    limit: r[LIMIT]!,
+    remaining: r[REMAINING]!,
+    refillAfterMs: r[REFILL_AFTER_MS]!,
+    resetAfterMs: r[RESET_AFTER_MS]!,
   };
 }
 
-function refusedBatch(retryTimestamp: number, now: number, blocked: number): BatchVerdict {
+/** A refused batch's verdict: minus the retry timestamp answered, `blocked` and the quota in the record. */
+function refusedBatch(result: number, now: number, r: Float64Array): BatchVerdict {
+  const retryTimestamp = -result;
   return {
     allowed: false,
     retryAfterMs: retryTimestamp > now ? retryTimestamp - now : 1,
     retryTimestamp,
-    blocked,
+    blocked: r[BLOCKED]!,
+    limit: r[LIMIT]!,
+    remaining: r[REMAINING]!,
+    refillAfterMs: r[REFILL_AFTER_MS]!,
+    resetAfterMs: r[RESET_AFTER_MS]!,
   };
 }
 
@@ -112,27 +142,6 @@ export function setDefaultBackend(backend: Backend): void {
   defaultBackend = backend;
 }
 
-function checkKey(key: unknown): asserts key is string {
-  if (typeof key !== 'string') throw typeError('key must be a string', key);
-}
-
-function checkLimitShape(limit: unknown): asserts limit is CooldownLimit {
-  if (
-    typeof limit !== 'object' ||
-    limit === null ||
-    typeof (limit as CooldownLimit).uses !== 'number' ||
-    typeof (limit as CooldownLimit).windowMs !== 'number'
-  ) {
-    throw typeError('limit must be an object { uses: number, windowMs: number }', limit);
-  }
-}
-
-function checkInteger(field: string, value: unknown): number {
-  if (typeof value !== 'number') throw typeError(`${field} must be a number`, value);
-  if (!Number.isSafeInteger(value)) throw new InvalidArgumentError(field, value);
-  return value;
-}
-
 /** Drops the engine's hold on a release once nothing can call it any more. */
 const releases = new FinalizationRegistry<{ store: BackendStore; handle: number }>(({ store, handle }) => {
   try {
@@ -160,21 +169,21 @@ const releases = new FinalizationRegistry<{ store: BackendStore; handle: number 
  */
 export class MemoryStore extends CooldownStore {
   private readonly native: BackendStore;
+  /** Where the engine writes the parts of each answer it does not return (see `backend.ts`). */
+  private readonly record = new Float64Array(RECORD_LENGTH);
   private readonly clock: Clock | undefined;
 
   constructor(options: MemoryStoreOptions = {}) {
     super();
     if (typeof options !== 'object' || options === null) throw typeError('options must be an object', options);
-    this.native = (options.backend ?? getDefaultBackend()).createStore();
+    const backend = options.backend ?? getDefaultBackend();
+    checkRecordLayout(backend);
+    this.native = backend.createStore(this.record);
     this.clock = options.clock;
   }
 
   private now(): number {
-    if (this.clock === undefined) return Date.now();
-    const now = this.clock.now();
-    if (typeof now !== 'number') throw typeError('clock.now() must return a number', now);
-    if (!(now >= 0 && Number.isSafeInteger(now))) throw new InvalidArgumentError('now', now);
-    return now;
+    return this.clock === undefined ? Date.now() : checkNow(this.clock.now());
   }
 
   /** Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait. */
@@ -188,7 +197,7 @@ export class MemoryStore extends CooldownStore {
     } catch (e) {
       throw fromBackend(e, limit.uses, limit.windowMs);
     }
-    return result === 0 ? ALLOWED : refused(result, now);
+    return verdictOf(result, now, this.record);
   }
 
   /** The verdict {@link consume} would give, recording and creating nothing. */
@@ -202,17 +211,12 @@ export class MemoryStore extends CooldownStore {
     } catch (e) {
       throw fromBackend(e, limit.uses, limit.windowMs);
     }
-    return result === 0 ? ALLOWED : refused(result, now);
+    return verdictOf(result, now, this.record);
   }
 
   private pushBatch(entries: readonly Entry[]): void {
-    if (!Array.isArray(entries)) throw typeError('entries must be an array of { key, limit }', entries);
     // Checked in full before anything crosses, so a TypeError leaves no batch half-built.
-    for (const entry of entries) {
-      if (typeof entry !== 'object' || entry === null) throw typeError('each entry must be { key, limit }', entry);
-      checkKey(entry.key);
-      checkLimitShape(entry.limit);
-    }
+    checkEntries(entries);
     for (const { key, limit } of entries) {
       try {
         this.native.batchPush(key, limit.uses, limit.windowMs);
@@ -230,14 +234,16 @@ export class MemoryStore extends CooldownStore {
    */
   override consumeMany(entries: readonly Entry[]): BatchVerdict {
     this.pushBatch(entries);
-    const now = this.now();
+    let now: number;
     let result: number;
     try {
+      now = this.now();
       result = this.native.batchConsume(now);
     } catch (e) {
-      throw fromBackend(e);
+      this.native.batchClear();
+      throw e instanceof TypeError || e instanceof InvalidArgumentError ? e : fromBackend(e);
     }
-    if (result < 0) return refusedBatch(-result, now, this.native.batchBlocked());
+    if (result < 0) return refusedBatch(result, now, this.record);
     return this.allowedWithRelease(result);
   }
 
@@ -257,7 +263,7 @@ export class MemoryStore extends CooldownStore {
       }
     };
     releases.register(release, { store: native, handle }, release);
-    const verdict = { allowed: true, retryAfterMs: 0 };
+    const verdict = verdictOf(0, 0, this.record);
     Object.defineProperty(verdict, 'release', { value: release, enumerable: false });
     return Object.freeze(verdict);
   }
@@ -265,14 +271,16 @@ export class MemoryStore extends CooldownStore {
   /** The verdict {@link consumeMany} would give, recording, trimming and creating nothing. */
   override peekMany(entries: readonly Entry[]): BatchVerdict {
     this.pushBatch(entries);
-    const now = this.now();
+    let now: number;
     let result: number;
     try {
+      now = this.now();
       result = this.native.batchPeek(now);
     } catch (e) {
-      throw fromBackend(e);
+      this.native.batchClear();
+      throw e instanceof TypeError || e instanceof InvalidArgumentError ? e : fromBackend(e);
     }
-    return result === 0 ? ALLOWED_BATCH : refusedBatch(-result, now, this.native.batchBlocked());
+    return result === 0 ? verdictOf(0, now, this.record) : refusedBatch(result, now, this.record);
   }
 
   /**
@@ -292,6 +300,39 @@ export class MemoryStore extends CooldownStore {
     }
   }
 
+  /** {@link hit}, answering the count and the milliseconds until the window ends together. */
+  hitWindow(key: string, decayMs: number, amount = 1): { readonly count: number; readonly resetAfterMs: number } {
+    checkKey(key);
+    if (typeof decayMs !== 'number') throw typeError('decayMs must be a number', decayMs);
+    checkInteger('amount', amount);
+    const now = this.now();
+    let count: number;
+    try {
+      count = this.native.hitWindow(key, decayMs, amount, now);
+    } catch (e) {
+      throw fromBackend(e, undefined, decayMs);
+    }
+    return { count, resetAfterMs: this.record[RESET_AFTER_MS]! };
+  }
+
+  /**
+   * Fixed window, atomically: counts one hit on `key` if it has fewer than `max` in its window (opening
+   * one of `decayMs` ms if none runs), else nothing. Exactly `max` attempts are allowed per window.
+   */
+  attempt(key: string, max: number, decayMs: number): AttemptResult {
+    checkKey(key);
+    checkInteger('max', max);
+    if (typeof decayMs !== 'number') throw typeError('decayMs must be a number', decayMs);
+    const now = this.now();
+    let count: number;
+    try {
+      count = this.native.attempt(key, max, decayMs, now);
+    } catch (e) {
+      throw fromBackend(e, undefined, decayMs);
+    }
+    return { allowed: this.record[ALLOWED] === 1, count, resetAfterMs: this.record[RESET_AFTER_MS]! };
+  }
+
   /** Hits counted in `key`'s current window; 0 when it has none. */
   attempts(key: string): number {
     checkKey(key);
@@ -302,7 +343,7 @@ export class MemoryStore extends CooldownStore {
   tooManyAttempts(key: string, max: number): boolean {
     checkKey(key);
     checkInteger('max', max);
-    return this.call(() => this.native.tooManyAttempts(key, max, this.now())) === 1;
+    return this.call(() => this.native.tooManyAttempts(key, max, this.now()));
   }
 
   /** `max` minus the hits in `key`'s current window, floored at 0. */

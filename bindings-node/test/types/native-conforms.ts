@@ -5,10 +5,11 @@ import type * as Native from '../../native';
 
 declare const native: typeof Native;
 
-export const store: BackendStore = new native.NativeStore();
+export const store: BackendStore = new native.NativeStore(new Float64Array(6));
 export const backend: Backend = {
   kind: 'native',
-  createStore: () => new native.NativeStore(),
+  createStore: (record: Float64Array) => new native.NativeStore(record),
+  recordLayout: native.recordLayout,
   checkLimit: native.checkLimit,
   noop: native.noop,
   panicForTest: native.__panicForTest,

@@ -32,7 +32,7 @@ try {
 const keys = Array.from({ length: 1000 }, (_, i) => `user:${i}`);
 const limit = { uses: 1_000_000_000, windowMs: 1_000 };
 for (const [kind, backend] of Object.entries(backends)) {
-  const raw = backend.createStore();
+  const raw = backend.createStore(new Float64Array(backend.recordLayout().length));
   bench(`${kind}: noop (bare crossing)`, () => backend.noop());
   bench(`${kind}: backend consume, one key`, (i) => raw.consume('user:1', 1_000_000_000, 1_000, i));
   let t = 0;

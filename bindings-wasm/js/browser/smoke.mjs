@@ -67,10 +67,11 @@ try {
   ]);
   assert.ok(outcome.ok, outcome.error);
   const out = outcome.out;
+  const quota = (remaining) => ({ limit: 2, remaining, refillAfterMs: 1000, resetAfterMs: 1000 });
   assert.deepEqual(out.consume, [
-    { allowed: true, retryAfterMs: 0 },
-    { allowed: true, retryAfterMs: 0 },
-    { allowed: false, retryAfterMs: 1000, retryTimestamp: 1000 },
+    { allowed: true, retryAfterMs: 0, ...quota(1) },
+    { allowed: true, retryAfterMs: 0, ...quota(0) },
+    { allowed: false, retryAfterMs: 1000, retryTimestamp: 1000, ...quota(0) },
   ]);
   assert.equal(out.afterRelease, true);
   assert.deepEqual(out.nan, { invalidLimit: true, code: 'ERR_RATEWINDOW_INVALID_LIMIT', field: 'uses' });

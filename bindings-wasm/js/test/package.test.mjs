@@ -20,11 +20,13 @@ test('the node entry counts in the wasm engine without an explicit init', () => 
   const clock = manualClock(1_000);
   const store = new rw.MemoryStore({ clock });
   const limit = { uses: 2, windowMs: 1_000 };
-  assert.deepEqual({ ...store.consume('a', limit) }, { allowed: true, retryAfterMs: 0 });
+  assert.deepEqual({ ...store.consume('a', limit) }, { allowed: true, retryAfterMs: 0, limit: 2, remaining: 1, refillAfterMs: 1_000, resetAfterMs: 1_000 });
   clock.t = 1_010;
   assert.equal(store.consume('a', limit).allowed, true);
   clock.t = 1_020;
-  assert.deepEqual({ ...store.consume('a', limit) }, { allowed: false, retryAfterMs: 980, retryTimestamp: 2_000 });
+  assert.deepEqual({ ...store.consume('a', limit) }, {
+    allowed: false, retryAfterMs: 980, retryTimestamp: 2_000, limit: 2, remaining: 0, refillAfterMs: 980, resetAfterMs: 990,
+  });
   clock.t = 2_000;
   assert.equal(store.consume('a', limit).allowed, true, 'the first call left at exactly 1000 + 1000');
 });
@@ -40,10 +42,23 @@ test('a batch is all or nothing and an allowed one can be given back', () => {
   assert.equal(first.allowed, true);
   assert.equal(Object.keys(first).includes('release'), false, 'release is not enumerable');
   const refused = store.consumeMany(call);
-  assert.deepEqual({ ...refused }, { allowed: false, retryAfterMs: 10_000, retryTimestamp: 10_000, blocked: 0 });
+  assert.deepEqual({ ...refused }, {
+    allowed: false, retryAfterMs: 10_000, retryTimestamp: 10_000, blocked: 0, limit: 1, remaining: 0, refillAfterMs: 10_000, resetAfterMs: 10_000,
+  });
   first.release();
   first.release(); // idempotent
   assert.equal(store.consumeMany(call).allowed, true);
+});
+
+test('attempt counts one hit atomically, only below max', () => {
+  const clock = manualClock(0);
+  const store = new rw.MemoryStore({ clock });
+  assert.deepEqual(store.attempt('job', 2, 1_000), { allowed: true, count: 1, resetAfterMs: 1_000 });
+  clock.t = 100;
+  assert.deepEqual(store.attempt('job', 2, 1_000), { allowed: true, count: 2, resetAfterMs: 900 });
+  assert.deepEqual(store.attempt('job', 2, 1_000), { allowed: false, count: 2, resetAfterMs: 900 });
+  assert.deepEqual(store.hitWindow('job', 1_000, -1), { count: 1, resetAfterMs: 900 });
+  assert.throws(() => store.attempt('job', 1.5, 1_000), (e) => e instanceof rw.InvalidArgumentError && e.field === 'max');
 });
 
 test('milliseconds are numbers, exact up to 2^53', () => {
@@ -70,7 +85,7 @@ test('invalid limits are typed errors naming the field, NaN and Infinity include
     [{ uses: Infinity, windowMs: 1_000 }, 'uses', /Infinity/],
     [{ uses: 1, windowMs: NaN }, 'windowMs', /NaN/],
     [{ uses: 1, windowMs: -Infinity }, 'windowMs', /-Infinity/],
-    [{ uses: 1, windowMs: 4_320_000_000_000_001 }, 'windowMs', /window_ms/],
+    [{ uses: 1, windowMs: 4_320_000_000_000_001 }, 'windowMs', /invalid windowMs: 4320000000000001/],
     [{ uses: 1, windowMs: 0.5 }, 'windowMs', /0\.5/],
   ];
   for (const [limit, field, message] of cases) {

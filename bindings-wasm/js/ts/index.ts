@@ -22,9 +22,10 @@ import type { Backend } from './layer/backend.js';
 import { setDefaultBackend } from './layer/store.js';
 import { createWasmBackend, type WasmExports } from './wasm.js';
 
-// The Node package's API for the embedded store and the rate limiter (its networked stores need
-// planners this build does not carry yet, and `node:` modules, so they are not re-exported here).
-export type { Awaitable, BatchVerdict, Clock, CooldownLimit, Entry, Verdict } from './layer/types.js';
+// The Node package's API for the embedded store and the rate limiter. Its networked stores are not
+// re-exported: they drive the core's call machines through the napi addon's call boundary, which this
+// build does not carry yet (see README.md).
+export type { AttemptResult, Awaitable, BatchVerdict, Clock, CooldownLimit, Entry, Verdict } from './layer/types.js';
 export { CooldownStore, MemoryStore, cooldownLimit } from './layer/store.js';
 export type { MemoryStoreOptions } from './layer/store.js';
 export { GlobalLimit, Limit, Unlimited } from './layer/limit.js';
@@ -47,7 +48,8 @@ function backend(): Backend {
 /** Stands for the engine until it is instantiated; each store then comes straight from it. */
 const lazy: Backend = Object.freeze({
   kind: 'wasm',
-  createStore: () => backend().createStore(),
+  createStore: (record: Float64Array) => backend().createStore(record),
+  recordLayout: () => backend().recordLayout(),
   checkLimit: (uses: number, windowMs: number) => backend().checkLimit(uses, windowMs),
   noop: () => backend().noop(),
   panicForTest: (message: string) => backend().panicForTest(message),

@@ -10,10 +10,11 @@
  *
  * A key is written as UTF-8 straight into the module's key buffer (ASCII byte by byte, the rest by
  * `TextEncoder.encodeInto`, which writes U+FFFD for a lone surrogate, as Node's own string conversion
- * for the napi addon does) and crosses as its length; verdicts and counts come back as one number, and
- * an invalid limit as `NaN`, upon which the wrapper asks the module for the core's error
- * (`checkLimit` / `checkWindow`) and throws it. So the hot path creates no JS object and no Rust
- * allocation for the key.
+ * for the napi addon does) and crosses as its length; each call returns its primary number and leaves
+ * the rest of its answer in the module's record (in linear memory), which the wrapper copies into the
+ * store's own record. So the hot path creates no JS object and no Rust allocation for the key. A
+ * refused number comes back as a thrown `Error` with `code`, made by the shared glue crate
+ * (`ratewindow-js-glue`) exactly as the napi addon makes it.
  *
  * ## Panics
  *
@@ -101,6 +102,12 @@ function makeKeyWriter(exports: WasmExports): (key: string) => number {
   };
 }
 
+/**
+ * The module's record, as a view remade when the memory grows (which detaches the old ArrayBuffer and
+ * leaves the view empty), one per module instance like the key writer.
+ */
+let recordView: Float64Array | undefined;
+
 /** The engine stores retired by a trap: never freed (see {@link createWasmBackend}). */
 const retired: glue.WasmStore[] = [];
 
@@ -113,24 +120,24 @@ export function createWasmBackend(exports: WasmExports): Backend {
   };
 
   const writeKey = (keyWriter ??= makeKeyWriter(exports));
-  /** What a hot call's `NaN` means: the core's error for the limit, or an unreadable key. */
-  const refusedLimit = (uses: number, windowMs: number): never => {
-    glue.checkLimit(uses, windowMs);
-    throw new Error('ratewindow (wasm): the engine could not read the key');
+  const layout = glue.recordLayout();
+  const remakeRecord = (): Float64Array => new Float64Array(exports.memory.buffer, glue.recordAddress(), layout.length);
+  /** Copies the module's record into a store's: right after each call that writes one. */
+  const copy = (to: Float64Array): void => {
+    let from = (recordView ??= remakeRecord());
+    if (from.byteLength === 0) from = recordView = remakeRecord();
+    for (let i = 0; i < to.length; i++) to[i] = from[i]!;
   };
-  const refusedWindow = (decayMs: number): never => {
-    glue.checkWindow(decayMs);
-    throw new Error('ratewindow (wasm): the engine could not read the key');
-  };
-  const unreadableKey = (): never => {
-    throw new Error('ratewindow (wasm): the engine could not read the key');
-  };
-  const orKeyError = (result: number): number => (result === result ? result : unreadableKey());
 
-  /** One engine store; every method enters the module once (plus once more to explain a refusal). */
+  /** One engine store; every method enters the module once. */
   class WasmBackendStore implements BackendStore {
     #inner: glue.WasmStore | undefined = new glue.WasmStore();
     #poison: unknown;
+    readonly #record: Float64Array;
+
+    constructor(record: Float64Array) {
+      this.#record = record;
+    }
 
     /** The live store, or the trap that poisoned it. */
     #store(): glue.WasmStore {
@@ -150,40 +157,43 @@ export function createWasmBackend(exports: WasmExports): Backend {
       throw out;
     }
 
+    /** `call`'s answer, with the record copied into this store's. */
+    #recorded(answer: number): number {
+      copy(this.#record);
+      return answer;
+    }
+
     consume(key: string, uses: number, windowMs: number, now: number): number {
       try {
-        const result = this.#store().consume(writeKey(key), uses, windowMs, now);
-        return result === result ? result : refusedLimit(uses, windowMs);
+        return this.#recorded(this.#store().consume(writeKey(key), uses, windowMs, now));
       } catch (e) {
         return this.#fail(e);
       }
     }
     peek(key: string, uses: number, windowMs: number, now: number): number {
       try {
-        const result = this.#store().peek(writeKey(key), uses, windowMs, now);
-        return result === result ? result : refusedLimit(uses, windowMs);
+        return this.#recorded(this.#store().peek(writeKey(key), uses, windowMs, now));
       } catch (e) {
         return this.#fail(e);
       }
     }
     batchPush(key: string, uses: number, windowMs: number): void {
       try {
-        const result = this.#store().batchPush(writeKey(key), uses, windowMs);
-        if (result !== result) refusedLimit(uses, windowMs);
+        this.#store().batchPush(writeKey(key), uses, windowMs);
       } catch (e) {
         this.#fail(e);
       }
     }
     batchConsume(now: number): number {
       try {
-        return this.#store().batchConsume(now);
+        return this.#recorded(this.#store().batchConsume(now));
       } catch (e) {
         return this.#fail(e);
       }
     }
     batchPeek(now: number): number {
       try {
-        return this.#store().batchPeek(now);
+        return this.#recorded(this.#store().batchPeek(now));
       } catch (e) {
         return this.#fail(e);
       }
@@ -193,13 +203,6 @@ export function createWasmBackend(exports: WasmExports): Backend {
         this.#store().batchClear();
       } catch (e) {
         this.#fail(e);
-      }
-    }
-    batchBlocked(): number {
-      try {
-        return this.#store().batchBlocked();
-      } catch (e) {
-        return this.#fail(e);
       }
     }
     release(handle: number, now: number): void {
@@ -225,57 +228,70 @@ export function createWasmBackend(exports: WasmExports): Backend {
     }
     hit(key: string, decayMs: number, amount: number, now: number): number {
       try {
-        const result = this.#store().hit(writeKey(key), decayMs, amount, now);
-        return result === result ? result : refusedWindow(decayMs);
+        return this.#store().hit(writeKey(key), decayMs, amount, now);
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    hitWindow(key: string, decayMs: number, amount: number, now: number): number {
+      try {
+        return this.#recorded(this.#store().hitWindow(writeKey(key), decayMs, amount, now));
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    attempt(key: string, max: number, decayMs: number, now: number): number {
+      try {
+        return this.#recorded(this.#store().attempt(writeKey(key), max, decayMs, now));
       } catch (e) {
         return this.#fail(e);
       }
     }
     attempts(key: string, now: number): number {
       try {
-        return orKeyError(this.#store().attempts(writeKey(key), now));
+        return this.#store().attempts(writeKey(key), now);
       } catch (e) {
         return this.#fail(e);
       }
     }
-    tooManyAttempts(key: string, max: number, now: number): number {
+    tooManyAttempts(key: string, max: number, now: number): boolean {
       try {
-        return orKeyError(this.#store().tooManyAttempts(writeKey(key), max, now));
+        return this.#store().tooManyAttempts(writeKey(key), max, now);
       } catch (e) {
         return this.#fail(e);
       }
     }
     remaining(key: string, max: number, now: number): number {
       try {
-        return orKeyError(this.#store().remaining(writeKey(key), max, now));
+        return this.#store().remaining(writeKey(key), max, now);
       } catch (e) {
         return this.#fail(e);
       }
     }
     availableIn(key: string, now: number): number {
       try {
-        return orKeyError(this.#store().availableIn(writeKey(key), now));
+        return this.#store().availableIn(writeKey(key), now);
       } catch (e) {
         return this.#fail(e);
       }
     }
     availableInMs(key: string, now: number): number {
       try {
-        return orKeyError(this.#store().availableInMs(writeKey(key), now));
+        return this.#store().availableInMs(writeKey(key), now);
       } catch (e) {
         return this.#fail(e);
       }
     }
     resetAttempts(key: string, now: number): void {
       try {
-        orKeyError(this.#store().resetAttempts(writeKey(key), now));
+        this.#store().resetAttempts(writeKey(key), now);
       } catch (e) {
         this.#fail(e);
       }
     }
     clear(key: string): void {
       try {
-        orKeyError(this.#store().clear(writeKey(key)));
+        this.#store().clear(writeKey(key));
       } catch (e) {
         this.#fail(e);
       }
@@ -298,13 +314,17 @@ export function createWasmBackend(exports: WasmExports): Backend {
 
   return Object.freeze({
     kind: 'wasm',
-    createStore: (): BackendStore => {
+    createStore: (record: Float64Array): BackendStore => {
+      if (!(record instanceof Float64Array) || record.length !== layout.length) {
+        throw coded('invalid_argument:record', `a store's record is a Float64Array of ${layout.length} numbers`);
+      }
       try {
-        return new WasmBackendStore();
+        return new WasmBackendStore(record);
       } catch (e) {
         return fail(e);
       }
     },
+    recordLayout: (): readonly string[] => layout,
     checkLimit: (uses: number, windowMs: number): void => {
       try {
         glue.checkLimit(uses, windowMs);
