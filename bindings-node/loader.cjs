@@ -835,11 +835,11 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
-module.exports.NativePostgres = nativeBinding.NativePostgres
-module.exports.NativeRedis = nativeBinding.NativeRedis
-module.exports.NativeSqlite = nativeBinding.NativeSqlite
+module.exports.NativeCalls = nativeBinding.NativeCalls
 module.exports.NativeStore = nativeBinding.NativeStore
 module.exports.__panicForTest = nativeBinding.__panicForTest
 module.exports.checkLimit = nativeBinding.checkLimit
 module.exports.noop = nativeBinding.noop
+module.exports.recordLayout = nativeBinding.recordLayout
 module.exports.redisScripts = nativeBinding.redisScripts
+module.exports.StepKind = nativeBinding.StepKind
