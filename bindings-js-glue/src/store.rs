@@ -265,11 +265,6 @@ pub fn check_limit(uses: f64, window_ms: f64) -> Res<()> {
     number::limit(uses, window_ms).map(|_| ())
 }
 
-/// Validates a fixed window's decay with the core (what `checkWindow` exports).
-pub fn check_window(decay_ms: f64) -> Res<()> {
-    number::decay(decay_ms).map(|_| ())
-}
-
 #[cfg(test)]
 mod tests {
     //! The answers and the record, and hostile numbers: nothing panics, a failing call changes nothing.
