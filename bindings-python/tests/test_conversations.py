@@ -19,6 +19,7 @@ from ratewindow import (
     AsyncRedisStore,
     Entry,
     GiveBackError,
+    GiveBackWarning,
     InternalError,
     Limit,
     PostgresStore,
@@ -211,3 +212,16 @@ def test_conversation(case: dict[str, Any], aio: bool) -> None:
         _compare(name, call["outcome"], got, error)
         failures = [{"keys": r.keys} for r in reports]
         assert failures == call.get("give_back_failures", []), f"{name}: reported {failures}"
+
+
+def test_a_failed_give_back_is_a_warning_by_default() -> None:
+    (case,) = [c for c in CASES if any(call.get("give_back_failures") for call in c["calls"])][:1]
+    client = Scripted()
+    store = RedisStore.using(
+        lambda s, k, a: client.script(s, k, a, False), evalsha=lambda s, k, a: client.script(s, k, a, True)
+    )
+    (call,) = case["calls"]
+    client.start(call["steps"])
+    with pytest.warns(GiveBackWarning, match="could not give back"):
+        verdict = _method(store, call["op"], [])()
+    assert not client.problems and not verdict.allowed

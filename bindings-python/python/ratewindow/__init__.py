@@ -27,9 +27,17 @@ from ._limiter import AsyncRateLimiter, RateLimiter
 from ._limits import MAX_USES, MAX_WINDOW_MS, Entry, GlobalLimit, Limit, Unlimited
 from ._memory import AsyncMemoryStore, MemoryStore
 from ._postgres import AsyncPostgresStore, PostgresStore
-from ._redis import AsyncRedisStore, GiveBackError, RedisStore
+from ._redis import AsyncRedisStore, GiveBackError, GiveBackWarning, RedisStore
 from ._sqlite import SqliteStore
-from ._store import AsyncCooldownStore, AsyncFixedWindowStore, CooldownStore, FixedWindowStore, Verdict
+from ._store import (
+    AsyncCooldownStore,
+    AsyncFixedWindowStore,
+    AttemptResult,
+    CooldownStore,
+    FixedWindowStore,
+    HitResult,
+    Verdict,
+)
 
 __all__ = [
     "AsyncCooldownStore",
@@ -38,11 +46,14 @@ __all__ = [
     "AsyncPostgresStore",
     "AsyncRateLimiter",
     "AsyncRedisStore",
+    "AttemptResult",
     "CooldownStore",
     "Entry",
     "FixedWindowStore",
     "GiveBackError",
+    "GiveBackWarning",
     "GlobalLimit",
+    "HitResult",
     "InternalError",
     "InvalidArgumentError",
     "InvalidLimitError",
