@@ -33,6 +33,7 @@ impl TypeName for Key {
 impl ValidateNapiValue for Key {}
 
 impl FromNapiValue for Key {
+    #[inline(always)]
     unsafe fn from_napi_value(env: sys::napi_env, value: sys::napi_value) -> Result<Self> {
         let fill = |buffer: &mut [u8; INLINE]| {
             let mut written = 0usize;

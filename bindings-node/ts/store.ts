@@ -3,18 +3,7 @@
  * embedded default that counts in this process with the Rust engine.
  * @module
  */
-import {
-  ALLOWED,
-  BLOCKED,
-  checkRecordLayout,
-  LIMIT,
-  RECORD_LENGTH,
-  REFILL_AFTER_MS,
-  REMAINING,
-  RESET_AFTER_MS,
-  type Backend,
-  type BackendStore,
-} from './backend';
+import { checkRecordLayout, RECORD_LENGTH, Slot, type Backend, type BackendStore } from './backend';
 import { checkEntries, checkInteger, checkKey, checkLimitShape, checkNow } from './check';
 import { fromBackend, InvalidArgumentError, typeError } from './errors';
 import { nativeBackend } from './native';
@@ -32,20 +21,20 @@ function verdictOf(result: number, now: number, r: Float64Array): Verdict {
     return {
       allowed: true,
       retryAfterMs: 0,
-      limit: r[LIMIT]!,
-      remaining: r[REMAINING]!,
-      refillAfterMs: r[REFILL_AFTER_MS]!,
-      resetAfterMs: r[RESET_AFTER_MS]!,
+      limit: r[Slot.Limit]!,
+      remaining: r[Slot.Remaining]!,
+      refillAfterMs: r[Slot.RefillAfterMs]!,
+      resetAfterMs: r[Slot.ResetAfterMs]!,
     };
   }
   return {
     allowed: false,
     retryAfterMs: result > now ? result - now : 1,
     retryTimestamp: result,
-    limit: r[LIMIT]!,
-    remaining: r[REMAINING]!,
-    refillAfterMs: r[REFILL_AFTER_MS]!,
-    resetAfterMs: r[RESET_AFTER_MS]!,
+    limit: r[Slot.Limit]!,
+    remaining: r[Slot.Remaining]!,
+    refillAfterMs: r[Slot.RefillAfterMs]!,
+    resetAfterMs: r[Slot.ResetAfterMs]!,
   };
 }
 
@@ -56,11 +45,11 @@ function refusedBatch(result: number, now: number, r: Float64Array): BatchVerdic
     allowed: false,
     retryAfterMs: retryTimestamp > now ? retryTimestamp - now : 1,
     retryTimestamp,
-    blocked: r[BLOCKED]!,
-    limit: r[LIMIT]!,
-    remaining: r[REMAINING]!,
-    refillAfterMs: r[REFILL_AFTER_MS]!,
-    resetAfterMs: r[RESET_AFTER_MS]!,
+    blocked: r[Slot.Blocked]!,
+    limit: r[Slot.Limit]!,
+    remaining: r[Slot.Remaining]!,
+    refillAfterMs: r[Slot.RefillAfterMs]!,
+    resetAfterMs: r[Slot.ResetAfterMs]!,
   };
 }
 
@@ -312,7 +301,7 @@ export class MemoryStore extends CooldownStore {
     } catch (e) {
       throw fromBackend(e, undefined, decayMs);
     }
-    return { count, resetAfterMs: this.record[RESET_AFTER_MS]! };
+    return { count, resetAfterMs: this.record[Slot.ResetAfterMs]! };
   }
 
   /**
@@ -330,7 +319,7 @@ export class MemoryStore extends CooldownStore {
     } catch (e) {
       throw fromBackend(e, undefined, decayMs);
     }
-    return { allowed: this.record[ALLOWED] === 1, count, resetAfterMs: this.record[RESET_AFTER_MS]! };
+    return { allowed: this.record[Slot.Allowed] === 1, count, resetAfterMs: this.record[Slot.ResetAfterMs]! };
   }
 
   /** Hits counted in `key`'s current window; 0 when it has none. */
