@@ -280,7 +280,7 @@ impl RedisCall {
             counted: Vec::new(),
             give_back: Vec::new(),
             refusal: None,
-            tightest: None,
+            allowed_quotas: Vec::new(),
             error: None,
             failures: Vec::new(),
         });
@@ -409,8 +409,8 @@ struct Apart {
     give_back: Vec<usize>,
     /// The longest refusal so far, with `blocked` as the call's entry index.
     refusal: Option<BatchVerdict>,
-    /// The tightest allowed quota so far, with its window.
-    tightest: Option<(Quota, u64)>,
+    /// Each allowed group's quota, with its tightest entry's window, in order.
+    allowed_quotas: Vec<(Quota, u64)>,
     /// The error to answer once the give-back is over.
     error: Option<CallError>,
     failures: Vec<GiveBackFailure>,
@@ -475,19 +475,6 @@ impl Apart {
         Ok((verdict, limits[tight].window_ms()))
     }
 
-    fn merge_allowed(&mut self, quota: Quota, window: u64) {
-        let tighter = match self.tightest {
-            None => true,
-            Some((best, best_window)) => {
-                (quota.remaining, std::cmp::Reverse(window))
-                    < (best.remaining, std::cmp::Reverse(best_window))
-            }
-        };
-        if tighter {
-            self.tightest = Some((quota, window));
-        }
-    }
-
     fn merge_refusal(&mut self, verdict: BatchVerdict) {
         // The longest wait blocks; ties keep the earlier entry. Waits, not timestamps: the nodes of a
         // cluster have clocks of their own.
@@ -507,7 +494,7 @@ impl Apart {
                 match self.decode(g, reply) {
                     Ok((verdict, window)) if verdict.allowed => {
                         self.counted.push(g);
-                        self.merge_allowed(verdict.quota, window);
+                        self.allowed_quotas.push((verdict.quota, window));
                         self.next += 1;
                         return (self.next == self.groups.len()).then(|| Ok(self.allowed()));
                     }
@@ -545,7 +532,7 @@ impl Apart {
             Phase::Peek => {
                 match self.decode(self.next, reply) {
                     Ok((verdict, window)) if verdict.allowed => {
-                        self.merge_allowed(verdict.quota, window)
+                        self.allowed_quotas.push((verdict.quota, window))
                     }
                     Ok((verdict, _)) => self.merge_refusal(verdict),
                     // After a consume's refusal a failed peek leaves the refusal standing (it is
@@ -602,7 +589,7 @@ impl Apart {
             },
             None => Outcome::Verdict {
                 verdict: BatchVerdict::ALLOWED
-                    .with_quota(self.tightest.map_or(Quota::NONE, |(q, _)| q)),
+                    .with_quota(Quota::tightest(self.allowed_quotas.iter().copied())),
                 release: None,
             },
         }))
@@ -610,7 +597,7 @@ impl Apart {
 
     fn allowed(&mut self) -> Outcome {
         allowed(
-            self.tightest.map_or(Quota::NONE, |(q, _)| q),
+            Quota::tightest(self.allowed_quotas.iter().copied()),
             Some(std::mem::take(&mut self.keys)),
             std::mem::take(&mut self.call_id),
         )
