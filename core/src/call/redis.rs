@@ -344,8 +344,6 @@ struct Group {
     key: usize,
     /// The call's entry indices of this key, in order.
     entries: Vec<usize>,
-    /// Their `(uses, window_ms)` argument pairs.
-    args: Vec<(String, String)>,
 }
 
 impl Group {
@@ -355,11 +353,10 @@ impl Group {
             .map(|key| Group {
                 key,
                 entries: Vec::new(),
-                args: Vec::new(),
             })
             .collect();
         for (i, triple) in plan.args.get(2..).unwrap_or(&[]).chunks(3).enumerate() {
-            let [k, uses, window] = triple else { continue };
+            let [k, _, _] = triple else { continue };
             let Some(group) = k
                 .parse::<usize>()
                 .ok()
@@ -368,7 +365,6 @@ impl Group {
                 continue;
             };
             group.entries.push(i);
-            group.args.push((uses.clone(), window.clone()));
         }
         groups
     }
@@ -427,13 +423,14 @@ impl Apart {
                 } else {
                     "-"
                 };
-                let mut args = Vec::with_capacity(2 + 3 * group.args.len());
+                let limits = self.group_limits(self.next);
+                let mut args = Vec::with_capacity(2 + 3 * limits.len());
                 args.push(mode.to_owned());
                 args.push(id.to_owned());
-                for (uses, window) in &group.args {
+                for limit in limits {
                     args.push("1".to_owned());
-                    args.push(uses.clone());
-                    args.push(window.clone());
+                    args.push(limit.uses().to_string());
+                    args.push(limit.window_ms().to_string());
                 }
                 Plan {
                     script: &SLIDING,
