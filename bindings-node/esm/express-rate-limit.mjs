@@ -1,0 +1,7 @@
+// The ESM entry point of `ratewindow/express-rate-limit` (see esm/index.mjs for why it wraps the
+// CommonJS build).
+import { createRequire } from 'node:module';
+
+const cjs = createRequire(import.meta.url)('../dist/http/express-rate-limit.js');
+
+export const { RateWindowStore } = cjs;

@@ -1,0 +1,188 @@
+/**
+ * What every HTTP middleware of ratewindow shares, framework-free: resolve a request's limits, count
+ * them in one batch call, and say what to answer. The decisions (store keys, the batch, the response
+ * fields, the client address) are the core's (`ratewindow_core::http`, through the addon); this file
+ * drives them and calls the user's hooks.
+ * @module
+ * @internal
+ */
+import { typeError } from '../errors';
+import { Limit } from '../limit';
+import { RateLimiter } from '../rate-limiter';
+import type { CooldownStore } from '../store';
+import type { BatchVerdict } from '../types';
+import { ClientAddress, headers, IETF, LEGACY, plan, type Plan, type TrustOptions } from './native';
+
+/** What a request's limits come from: a registered limiter's name, a limit (or several), or a callback. */
+export type LimitSource = string | Limit | readonly Limit[] | LimitCallback;
+
+/** Returns a request's limits (none: `[]`, or `Limit.none()`). */
+export type LimitCallback = (request: any, info: RequestInfo) => Limit | readonly Limit[] | Promise<Limit | readonly Limit[]>;
+
+/** What the middleware passes a limiter's callback after the request. */
+export interface RequestInfo {
+  /**
+   * The client's address: the peer's, or the one the trusted proxies forwarded when `trustProxy` is
+   * set (IPv4-mapped IPv6 as IPv4, IPv6 normalised). Worked out on first read.
+   */
+  readonly ip: string;
+}
+
+/** Which rate-limit fields to send besides `Retry-After`. */
+export interface HeaderOptions {
+  /** `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers). Default true. */
+  readonly ietf?: boolean;
+  /** `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (Unix seconds). Default false. */
+  readonly legacy?: boolean;
+}
+
+/** Options every middleware takes. */
+export interface ThrottleOptions extends TrustOptions {
+  /** Where named limiters are registered (`limiter.for(name, callback)`). Required for a name. */
+  readonly limiter?: RateLimiter;
+  /**
+   * The store counting requests (sliding windows: one `consumeMany` per request). Default:
+   * `limiter.store` (a `MemoryStore`, `RedisStore` ... is a cooldown store too).
+   */
+  readonly store?: CooldownStore;
+  /**
+   * The limiter name of keys and policies when the limits are given directly (a `Limit` or a
+   * callback): keys are `throttle:{name}:{key}`. Default `default`. Ignored for a named limiter.
+   */
+  readonly name?: string;
+  /** The fields sent on every counted response, allowed or refused (`false`: `Retry-After` alone). Default `{ ietf: true }`. */
+  readonly headers?: HeaderOptions | boolean;
+  /** Receives an error thrown by an `after()` hook or by giving a hit back (default: `process.emitWarning`). */
+  readonly onAfterError?: (error: unknown) => void;
+}
+
+/** What a limit's `response()` callback receives last: why the request was refused. */
+export interface Refusal {
+  /** The limit that refused (the batch's blocked entry's). */
+  readonly limit: Limit;
+  /** The store's verdict. */
+  readonly verdict: BatchVerdict;
+  /** The fields set on the response (`Retry-After` first), as `[name, value]` pairs. */
+  readonly headers: readonly (readonly [string, string])[];
+}
+
+/** The outcome of {@link Guard.check}. */
+export type Outcome =
+  | { readonly allowed: true; readonly finish: ((response: unknown) => Promise<void>) | undefined }
+  | { readonly allowed: false; readonly refusal: Refusal };
+
+const PASS: Outcome = Object.freeze({ allowed: true, finish: undefined });
+const NONE: readonly Limit[] = Object.freeze([]);
+
+/** The default body of a refusal (with status 429). */
+export const TOO_MANY_REQUESTS = 'Too Many Requests';
+
+/** The engine of Express's `throttle()` and Fastify's hook. @internal */
+export class Guard {
+  private readonly name: string;
+  private readonly source: LimitSource;
+  private readonly limiter: RateLimiter | undefined;
+  private readonly store: CooldownStore;
+  private readonly flags: number;
+  private readonly address: ClientAddress;
+  private readonly onAfterError: (error: unknown) => void;
+
+  constructor(source: LimitSource, options: ThrottleOptions = {}) {
+    if (typeof options !== 'object' || options === null) throw typeError('options must be an object', options);
+    const { limiter, headers: fields = true, onAfterError, name = 'default' } = options;
+    if (limiter !== undefined && !(limiter instanceof RateLimiter)) throw typeError('limiter must be a RateLimiter', limiter);
+    if (typeof source === 'string') {
+      if (limiter === undefined) throw new TypeError(`throttle('${source}'): a named limiter needs options.limiter`);
+    } else if (!(source instanceof Limit) && !Array.isArray(source) && typeof source !== 'function') {
+      throw typeError('throttle() takes a limiter name, a Limit, an array of them or a callback', source);
+    }
+    if (typeof name !== 'string') throw typeError('name must be a string', name);
+    const store = options.store ?? (limiter?.store as CooldownStore | undefined);
+    if (typeof (store as { consumeMany?: unknown } | undefined)?.consumeMany !== 'function') {
+      throw typeError('options.store must be a cooldown store (with consumeMany), or the limiter\'s store one', store);
+    }
+    if (onAfterError !== undefined && typeof onAfterError !== 'function') throw typeError('onAfterError must be a function', onAfterError);
+    const h = typeof fields === 'boolean' ? { ietf: fields, legacy: false } : fields;
+    this.source = source;
+    this.limiter = limiter;
+    this.store = store!;
+    this.name = typeof source === 'string' ? source : name;
+    this.flags = ((h.ietf ?? true) ? IETF : 0) | (h.legacy ? LEGACY : 0);
+    this.address = new ClientAddress(options);
+    this.onAfterError = onAfterError ?? ((e) => process.emitWarning(e instanceof Error ? e : String(e)));
+    // A bad name fails here, not at the first request.
+    plan(this.name, NONE);
+  }
+
+  /** The limits of `request`: the named limiter's (its keys deduplicated by the core), or the given ones. */
+  private limits(request: unknown, info: RequestInfo): readonly Limit[] | Promise<readonly Limit[]> {
+    const source = this.source;
+    if (typeof source === 'string') {
+      const resolve = this.limiter!.limiter(source);
+      if (resolve === undefined) throw new TypeError(`throttle('${source}'): no limiter named '${source}' is registered`);
+      return resolve(request, info);
+    }
+    if (source instanceof Limit) return [source];
+    if (typeof source === 'function') {
+      return Promise.resolve(source(request, info)).then((got) => (got === undefined || got === null ? NONE : got instanceof Limit ? [got] : got));
+    }
+    return source as readonly Limit[];
+  }
+
+  /**
+   * Counts `request` against its limits and sets the response fields with `setHeader`. `peer` is the
+   * socket's remote address; `header(name)` reads a request header (lower-case name, several lines
+   * joined by `, `).
+   */
+  async check(
+    request: unknown,
+    peer: string | undefined,
+    header: (name: string) => string | undefined,
+    setHeader: (name: string, value: string) => void,
+  ): Promise<Outcome> {
+    let ip: string | undefined;
+    const address = this.address;
+    const info: RequestInfo = {
+      get ip() {
+        return (ip ??= address.of(peer, address.header === null ? undefined : header(address.header)));
+      },
+    };
+    const limits = await this.limits(request, info);
+    if (limits.length === 0) return PASS;
+    const p = plan(this.name, limits);
+    if (p === undefined) return PASS; // every limit unlimited: not counted
+    const verdict = await this.store.consumeMany(p.entries);
+    const fields = headers(this.name, p, verdict, this.flags);
+    for (let i = 0; i < fields.length; i += 2) setHeader(fields[i]!, fields[i + 1]!);
+    if (!verdict.allowed) {
+      const pairs: [string, string][] = [];
+      for (let i = 0; i < fields.length; i += 2) pairs.push([fields[i]!, fields[i + 1]!]);
+      const limit = limits[p.sources[verdict.blocked ?? 0]!]!;
+      return { allowed: false, refusal: Object.freeze({ limit, verdict, headers: pairs }) };
+    }
+    let hooks = false;
+    for (const i of p.sources) hooks ||= limits[i]!.afterCallback !== undefined;
+    return { allowed: true, finish: hooks ? (response) => this.after(p, limits, verdict, response) : undefined };
+  }
+
+  /**
+   * Runs the `after()` hooks with the finished response. When one answers falsy, the request's hit is
+   * given back (`release()`, the whole batch) and the entries whose limits still count it are counted
+   * again in one batch: the request then counts only against those.
+   */
+  private async after(p: Plan, limits: readonly Limit[], verdict: BatchVerdict, response: unknown): Promise<void> {
+    try {
+      const keep = [];
+      for (let i = 0; i < p.entries.length; i++) {
+        const callback = limits[p.sources[i]!]!.afterCallback;
+        if (callback === undefined || (await callback(response))) keep.push(p.entries[i]!);
+      }
+      if (keep.length === p.entries.length) return;
+      if (verdict.release === undefined) throw new TypeError('after(): the store gives no release() on its verdicts, so a hit cannot be given back');
+      await verdict.release();
+      if (keep.length > 0) await this.store.consumeMany(keep);
+    } catch (e) {
+      this.onAfterError(e);
+    }
+  }
+}

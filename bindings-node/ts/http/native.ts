@@ -1,0 +1,204 @@
+/**
+ * The addon's HTTP functions (`src/http.rs`, over `ratewindow_core::http`), in the shapes the
+ * middleware uses. Every decision is the core's: store keys, which limits count, the response fields,
+ * the client address. This file converts and maps errors.
+ * @module
+ * @internal
+ */
+import { join } from 'node:path';
+
+import { fromBackend, RateWindowError, typeError } from '../errors';
+import { Limit, Unlimited } from '../limit';
+import type { BatchVerdict, Entry } from '../types';
+
+/** The addon's HTTP exports. */
+interface NativeHttp {
+  httpEntries(name: string, keys: (string | null)[], uses: number[], windowMs: number[]): { keys: string[]; sources: number[] };
+  httpHeaders(
+    name: string,
+    uses: number[],
+    windowMs: number[],
+    allowed: boolean,
+    retryAfterMs: number,
+    blocked: number,
+    limit: number,
+    remaining: number,
+    refillAfterMs: number,
+    resetAfterMs: number,
+    nowMs: number,
+    flags: number,
+  ): string[];
+  httpErrorStatus(kind: string): number;
+  HttpTrust: new (hops: number | null, proxies: string[] | null, header: string | null, ipv6Prefix: number | null) => NativeTrust;
+}
+
+/** `HttpTrust` of the addon. */
+interface NativeTrust {
+  /** The header to read (`x-forwarded-for` / `forwarded`), or null: the peer alone. */
+  readonly header: string | null;
+  clientAddress(peer: string, forwarded: string | null): string;
+}
+
+/**
+ * A request the HTTP layer cannot key (a key longer than the core's 1024 bytes, a peer that is no IP
+ * address) or a configuration it cannot hold (an invalid limiter name, trusted proxy or IPv6
+ * prefix). `reason` is the core's name for it; `statusCode` the status to answer with (400 for a key
+ * too long: the request carried it; 500 otherwise), which Express's and Fastify's error handlers read.
+ */
+export class HttpInputError extends RateWindowError {
+  /** The core's name: `key_too_long`, `invalid_name`, `invalid_peer`, `invalid_proxy`, `invalid_prefix`. */
+  readonly reason: string;
+  /** The status to answer the request with. */
+  readonly statusCode: number;
+
+  constructor(reason: string, message: string, statusCode: number) {
+    super('ERR_RATEWINDOW_INVALID_ARGUMENT', message);
+    this.reason = reason;
+    this.statusCode = statusCode;
+  }
+}
+
+let loaded: NativeHttp | undefined;
+
+function native(): NativeHttp {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  return (loaded ??= require(join(__dirname, '..', '..', 'loader.cjs')) as NativeHttp);
+}
+
+/** An addon error as a ratewindow error. */
+function mapped(e: unknown): Error {
+  const code = (e as { code?: unknown } | null)?.code;
+  if (typeof code === 'string' && code.startsWith('http:')) {
+    const reason = code.slice(5);
+    return new HttpInputError(reason, (e as Error).message, native().httpErrorStatus(reason));
+  }
+  if (typeof code === 'string' && code.startsWith('invalid_argument:')) {
+    return new TypeError((e as Error).message);
+  }
+  return fromBackend(e);
+}
+
+/** Options of the client address. */
+export interface TrustOptions {
+  /**
+   * Whom to believe about the client address: how many reverse proxies are in front of the app (the
+   * client is that many addresses back in the forwarded header), or the addresses / CIDR blocks of the
+   * trusted proxies. Default: no header is believed, the client is the peer.
+   */
+  readonly trustProxy?: number | readonly string[];
+  /** The header the trusted proxies write: `x-forwarded-for` (default) or RFC 7239 `forwarded`. */
+  readonly proxyHeader?: 'x-forwarded-for' | 'forwarded';
+  /** Answer an IPv6 client by its block of this prefix (e.g. 64: `2001:db8:1:2::/64`). Default 128. */
+  readonly ipv6Prefix?: number;
+}
+
+/** The client address of requests, as configured. */
+export class ClientAddress {
+  private readonly trust: NativeTrust;
+  /** The header read, or null. */
+  readonly header: string | null;
+
+  constructor(options: TrustOptions) {
+    const { trustProxy, proxyHeader, ipv6Prefix } = options;
+    let hops: number | null = null;
+    let proxies: string[] | null = null;
+    if (typeof trustProxy === 'number') hops = trustProxy;
+    else if (Array.isArray(trustProxy)) {
+      proxies = trustProxy.map((p) => {
+        if (typeof p !== 'string') throw typeError('trustProxy must list addresses as strings', p);
+        return p;
+      });
+    } else if (trustProxy !== undefined) throw typeError('trustProxy must be a number of hops or a list of addresses', trustProxy);
+    if (proxyHeader !== undefined && typeof proxyHeader !== 'string') throw typeError('proxyHeader must be a string', proxyHeader);
+    if (ipv6Prefix !== undefined && typeof ipv6Prefix !== 'number') throw typeError('ipv6Prefix must be a number', ipv6Prefix);
+    try {
+      this.trust = new (native().HttpTrust)(hops, proxies, proxyHeader ?? null, ipv6Prefix ?? null);
+    } catch (e) {
+      throw mapped(e);
+    }
+    this.header = this.trust.header;
+  }
+
+  /** The client's address from the peer and the header (`value` of {@link header}). */
+  of(peer: string | undefined, value: string | undefined): string {
+    try {
+      return this.trust.clientAddress(peer ?? '', value ?? null);
+    } catch (e) {
+      throw mapped(e);
+    }
+  }
+}
+
+/** What one request counts: its entries and, for each, the limit it is from. */
+export interface Plan {
+  /** The entries of the one `consumeMany`. */
+  readonly entries: Entry[];
+  /** `sources[i]`: the index among the request's limits of the limit `entries[i]` counts against. */
+  readonly sources: number[];
+  /** The limits of the entries, in their order. */
+  readonly uses: number[];
+  readonly windowMs: number[];
+}
+
+/**
+ * The entries of a request to the limiter `name` with `limits` (`Unlimited` ones skipped by the
+ * core); undefined when none counts.
+ */
+export function plan(name: string, limits: readonly Limit[]): Plan | undefined {
+  const n = limits.length;
+  const keys: (string | null)[] = new Array(n);
+  const uses: number[] = new Array(n);
+  const windows: number[] = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const limit = limits[i];
+    if (!(limit instanceof Limit)) throw typeError(`the limiter '${name}' returned something that is not a Limit`, limit);
+    const unlimited = limit instanceof Unlimited;
+    keys[i] = unlimited ? null : limit.key;
+    uses[i] = unlimited ? 1 : limit.maxAttempts;
+    windows[i] = unlimited ? 1 : limit.windowMs;
+  }
+  let got: { keys: string[]; sources: number[] };
+  try {
+    got = native().httpEntries(name, keys, uses, windows);
+  } catch (e) {
+    throw mapped(e);
+  }
+  const m = got.keys.length;
+  if (m === 0) return undefined;
+  const entries: Entry[] = new Array(m);
+  const entryUses: number[] = new Array(m);
+  const entryWindows: number[] = new Array(m);
+  for (let i = 0; i < m; i++) {
+    const limit = limits[got.sources[i]!]!;
+    entries[i] = { key: got.keys[i]!, limit };
+    entryUses[i] = uses[got.sources[i]!]!;
+    entryWindows[i] = windows[got.sources[i]!]!;
+  }
+  return { entries, sources: got.sources, uses: entryUses, windowMs: entryWindows };
+}
+
+/** Header flags: the IETF fields, the legacy ones. */
+export const IETF = 1;
+export const LEGACY = 2;
+
+/** The response fields of `verdict` for `plan`, as `[name, value, name, value, ...]`. */
+export function headers(name: string, plan: Plan, verdict: BatchVerdict, flags: number): string[] {
+  try {
+    return native().httpHeaders(
+      name,
+      plan.uses,
+      plan.windowMs,
+      verdict.allowed,
+      verdict.retryAfterMs,
+      verdict.blocked ?? -1,
+      verdict.limit ?? 0,
+      verdict.remaining ?? 0,
+      verdict.refillAfterMs ?? 0,
+      verdict.resetAfterMs ?? 0,
+      Date.now(),
+      flags,
+    );
+  } catch (e) {
+    throw mapped(e);
+  }
+}
