@@ -652,3 +652,109 @@ fn replies_of_the_wrong_shape_are_typed_errors_not_verdicts() {
     assert_eq!(e.got, "[9, 9]");
     assert!(rw::plan_consume_many(&[], &RedisOptions::default(), "").is_err());
 }
+
+/// Runs a plan as a host does and hands back the raw reply.
+fn run_plan(con: &mut redis::Connection, plan: &rw::Plan) -> Reply {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(plan.script.source)
+        .arg(plan.keys.len())
+        .arg(&plan.keys)
+        .arg(&plan.args);
+    to_reply(cmd.query::<redis::Value>(con).expect("the script"))
+}
+
+/// The server's clock in a sliding reply (its fifth integer).
+fn server_now(reply: &Reply) -> u64 {
+    let Reply::Array(items) = reply else {
+        panic!("{reply:?}")
+    };
+    let Reply::Int(now) = items[4] else {
+        panic!("{reply:?}")
+    };
+    now as u64
+}
+
+/// The script against the memory store, which defines the behaviour, on one key shared by changing
+/// limits (small and large `uses`, short and long windows, one entry and several): consumes, peeks
+/// and releases in a random order, the memory store fed the server's own clock from each reply. Every
+/// verdict must agree to the last field, so the script's one-read path for a refusal, its trimming
+/// and its quota are the memory store's.
+#[test]
+fn the_script_answers_as_the_memory_store_under_changing_limits() {
+    let mut con = connection();
+    let options = options("differential");
+    let memory = ratewindow_core::MemoryStore::new();
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut releases: Vec<(RedisRelease, ratewindow_core::Release)> = Vec::new();
+    let mut refused = 0;
+    for step in 0..220 {
+        // Only a release made at once is compared: a late one is ignored by the memory store once
+        // its call has left its window, and removed by the script anyway.
+        let pending = std::mem::take(&mut releases);
+        let shape = next(10);
+        let mut entry = |key: &str| {
+            let uses = [1, 2, 3, 5, 17][next(5) as usize];
+            Entry::new(key, limit(uses, [40, 90, 200][next(3) as usize]))
+        };
+        let entries: Vec<Entry> = match shape {
+            0 => vec![entry("k"), entry("k")],
+            1 => vec![entry("k"), entry("j")],
+            _ => vec![entry("k")],
+        };
+        let limits: Vec<Limit> = entries.iter().map(|e| e.limit).collect();
+        let what = next(6);
+        match what {
+            0 => {
+                let reply = run_plan(&mut con, &rw::plan_peek_many(&entries, &options));
+                let (verdict, _) = rw::decode_batch(&reply, &limits).expect("a peek reply");
+                let now = server_now(&reply);
+                assert_eq!(
+                    verdict,
+                    memory.peek_many(&entries, now),
+                    "step {step}: peek {entries:?}"
+                );
+            }
+            1 if !pending.is_empty() => {
+                let (release, in_memory) = pending.into_iter().next().unwrap();
+                run_plan(&mut con, &rw::plan_release(&release));
+                // At once, by the clock of a peek: both give the call back while it is inside.
+                let reply = run_plan(&mut con, &rw::plan_peek_many(&entries, &options));
+                let now = server_now(&reply);
+                memory.release(in_memory, now);
+                let (verdict, _) = rw::decode_batch(&reply, &limits).expect("a peek reply");
+                assert_eq!(
+                    verdict,
+                    memory.peek_many(&entries, now),
+                    "step {step}: after a release"
+                );
+            }
+            _ => {
+                let id = format!("d{step}");
+                let (plan, release) = rw::plan_consume_many(&entries, &options, &id).unwrap();
+                let reply = run_plan(&mut con, &plan);
+                let (verdict, _) = rw::decode_batch(&reply, &limits).expect("a consume reply");
+                let now = server_now(&reply);
+                let consumed = memory.consume_many(&entries, now);
+                assert_eq!(
+                    verdict, consumed.verdict,
+                    "step {step}: consume {entries:?}"
+                );
+                refused += usize::from(!verdict.allowed);
+                if let Some(in_memory) = consumed.release {
+                    releases.push((release, in_memory));
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(next(12)));
+    }
+    assert!(
+        refused > 20,
+        "the sequence must reach the limits ({refused} refusals)"
+    );
+}

@@ -24,7 +24,7 @@ pub struct Script {
 pub static SLIDING: Script = Script {
     name: "sliding",
     source: include_str!("sliding.lua"),
-    sha1: "a6510d84d06a68ba02889aa662c025420b4728e5",
+    sha1: "b0df989452dda9e8ec521f846d26046812b83e73",
 };
 /// The fixed-window script: hit, get, reset and clear of one key.
 pub static FIXED: Script = Script {

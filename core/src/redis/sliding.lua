@@ -14,8 +14,14 @@
 -- Reply (release): {members removed}
 if redis.replicate_commands then redis.replicate_commands() end
 local mode, id = ARGV[1], ARGV[2]
--- Numbers go to the server as integer text: Lua's default formatting would round 16-digit values.
-local function int(x) return string.format('%.0f', x) end
+-- Numbers go to the server as integer text: Lua's default formatting (%.14g) would round 15- and
+-- 16-digit values; below 1e14 it is exact, and cheaper than string.format.
+local function int(x)
+  if x < 1e14 and x > -1e14 then return x end
+  return string.format('%.0f', x)
+end
+-- PEXPIRE ... GT (Redis 7+): an expiry only ever grows, without reading it first.
+local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
 
 if mode == 'r' then
   local removed = 0
@@ -25,6 +31,51 @@ end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+
+-- One key, one entry, a small limit (the common call): one read answers a refusal. The newest
+-- uses + 1 calls, newest first, decide everything: the uses-th newest is inside the window iff uses
+-- or more calls are (a refusal, waiting until it leaves); more than uses calls, or any call read that
+-- is outside, means there is something to trim.
+if #ARGV == 5 and tonumber(ARGV[4]) <= 16 then
+  local key, uses, w = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5])
+  local calls = redis.call('ZREVRANGE', key, 0, uses, 'WITHSCORES')
+  local n = #calls / 2
+  if n >= uses then
+    local u = tonumber(calls[2 * uses]) + w
+    if u > now then
+      -- A consume trims what has left the window even when refused (as the memory store does):
+      -- only a log longer than the limit (a key shared with a larger limit) can hold such calls.
+      if mode == 'c' and n > uses then redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - w)) end
+      local wait = u - now
+      return {0, wait, u, 0, now, 0, 0, wait, math.max(wait, tonumber(calls[2]) + w - now)}
+    end
+  end
+  local inside = 0
+  while inside < n and tonumber(calls[2 * inside + 2]) + w > now do inside = inside + 1 end
+  if mode ~= 'c' then
+    if inside == 0 then return {1, 0, -1, -1, now, 0, uses, 0, 0} end
+    return {1, 0, -1, -1, now, 0, uses - inside, tonumber(calls[2 * inside]) + w - now,
+      tonumber(calls[2]) + w - now}
+  end
+  if n > inside then redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - w)) end
+  -- A clock that stepped back records at the newest call, keeping the log in order.
+  local at = now
+  if inside > 0 and tonumber(calls[2]) > at then at = tonumber(calls[2]) end
+  redis.call('ZADD', key, int(at), id)
+  -- The key lives until its newest call leaves the window (one that held calls keeps a longer
+  -- expiry another limit gave it; one that held none has no expiry yet).
+  local ttl = w + at - now
+  if inside == 0 then
+    redis.call('PEXPIRE', key, int(ttl))
+  elseif gt then
+    redis.call('PEXPIRE', key, int(ttl), 'GT')
+  elseif redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, int(ttl))
+  end
+  local oldest = at
+  if inside > 0 then oldest = tonumber(calls[2 * inside]) end
+  return {1, 0, -1, -1, now, 0, uses - inside - 1, oldest + w - now, ttl}
+end
 local entries = (#ARGV - 2) / 3
 local longest = {}
 for i = 0, entries - 1 do
@@ -97,7 +148,13 @@ if mode == 'c' then
     -- The key lives until its newest call leaves the longest window it was counted under (a new key
     -- has no expiry yet; an existing one keeps a longer one).
     local ttl = longest[k] + at - now
-    if size[k] == 0 or redis.call('PTTL', KEYS[k]) < ttl then redis.call('PEXPIRE', KEYS[k], int(ttl)) end
+    if size[k] == 0 then
+      redis.call('PEXPIRE', KEYS[k], int(ttl))
+    elseif gt then
+      redis.call('PEXPIRE', KEYS[k], int(ttl), 'GT')
+    elseif redis.call('PTTL', KEYS[k]) < ttl then
+      redis.call('PEXPIRE', KEYS[k], int(ttl))
+    end
   end
 end
 local refill, reset = 0, 0

@@ -1,0 +1,191 @@
+"""Server time per script call, from Redis's own ``INFO commandstats``: ratewindow's sliding-log script
+against the scripts its peers run, on the peers' workload.
+
+Starts a private ``redis-server`` on a spare loopback port (``--port``, default 6390), so no other
+traffic counts, and stops it at the end. Workload: 10,000 keys round-robin, 5 uses per 10 s. For each
+script, each round: ``allowed`` is the fill (5 passes over the keys, every call allowed); then
+``refused`` is one more pass (every call refused). ``CONFIG RESETSTAT`` before each timed part;
+``usec_per_call`` of ``cmdstat_evalsha`` after it. The scripts run interleaved round by round (a, b,
+a, b ...) and the table gives the median round; the calls are pipelined (1,000 a batch) so the run is
+short, which does not change the server's time per call.
+
+Contenders (the scripts are the peers' own, sent by ``EVALSHA``):
+
+- ratewindow: ``core/src/redis/sliding.lua`` of this checkout, and with ``--before FILE`` another
+  version of it (e.g. the one before a change: ``git show REV:core/src/redis/sliding.lua > old.lua``).
+- rate-limiter-flexible's ``RateLimiterRedis``: a fixed window, ``SET NX`` + ``INCRBY`` + ``PTTL``.
+- ``limits``' moving window (``acquire_moving_window.lua``: ``LINDEX``, ``LPUSH``, ``LTRIM``, ``EXPIRE``
+  on the client's clock).
+- a plain sliding-log script: ``ZREMRANGEBYSCORE``, ``ZCARD``, ``ZADD`` + ``PEXPIRE`` (or ``ZRANGE`` of
+  the oldest for the wait), on the server's clock.
+
+Run: ``.venv/bin/python bench/redis_commandstats.py [--rounds 5] [--port 6390] [--before old.lua]``
+(``redis-server`` and redis-py are all it needs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import redis
+
+SLIDING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core", "src", "redis", "sliding.lua")
+KEYS, USES, WINDOW_MS = 10_000, 5, 10_000
+PIPE = 1_000
+
+RLF = """redis.call('set', KEYS[1], 0, 'EX', ARGV[2], 'NX') \
+local consumed = redis.call('incrby', KEYS[1], ARGV[1]) \
+local ttl = redis.call('pttl', KEYS[1]) \
+if ttl == -1 then \
+  redis.call('expire', KEYS[1], ARGV[2]) \
+  ttl = 1000 * ARGV[2] \
+end \
+return {consumed, ttl} \
+"""
+
+LIMITS_MOVING = """local timestamp = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local expiry = tonumber(ARGV[3])
+local amount = tonumber(ARGV[4])
+
+if amount > limit then
+    return false
+end
+
+local entry = redis.call('lindex', KEYS[1], limit - amount)
+
+if entry and tonumber(entry) >= timestamp - expiry then
+    return false
+end
+local entries = {}
+for i = 1, amount do
+    entries[i] = timestamp
+end
+
+for i=1,#entries,5000 do
+    redis.call('lpush', KEYS[1], unpack(entries, i, math.min(i+4999, #entries)))
+end
+redis.call('ltrim', KEYS[1], 0, limit - 1)
+redis.call('expire', KEYS[1], expiry)
+
+return true
+"""
+
+PLAIN = """local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local key, limit, window = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+local count = redis.call('ZCARD', key)
+if count >= limit then
+  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  return {0, tonumber(oldest[2]) + window - now}
+end
+redis.call('ZADD', key, now, ARGV[3])
+redis.call('PEXPIRE', key, window)
+return {1, limit - count - 1}
+"""
+
+# (script source, KEYS of key i, ARGV of call n) for each contender.
+Args = Callable[[int], list[str]]
+Contender = tuple[str, Callable[[str, int], list[str]], Args]
+
+
+def ours(source: str) -> Contender:
+    return (source, lambda p, i: [f"{p}log:user:{i}"], lambda n: ["c", f"b{n}", "1", str(USES), str(WINDOW_MS)])
+
+
+def contenders(before: str | None) -> dict[str, Contender]:
+    out = {}
+    if before:
+        with open(before) as f:
+            out[f"ratewindow before ({os.path.basename(before)})"] = ours(f.read())
+    with open(SLIDING) as f:
+        out["ratewindow sliding.lua"] = ours(f.read())
+    out["rate-limiter-flexible RateLimiterRedis"] = (
+        RLF, lambda p, i: [f"{p}rlf:user:{i}"], lambda n: ["1", str(WINDOW_MS // 1000)])
+    out["limits moving window"] = (
+        LIMITS_MOVING, lambda p, i: [f"{p}lim:user:{i}"],
+        lambda n: [repr(time.time()), str(USES), str(WINDOW_MS // 1000), "1"])
+    out["plain sliding-log script"] = (
+        PLAIN, lambda p, i: [f"{p}plain:user:{i}"], lambda n: [str(USES), str(WINDOW_MS), f"b{n}"])
+    return out
+
+
+def run_pass(r: redis.Redis, sha: str, contender: Contender, prefix: str, counter: itertools.count) -> None:
+    _, keys, args = contender
+    pipe = r.pipeline(transaction=False)
+    for i in range(KEYS):
+        pipe.evalsha(sha, 1, *keys(prefix, i), *args(next(counter)))
+        if len(pipe) == PIPE:
+            pipe.execute()
+    pipe.execute()
+
+
+def usec_per_call(r: redis.Redis) -> float:
+    return float(r.info("commandstats")["cmdstat_evalsha"]["usec_per_call"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--port", type=int, default=6390)
+    parser.add_argument("--before", help="another version of sliding.lua to measure beside this checkout's")
+    args = parser.parse_args()
+
+    server_bin = shutil.which("redis-server")
+    if server_bin is None:
+        sys.exit("redis-server is not on the PATH")
+    workdir = tempfile.mkdtemp(prefix="rw-cmdstats-")
+    server = subprocess.Popen(
+        [server_bin, "--port", str(args.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", workdir],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        r = redis.Redis(port=args.port)
+        for _ in range(100):
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        scripts = contenders(args.before)
+        shas = {name: r.script_load(c[0]) for name, c in scripts.items()}
+        counter = itertools.count()
+        results: dict[str, dict[str, list[float]]] = {name: {"allowed": [], "refused": []} for name in scripts}
+        names = list(scripts)
+        for rnd in range(args.rounds):
+            for name in names[rnd % len(names):] + names[: rnd % len(names)]:
+                prefix = f"r{rnd}:"
+                r.config_resetstat()
+                for _ in range(USES):
+                    run_pass(r, shas[name], scripts[name], prefix, counter)
+                results[name]["allowed"].append(usec_per_call(r))
+                r.config_resetstat()
+                run_pass(r, shas[name], scripts[name], prefix, counter)
+                results[name]["refused"].append(usec_per_call(r))
+            r.flushall()  # the private server's keys only
+        load = os.getloadavg()
+        print(f"Server µs per EVALSHA (INFO commandstats), {KEYS:,} keys round-robin, {USES} per "
+              f"{WINDOW_MS // 1000} s; median of {args.rounds} interleaved rounds; "
+              f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        print(f"{'script':<44} {'allowed (fill)':>15} {'refused':>10}")
+        for name in names:
+            a, f = (statistics.median(results[name][k]) for k in ("allowed", "refused"))
+            print(f"{name:<44} {a:>15.2f} {f:>10.2f}")
+    finally:
+        server.terminate()
+        server.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
