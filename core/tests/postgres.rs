@@ -30,6 +30,13 @@ struct Schema {
 
 impl Schema {
     fn install(test: &str) -> Schema {
+        let schema = Schema::named(test);
+        connect().batch_execute(&schema.plans.schema()).unwrap();
+        schema
+    }
+
+    /// A prefix of this test's own, nothing installed yet (dropped all the same).
+    fn named(test: &str) -> Schema {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap()
@@ -38,7 +45,6 @@ impl Schema {
         let plans = Postgres::new(
             SqlNames::new(&format!("rwt_{test}_{}_{nanos}", std::process::id())).unwrap(),
         );
-        connect().batch_execute(&plans.schema()).unwrap();
         Schema { plans }
     }
 }
@@ -46,10 +52,14 @@ impl Schema {
 impl Drop for Schema {
     fn drop(&mut self) {
         let p = self.plans.names().prefix();
+        // Every function of the prefix, whatever version installed it (overloads included).
         let _ = connect().batch_execute(&format!(
-            "DROP FUNCTION IF EXISTS {p}_consume; DROP FUNCTION IF EXISTS {p}_window; \
-             DROP FUNCTION IF EXISTS {p}_sliding; DROP FUNCTION IF EXISTS {p}_attempt; \
-             DROP TABLE IF EXISTS {p}_calls; DROP TABLE IF EXISTS {p}_windows;"
+            "DO $d$ DECLARE f text; BEGIN \
+               FOR f IN SELECT oid::regprocedure::text FROM pg_proc WHERE proname LIKE '{p}\\_%' LOOP \
+                 EXECUTE 'DROP FUNCTION IF EXISTS ' || f; \
+               END LOOP; END $d$; \
+             DROP TABLE IF EXISTS {p}_log; DROP TABLE IF EXISTS {p}_calls; \
+             DROP TABLE IF EXISTS {p}_windows;"
         ));
     }
 }
@@ -135,6 +145,71 @@ fn the_schema_installs_twice_and_from_two_connections_at_once() {
     }
 }
 
+/// The schema of an earlier version upgrades in place: its calls carry over (counted, released by
+/// their ids), the functions earlier processes call count in the new log, and installing again
+/// changes nothing. `first` is 0.1's first schema (`{p}_consume` without the commit parameter),
+/// `main` the one before the per-key log.
+#[test]
+fn an_earlier_schema_upgrades_in_place_with_its_calls() {
+    for (version, old_schema, old_call) in [
+        (
+            "first",
+            include_str!("data/postgres_schema_0_1_first.sql"),
+            "SELECT allowed FROM {p}_consume('c', $1, ARRAY[$2], ARRAY[2::bigint], ARRAY[60000::bigint])",
+        ),
+        (
+            "main",
+            include_str!("data/postgres_schema_0_1_main.sql"),
+            "SELECT allowed FROM {p}_sliding('c', $1, ARRAY[$2], ARRAY[2::bigint], ARRAY[60000::bigint], true)",
+        ),
+    ] {
+        let schema = Schema::named(&format!("upgrade_{version}"));
+        let (plans, mut client) = (&schema.plans, connect());
+        let p = plans.names().prefix();
+        client
+            .batch_execute(&old_schema.replace("{p}", p))
+            .unwrap();
+        let old_call = old_call.replace("{p}", p);
+        let call = |client: &mut postgres::Client, id: &str, key: &str| -> bool {
+            client.query_one(&old_call, &[&id, &key]).unwrap().get(0)
+        };
+        // Under the old schema: `full` used up (2 of 2), `given` once by the call `back`.
+        assert!(call(&mut client, "old-1", "full"));
+        assert!(call(&mut client, "old-2", "full"));
+        assert!(!call(&mut client, "old-3", "full"));
+        assert!(call(&mut client, "back", "given"));
+
+        client.batch_execute(&plans.schema()).unwrap();
+        client.batch_execute(&plans.schema()).unwrap();
+        let two = [Entry::new("full", limit(2, 60_000))];
+        let refused = consume(&mut client, plans, &two).0;
+        assert!(!refused.allowed, "the old calls count: {refused:?}");
+        assert!(refused.retry_after_ms > 59_000, "{refused:?}");
+        let given = [Entry::new("given", limit(1, 60_000))];
+        assert!(!consume(&mut client, plans, &given).0.allowed);
+        // The old call's id still gives it back.
+        run(
+            &mut client,
+            &plans.plan_release(&ratewindow_core::sql::SqlRelease {
+                keys: vec!["given".to_owned()],
+                call_id: "back".to_owned(),
+            }),
+        );
+        assert!(consume(&mut client, plans, &given).0.allowed);
+        // Processes still on the old version call the replaced functions: they count in the new log.
+        let fresh = [Entry::new("fresh", limit(2, 60_000))];
+        assert!(consume(&mut client, plans, &fresh).0.allowed);
+        assert!(call(&mut client, "old-4", "fresh"));
+        assert!(!call(&mut client, "old-5", "fresh"));
+        assert!(!consume(&mut client, plans, &fresh).0.allowed);
+        let left: i64 = client
+            .query_one(&format!("SELECT count(*) FROM {p}_calls"), &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(left, 0, "the old table is left empty");
+    }
+}
+
 #[test]
 fn consume_peek_release_on_the_server_clock() {
     let schema = Schema::install("consume");
@@ -160,7 +235,10 @@ fn consume_peek_release_on_the_server_clock() {
     );
     let rows: i64 = client
         .query_one(
-            &format!("SELECT count(*) FROM {}_calls", plans.names().prefix()),
+            &format!(
+                "SELECT coalesce(sum(cardinality(ats)), 0)::bigint FROM {}_log",
+                plans.names().prefix()
+            ),
             &[],
         )
         .unwrap()
@@ -275,7 +353,7 @@ fn purge_removes_exactly_what_left_its_window() {
     assert_eq!((calls, windows), (1, 1));
     let left: Vec<String> = client
         .query(
-            &format!("SELECT key FROM {}_calls", plans.names().prefix()),
+            &format!("SELECT key FROM {}_log", plans.names().prefix()),
             &[],
         )
         .unwrap()
@@ -392,7 +470,7 @@ fn one_entry_and_many_entries_follow_the_same_rules() {
     let newest: i64 = client
         .query_one(
             &format!(
-                "SELECT max(at) FROM {}_calls WHERE key = 'k'",
+                "SELECT ats[cardinality(ats)] FROM {}_log WHERE key = 'k'",
                 plans.names().prefix()
             ),
             &[],

@@ -2,8 +2,10 @@
 //! back. Still no I/O: the host runs each [`Statement`] with its own driver and hands the rows back.
 //!
 //! - [`Postgres`]: one statement, one round trip, one transaction per call, however many entries —
-//!   functions installed by the schema take each key's advisory lock in ascending lock order (two
-//!   batches never deadlock) and time the call by the server's `clock_timestamp()`.
+//!   functions installed by the schema keep one row per key (its recent call times), answer refusals
+//!   from a read without locks or writes, record a single entry by a compare-and-set of its row and a
+//!   batch under its keys' row locks taken in ascending key order (two batches never deadlock), and
+//!   time the call by the server's `clock_timestamp()`.
 //! - [`Sqlite`]: `BEGIN IMMEDIATE` takes the write lock before reading, so processes sharing one file
 //!   cannot both take the last use; the host's clock (one host, one clock). The host runs the
 //!   statements of [`SqliteCall`] in order and hands the rows of the last one back.
@@ -142,8 +144,8 @@ impl RowError {
 }
 
 /// A name prefix for the tables and functions: `[a-z_][a-z0-9_]*`, at most 40 characters. The
-/// objects are `{prefix}_calls`, `{prefix}_windows` (and on PostgreSQL `{prefix}_consume`,
-/// `{prefix}_window`).
+/// objects are `{prefix}_windows` and, on SQLite, `{prefix}_calls`; on PostgreSQL `{prefix}_log` and
+/// the functions `{prefix}_sliding`, `{prefix}_consume`, `{prefix}_window`, `{prefix}_attempt`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SqlNames(String);
 
@@ -189,17 +191,40 @@ pub struct SqlRelease {
     pub call_id: String,
 }
 
-/// The distinct keys of a call, in first-seen order, with the longest window each is counted under.
+/// The distinct keys of a call, in first-seen order, with the longest window each is counted under:
+/// one hash lookup per entry (a batch of any size plans in linear time).
 fn distinct_keys(entries: &[crate::Entry]) -> Vec<(&str, u64)> {
     let mut keys: Vec<(&str, u64)> = Vec::new();
+    // Short batches scan (no allocation); longer ones index the keys seen.
+    if entries.len() <= SCAN_UP_TO {
+        for entry in entries {
+            match keys.iter_mut().find(|(k, _)| *k == entry.key) {
+                Some((_, w)) => *w = (*w).max(entry.limit.window_ms()),
+                None => keys.push((&entry.key, entry.limit.window_ms())),
+            }
+        }
+        return keys;
+    }
+    let mut index: std::collections::HashMap<&str, usize> =
+        std::collections::HashMap::with_capacity(entries.len());
     for entry in entries {
-        match keys.iter_mut().find(|(k, _)| *k == entry.key) {
-            Some((_, w)) => *w = (*w).max(entry.limit.window_ms()),
-            None => keys.push((&entry.key, entry.limit.window_ms())),
+        let window = entry.limit.window_ms();
+        match index.entry(&entry.key) {
+            std::collections::hash_map::Entry::Occupied(at) => {
+                let w = &mut keys[*at.get()].1;
+                *w = (*w).max(window);
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(keys.len());
+                keys.push((&entry.key, window));
+            }
         }
     }
     keys
 }
+
+/// Batches up to this many entries find their distinct keys by scanning; longer ones by hashing.
+const SCAN_UP_TO: usize = 16;
 
 fn window_state(hits: i64, ms_left: i64) -> Option<WindowState> {
     (ms_left > 0).then_some(WindowState {

@@ -52,11 +52,17 @@ impl Postgres {
             attempt: names.apply(
                 "SELECT counted, hits, ms_left FROM {p}_attempt($1, $2::bigint, $3::bigint, $4::boolean)",
             ),
-            release: names.apply("DELETE FROM {p}_calls WHERE key = ANY($1::text[]) AND id = $2"),
+            release: names.apply(
+                "WITH locked AS (SELECT key FROM {p}_log WHERE key = ANY($1::text[]) AND $2::text = ANY(ids) \
+                 ORDER BY key FOR UPDATE) \
+                 UPDATE {p}_log l SET ats = l.ats[:array_position(l.ids, $2::text) - 1] || l.ats[array_position(l.ids, $2::text) + 1:], \
+                 ids = array_remove(l.ids, $2::text) FROM locked WHERE l.key = locked.key AND $2::text = ANY(l.ids)",
+            ),
             purge: names.apply(&format!(
-                "WITH calls AS (DELETE FROM {{p}}_calls WHERE expires_at <= {NOW_MS} RETURNING 1), \
+                "WITH calls AS (DELETE FROM {{p}}_log WHERE expires_at <= {NOW_MS} RETURNING cardinality(ats) AS n), \
                  windows AS (DELETE FROM {{p}}_windows WHERE ends_at <= {NOW_MS} RETURNING 1) \
-                 SELECT (SELECT count(*) FROM calls) AS calls, (SELECT count(*) FROM windows) AS windows"
+                 SELECT (SELECT coalesce(sum(n), 0) FROM calls)::bigint AS calls, \
+                 (SELECT count(*) FROM windows) AS windows"
             )),
             names,
             durable: false,

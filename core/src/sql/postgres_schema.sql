@@ -1,21 +1,40 @@
 -- ratewindow on PostgreSQL: run once per database (idempotent). {p} is the name prefix (default
--- `ratewindow`), so the objects are {p}_calls, {p}_windows, {p}_sliding, {p}_consume, {p}_window and
--- {p}_attempt.
+-- `ratewindow`), so the objects are {p}_log, {p}_windows, {p}_sliding, {p}_consume, {p}_window and
+-- {p}_attempt. Upgrades the schema of 0.1 and 0.2 in place: their {p}_calls rows move into {p}_log and
+-- their functions count there (see the migration below).
 BEGIN;
 -- Two processes installing at once take turns.
 SELECT pg_advisory_xact_lock(7259046392211300101);
 
--- A row per recorded call: its key, its time (ms, the server's clock), the call's id (so a release
--- removes exactly its own rows) and when it has left the longest window it was counted under.
-CREATE TABLE IF NOT EXISTS {p}_calls (
-  key text NOT NULL,
-  at bigint NOT NULL,
-  id text NOT NULL,
+-- One row per key: its recorded call times (ms, the server's clock, ascending), the ids of the calls
+-- that recorded them (so a release removes exactly its own), and when the newest has left the longest
+-- window it was counted under (for the purge). Only the key is indexed, so updates stay HOT.
+CREATE TABLE IF NOT EXISTS {p}_log (
+  key text PRIMARY KEY,
+  ats bigint[] NOT NULL,
+  ids text[] NOT NULL,
   expires_at bigint NOT NULL
-);
-CREATE INDEX IF NOT EXISTS {p}_calls_key_at ON {p}_calls (key, at);
-CREATE INDEX IF NOT EXISTS {p}_calls_expires_at ON {p}_calls (expires_at);
-CREATE INDEX IF NOT EXISTS {p}_calls_id ON {p}_calls (id);
+) WITH (fillfactor = 50);
+
+-- Upgrading from 0.1/0.2, whose log was a row per call in {p}_calls: those rows move into {p}_log
+-- (merged with any already there), and {p}_calls stays, empty, for the release and purge statements of
+-- processes not yet upgraded (their give-backs find nothing until they are). Writers of the old table
+-- are waited for; from this commit on every function of the prefix counts in {p}_log.
+DO $mig$
+BEGIN
+  IF to_regclass('{p}_calls') IS NOT NULL THEN
+    LOCK TABLE {p}_calls IN EXCLUSIVE MODE;
+    INSERT INTO {p}_log AS l (key, ats, ids, expires_at)
+      SELECT c.key, array_agg(c.at ORDER BY c.at, c.id), array_agg(c.id ORDER BY c.at, c.id), max(c.expires_at)
+      FROM {p}_calls c GROUP BY c.key
+      ON CONFLICT (key) DO UPDATE SET
+        ats = (SELECT array_agg(u.a ORDER BY u.a, u.d) FROM unnest(l.ats || excluded.ats, l.ids || excluded.ids) AS u(a, d)),
+        ids = (SELECT array_agg(u.d ORDER BY u.a, u.d) FROM unnest(l.ats || excluded.ats, l.ids || excluded.ids) AS u(a, d)),
+        expires_at = greatest(l.expires_at, excluded.expires_at);
+    DELETE FROM {p}_calls;
+  END IF;
+END
+$mig$;
 
 -- A row per fixed window: its count and when it ends (ms, the server's clock).
 CREATE TABLE IF NOT EXISTS {p}_windows (
@@ -28,7 +47,7 @@ CREATE TABLE IF NOT EXISTS {p}_windows (
 -- (trims, checks every entry, records against all or none), 'p' peeks (writes nothing). Besides the
 -- verdict, the quota of the call's tightest entry (fewest uses left, ties the longer window, then the
 -- first; on a refusal the blocked entry): its uses, the uses left after the call, the ms until its
--- oldest call in the window leaves and until its newest does.
+-- oldest call in the window leaves and until its newest does. Times by the server's clock_timestamp().
 CREATE OR REPLACE FUNCTION {p}_sliding(p_mode text, p_id text, p_keys text[], p_uses bigint[], p_windows bigint[],
   p_relaxed boolean)
 RETURNS TABLE (allowed boolean, retry_after_ms bigint, retry_timestamp bigint, blocked integer, now_ms bigint,
@@ -36,103 +55,136 @@ RETURNS TABLE (allowed boolean, retry_after_ms bigint, retry_timestamp bigint, b
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
+  n integer := coalesce(cardinality(p_keys), 0);
   v_now bigint;
+  v_ats bigint[];
+  v_ids text[];
+  v_len integer;
+  v_first integer;
+  v_cut bigint;
+  v_count bigint;
+  v_until bigint;
+  v_blocked integer;
+  v_at bigint;
+  v_wait bigint;
   v_key text;
   v_longest bigint;
-  v_count bigint;
-  v_min bigint;
-  v_at bigint;
-  v_until bigint := -1;
-  v_blocked integer := -1;
-  v_wait bigint;
   v_counts bigint[];
   v_mins bigint[];
   v_maxs bigint[];
-  v_best integer := 0;
+  v_best integer;
   v_left bigint;
   v_best_left bigint;
   v_taken bigint := CASE WHEN p_mode = 'c' THEN 1 ELSE 0 END;
+  v_locked boolean := false;
+  v_found boolean;
+  v_setting text;
 BEGIN
   IF p_mode IS NULL OR p_mode NOT IN ('c', 'p') THEN
     RAISE EXCEPTION 'ratewindow: unknown mode %', p_mode;
   END IF;
-  IF coalesce(cardinality(p_keys), 0) <> coalesce(cardinality(p_uses), 0)
-     OR coalesce(cardinality(p_keys), 0) <> coalesce(cardinality(p_windows), 0) THEN
+  IF n <> coalesce(cardinality(p_uses), 0) OR n <> coalesce(cardinality(p_windows), 0) THEN
     RAISE EXCEPTION 'ratewindow: keys, uses and windows differ in length';
   END IF;
-  -- Relaxed (the planner's default): a rate limit's last moments may be lost in a crash, so this
-  -- call's own transaction need not wait for the WAL flush. Planned only for a statement that is its
-  -- whole transaction, never inside a caller's.
-  IF p_relaxed THEN
-    PERFORM set_config('synchronous_commit', 'off', true);
-  END IF;
-  -- One entry, the usual call: the same rules in four statements.
-  IF cardinality(p_keys) = 1 THEN
-    IF p_mode = 'c' THEN
-      PERFORM pg_advisory_xact_lock(hashtextextended(p_keys[1], 0));
-    ELSE
-      PERFORM pg_advisory_xact_lock_shared(hashtextextended(p_keys[1], 0));
-    END IF;
-    v_now := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-    IF p_mode = 'c' THEN
-      DELETE FROM {p}_calls c WHERE c.key = p_keys[1] AND c.at <= v_now - p_windows[1];
-    END IF;
-    SELECT count(*), min(c.at), max(c.at) INTO v_count, v_min, v_at FROM {p}_calls c
-      WHERE c.key = p_keys[1] AND c.at > v_now - p_windows[1];
-    IF v_count >= p_uses[1] THEN
-      SELECT c.at + p_windows[1] INTO v_until FROM {p}_calls c
-        WHERE c.key = p_keys[1] ORDER BY c.at DESC OFFSET p_uses[1] - 1 LIMIT 1;
-      v_wait := greatest(1, v_until - v_now);
-      RETURN QUERY SELECT false, v_wait, v_until, 0, v_now,
-        p_uses[1], 0::bigint, v_wait, v_at + p_windows[1] - v_now;
-      RETURN;
-    END IF;
-    IF p_mode = 'c' THEN
-      -- Trimmed above, so the newest call inside the window is the newest call.
-      v_at := greatest(v_now, v_at);
-      INSERT INTO {p}_calls (key, at, id, expires_at) VALUES (p_keys[1], v_at, p_id, v_at + p_windows[1]);
-      RETURN QUERY SELECT true, 0::bigint, -1::bigint, -1, v_now,
-        p_uses[1], p_uses[1] - v_count - 1, coalesce(v_min, v_at) + p_windows[1] - v_now, v_at + p_windows[1] - v_now;
-      RETURN;
-    END IF;
-    RETURN QUERY SELECT true, 0::bigint, -1::bigint, -1, v_now, p_uses[1], p_uses[1] - v_count,
-      coalesce(v_min + p_windows[1] - v_now, 0), coalesce(v_at + p_windows[1] - v_now, 0);
+  -- One entry, the usual call: read the key's row without a lock; a refusal (or a peek) answers from
+  -- what it read and writes nothing; an allowed consume writes the row back only if it is still what
+  -- was read (compared under the row's lock: a concurrent writer's change fails the comparison), or
+  -- inserts it if there was none, and otherwise reads again.
+  IF n = 1 THEN
+    LOOP
+      v_now := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+      SELECT l.ats, l.ids INTO v_ats, v_ids FROM {p}_log l WHERE l.key = p_keys[1];
+      v_found := FOUND;
+      v_len := coalesce(cardinality(v_ats), 0);
+      v_cut := v_now - p_windows[1];
+      v_first := v_len + 1;
+      WHILE v_first > 1 AND v_ats[v_first - 1] > v_cut LOOP
+        v_first := v_first - 1;
+      END LOOP;
+      v_count := v_len - v_first + 1;
+      IF v_count >= p_uses[1] THEN
+        v_until := v_ats[v_len - p_uses[1] + 1] + p_windows[1];
+        v_wait := greatest(1, v_until - v_now);
+        RETURN QUERY SELECT false, v_wait, v_until, 0, v_now, p_uses[1], 0::bigint, v_wait,
+          v_ats[v_len] + p_windows[1] - v_now;
+        RETURN;
+      END IF;
+      IF p_mode = 'p' THEN
+        RETURN QUERY SELECT true, 0::bigint, -1::bigint, -1, v_now, p_uses[1], p_uses[1] - v_count,
+          coalesce(v_ats[v_first] + p_windows[1] - v_now, 0), coalesce(v_ats[v_len] + p_windows[1] - v_now, 0);
+        RETURN;
+      END IF;
+      IF p_relaxed THEN
+        v_setting := set_config('synchronous_commit', 'off', true);
+      END IF;
+      -- Times outside the window leave; the call is recorded at the newest of now and the key's calls
+      -- (a clock that stepped back keeps the log in order).
+      v_at := greatest(v_now, v_ats[v_len]);
+      IF v_found THEN
+        UPDATE {p}_log l SET ats = v_ats[v_first:] || v_at, ids = v_ids[v_first:] || p_id,
+          expires_at = greatest(l.expires_at, v_at + p_windows[1])
+          WHERE l.key = p_keys[1] AND l.ats = v_ats AND l.ids = v_ids;
+      ELSE
+        INSERT INTO {p}_log (key, ats, ids, expires_at) VALUES (p_keys[1], ARRAY[v_at], ARRAY[p_id], v_at + p_windows[1])
+          ON CONFLICT (key) DO NOTHING;
+      END IF;
+      EXIT WHEN FOUND;
+    END LOOP;
+    RETURN QUERY SELECT true, 0::bigint, -1::bigint, -1, v_now, p_uses[1], p_uses[1] - v_count - 1,
+      coalesce(v_ats[v_first], v_at) + p_windows[1] - v_now, v_at + p_windows[1] - v_now;
     RETURN;
   END IF;
 
-  -- Each key's lock, in ascending lock order, so two batches naming the same keys never deadlock. A
-  -- peek takes them shared: it waits for a consume under way and sees it whole.
-  IF p_mode = 'c' THEN
-    PERFORM pg_advisory_xact_lock(h) FROM (SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest(p_keys) AS k ORDER BY 1) AS l;
-  ELSE
-    PERFORM pg_advisory_xact_lock_shared(h) FROM (SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest(p_keys) AS k ORDER BY 1) AS l;
-  END IF;
-  v_now := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-
-  IF p_mode = 'c' THEN
-    -- A call drops the times that have left its (longest) window: now - at >= window.
-    FOR v_key, v_longest IN SELECT k, max(w) FROM unnest(p_keys, p_windows) AS e(k, w) GROUP BY k LOOP
-      DELETE FROM {p}_calls c WHERE c.key = v_key AND c.at <= v_now - v_longest;
-    END LOOP;
-  END IF;
-
-  -- Every entry is checked before anything is recorded; the longest wait blocks (ties keep the first).
-  FOR i IN 1 .. coalesce(cardinality(p_keys), 0) LOOP
-    SELECT count(*), min(c.at), max(c.at) INTO v_count, v_min, v_at FROM {p}_calls c
-      WHERE c.key = p_keys[i] AND c.at > v_now - p_windows[i];
-    v_counts[i] := v_count;
-    v_mins[i] := v_min;
-    v_maxs[i] := v_at;
-    IF v_count >= p_uses[i] THEN
-      -- The oldest of the newest `uses` calls decides the wait.
-      SELECT c.at + p_windows[i] INTO v_at FROM {p}_calls c
-        WHERE c.key = p_keys[i] ORDER BY c.at DESC OFFSET p_uses[i] - 1 LIMIT 1;
-      IF v_at > v_until THEN
-        v_until := v_at;
-        v_blocked := i - 1;
+  -- A batch, in two passes: the first reads without locks and answers refusals and peeks (a refusal writes
+  -- nothing, so what a snapshot saw is what the call answers); a consume it would allow locks its keys'
+  -- rows, in ascending key order (two batches never deadlock), reads again and records.
+  LOOP
+    v_now := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    v_until := -1;
+    v_blocked := -1;
+    FOR i IN 1 .. n LOOP
+      SELECT l.ats INTO v_ats FROM {p}_log l WHERE l.key = p_keys[i];
+      v_len := coalesce(cardinality(v_ats), 0);
+      v_cut := v_now - p_windows[i];
+      -- The times are ascending: the calls inside the window (at > now - window) are a suffix.
+      v_first := v_len + 1;
+      WHILE v_first > 1 AND v_ats[v_first - 1] > v_cut LOOP
+        v_first := v_first - 1;
+      END LOOP;
+      v_count := v_len - v_first + 1;
+      v_counts[i] := v_count;
+      v_mins[i] := v_ats[v_first];
+      v_maxs[i] := v_ats[v_len];
+      IF v_count >= p_uses[i] THEN
+        -- The oldest of the newest `uses` calls decides the wait; the longest wait blocks (ties keep
+        -- the first).
+        v_at := v_ats[v_len - p_uses[i] + 1] + p_windows[i];
+        IF v_at > v_until THEN
+          v_until := v_at;
+          v_blocked := i - 1;
+        END IF;
       END IF;
+    END LOOP;
+    EXIT WHEN v_blocked >= 0 OR p_mode = 'p' OR v_locked;
+    -- Relaxed (the planner's default): a rate limit's last moments may be lost in a crash, so this
+    -- call's own transaction need not wait for the WAL flush. Planned only for a statement that is its
+    -- whole transaction, never inside a caller's.
+    IF p_relaxed THEN
+      v_setting := set_config('synchronous_commit', 'off', true);
     END IF;
+    -- Each key's row, locked in ascending key order; a key without one gets one (a concurrent
+    -- insert of the same key is waited for, then locked).
+    FOR v_key IN SELECT DISTINCT k FROM unnest(p_keys) AS k ORDER BY 1 LOOP
+      LOOP
+        PERFORM FROM {p}_log l WHERE l.key = v_key FOR UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO {p}_log (key, ats, ids, expires_at) VALUES (v_key, '{}', '{}', 0) ON CONFLICT (key) DO NOTHING;
+        EXIT WHEN FOUND;
+      END LOOP;
+    END LOOP;
+    v_locked := true;
   END LOOP;
+
   IF v_blocked >= 0 THEN
     v_wait := greatest(1, v_until - v_now);
     RETURN QUERY SELECT false, v_wait, v_until, v_blocked, v_now, p_uses[v_blocked + 1], 0::bigint, v_wait,
@@ -142,13 +194,19 @@ BEGIN
 
   IF p_mode = 'c' THEN
     FOR v_key, v_longest IN SELECT k, max(w) FROM unnest(p_keys, p_windows) AS e(k, w) GROUP BY k LOOP
-      -- A clock that stepped back records at the newest call, keeping the log in order.
-      SELECT greatest(v_now, max(c.at)) INTO v_at FROM {p}_calls c WHERE c.key = v_key;
-      INSERT INTO {p}_calls (key, at, id, expires_at) VALUES (v_key, v_at, p_id, v_at + v_longest);
+      -- A call drops the times that have left its (longest) window: now - at >= window.
+      UPDATE {p}_log l SET ats = t.ats || greatest(v_now, l.ats[cardinality(l.ats)]),
+        ids = t.ids || p_id,
+        expires_at = greatest(l.expires_at, greatest(v_now, l.ats[cardinality(l.ats)]) + v_longest)
+        FROM (SELECT coalesce(array_agg(a ORDER BY o), '{}') AS ats, coalesce(array_agg(d ORDER BY o), '{}') AS ids
+              FROM {p}_log s, unnest(s.ats, s.ids) WITH ORDINALITY AS u(a, d, o)
+              WHERE s.key = v_key AND u.a > v_now - v_longest) AS t
+        WHERE l.key = v_key;
     END LOOP;
   END IF;
   -- The tightest entry: fewest uses left, ties the longer window, then the first.
-  FOR i IN 1 .. coalesce(cardinality(p_keys), 0) LOOP
+  v_best := 0;
+  FOR i IN 1 .. n LOOP
     v_left := p_uses[i] - v_counts[i] - v_taken;
     IF v_best = 0 OR v_left < v_best_left OR (v_left = v_best_left AND p_windows[i] > p_windows[v_best]) THEN
       v_best := i;
@@ -178,6 +236,20 @@ LANGUAGE sql AS $fn$
   SELECT s.allowed, s.retry_after_ms, s.retry_timestamp, s.blocked, s.now_ms
   FROM {p}_sliding(p_mode, p_id, p_keys, p_uses, p_windows, p_relaxed) AS s
 $fn$;
+
+-- 0.1's {p}_consume (no commit parameter), if installed: the same verdict, counted in {p}_log.
+DO $mig$
+BEGIN
+  IF to_regprocedure('{p}_consume(text, text, text[], bigint[], bigint[])') IS NOT NULL THEN
+    CREATE OR REPLACE FUNCTION {p}_consume(p_mode text, p_id text, p_keys text[], p_uses bigint[], p_windows bigint[])
+    RETURNS TABLE (allowed boolean, retry_after_ms bigint, retry_timestamp bigint, blocked integer, now_ms bigint)
+    LANGUAGE sql AS $fn$
+      SELECT s.allowed, s.retry_after_ms, s.retry_timestamp, s.blocked, s.now_ms
+      FROM {p}_sliding(p_mode, p_id, p_keys, p_uses, p_windows, false) AS s
+    $fn$;
+  END IF;
+END
+$mig$;
 
 -- One key's fixed window: 'hit' (adds p_amount, opening a window of p_decay ms if none runs), 'get',
 -- 'reset' (count to 0, window kept), 'clear' (count and window). Returns the count and the ms left,
