@@ -70,6 +70,9 @@ impl Redis {
                 if entries.is_empty() {
                     return Call::done(Ok(allowed(Quota::NONE, Some(Vec::new()), call_id)));
                 }
+                if entries.len() > plan::MAX_BATCH {
+                    return Call::done(Err(TOO_LARGE));
+                }
                 let limits = entries.iter().map(|e| e.limit).collect();
                 let plan = plan::sliding_plan("c", &entries, o, &call_id);
                 (plan, Kind::Consume { limits, call_id })
@@ -80,6 +83,9 @@ impl Redis {
                         verdict: BatchVerdict::ALLOWED,
                         release: None,
                     }));
+                }
+                if entries.len() > plan::MAX_BATCH {
+                    return Call::done(Err(TOO_LARGE));
                 }
                 let limits = entries.iter().map(|e| e.limit).collect();
                 (
@@ -125,6 +131,12 @@ impl Redis {
         })
     }
 }
+
+/// A batch above [`plan::MAX_BATCH`] entries: more than the clients carry in one command.
+const TOO_LARGE: CallError = CallError::Unsupported(
+    "a Redis call carries at most 10000 entries (ratewindow_core::redis::MAX_BATCH): \
+     split the batch into calls of at most that many",
+);
 
 fn allowed(quota: Quota, keys: Option<Vec<String>>, call_id: String) -> Outcome {
     Outcome::Verdict {
@@ -278,7 +290,7 @@ impl RedisCall {
                 Mode::Release => Phase::ReleaseEach,
             },
             counted: Vec::new(),
-            give_back: Vec::new(),
+            give_back: std::collections::VecDeque::new(),
             refusal: None,
             allowed_quotas: Vec::new(),
             error: None,
@@ -402,7 +414,7 @@ struct Apart {
     /// Groups counted so far (consume).
     counted: Vec<usize>,
     /// Keys still to give back.
-    give_back: Vec<usize>,
+    give_back: std::collections::VecDeque<usize>,
     /// The longest refusal so far, with `blocked` as the call's entry index.
     refusal: Option<BatchVerdict>,
     /// Each allowed group's quota, with its tightest entry's window, in order.
@@ -438,7 +450,7 @@ impl Apart {
                     args,
                 }
             }
-            Phase::GiveBack => self.release_plan(self.give_back[0]),
+            Phase::GiveBack => self.release_plan(self.give_back.front().copied().unwrap_or(0)),
             Phase::ReleaseEach => self.release_plan(self.next),
         }
     }
@@ -505,14 +517,16 @@ impl Apart {
                         // The script may have run (a timeout): its give-back removes nothing if not.
                         self.error = Some(error);
                         self.give_back = self.counted.iter().map(|&g| self.groups[g].key).collect();
-                        self.give_back.push(self.groups[g].key);
+                        self.give_back.push_back(self.groups[g].key);
                         self.phase = Phase::GiveBack;
                     }
                 }
                 self.after_give_back()
             }
             Phase::GiveBack => {
-                let key = self.give_back.remove(0);
+                let Some(key) = self.give_back.pop_front() else {
+                    return self.after_give_back();
+                };
                 let failed = match reply {
                     Ok(r) => plan::decode_release(&r).err().map(|e| e.to_string()),
                     Err(message) => Some(message),
@@ -598,5 +612,44 @@ impl Apart {
             Some(std::mem::take(&mut self.keys)),
             std::mem::take(&mut self.call_id),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::Next;
+    use crate::Entry;
+
+    #[test]
+    fn a_batch_above_the_maximum_is_refused_before_anything_runs() {
+        let store = Redis::new(RedisOptions::default());
+        let entries = |n: usize| -> Vec<Entry> {
+            (0..n)
+                .map(|i| Entry::new(format!("u{i}"), Limit::new(5, 1_000).unwrap()))
+                .collect()
+        };
+        let mut at_most = store.start(Op::Peek {
+            entries: entries(plan::MAX_BATCH),
+        });
+        assert!(matches!(at_most.next(), Next::Run(_)));
+        for op in [
+            Op::Peek {
+                entries: entries(plan::MAX_BATCH + 1),
+            },
+            Op::Consume {
+                entries: entries(plan::MAX_BATCH + 1),
+                call_id: "id".into(),
+            },
+        ] {
+            let mut call = store.start(op);
+            match call.next() {
+                Next::Done(Err(error)) => {
+                    assert_eq!(error.kind(), "unsupported");
+                    assert!(error.to_string().contains("at most 10000 entries"));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

@@ -40,7 +40,7 @@ pub use plan::{
     decode_attempt, decode_batch, decode_release, decode_window, plan_attempt, plan_clear,
     plan_consume_many, plan_get_window, plan_hit, plan_peek_many, plan_release,
     plan_reset_attempts, EmptyCallId, HashTag, Plan, RedisOptions, RedisRelease, Script,
-    WindowState, FIXED, SLIDING,
+    WindowState, FIXED, MAX_BATCH, SLIDING,
 };
 pub use reply::{Reply, ReplyError};
 pub use slot::key_slot;

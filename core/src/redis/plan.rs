@@ -46,6 +46,55 @@ mod tests {
             );
         }
     }
+
+    use crate::{Entry, Limit};
+
+    /// The plan as the scan (the small-batch path) writes it, for any size: the reference.
+    fn scanned(entries: &[Entry], options: &super::RedisOptions) -> (Vec<String>, Vec<String>) {
+        let (mut keys, mut args) = (Vec::<String>::new(), vec!["c".to_owned(), "id".to_owned()]);
+        for e in entries {
+            let key = options.log_key(&e.key);
+            let i = keys.iter().position(|k| *k == key).unwrap_or_else(|| {
+                keys.push(key);
+                keys.len() - 1
+            });
+            args.extend([(i + 1).to_string(), e.limit.uses().to_string()]);
+            args.push(e.limit.window_ms().to_string());
+        }
+        (keys, args)
+    }
+
+    #[test]
+    fn a_large_batch_is_planned_by_hashing_exactly_as_a_scan_would() {
+        let options = super::RedisOptions::default()
+            .with_hash_tag_before(":")
+            .unwrap();
+        // Repeats far apart and near, in a batch well above the scanning size.
+        let entries: Vec<Entry> = (0..500u64)
+            .map(|i| {
+                let key = format!("k{}:{}", (i * 7919) % 173, i % 3);
+                Entry::new(key, Limit::new(1 + i % 5, 1_000 + i).unwrap())
+            })
+            .collect();
+        let plan = super::sliding_plan("c", &entries, &options, "id");
+        let (keys, args) = scanned(&entries, &options);
+        assert_eq!((plan.keys, plan.args), (keys, args));
+    }
+
+    #[test]
+    fn a_batch_of_100_000_distinct_keys_has_each_key_once_in_order() {
+        // Structural, not timed: every key is looked up once (a scan would make this test take
+        // minutes); a Criterion bench times it.
+        let n = 100_000;
+        let entries: Vec<Entry> = (0..n)
+            .map(|i| Entry::new(format!("u{i}"), Limit::new(5, 10_000).unwrap()))
+            .collect();
+        let plan = super::sliding_plan("c", &entries, &super::RedisOptions::default(), "id");
+        assert_eq!(plan.keys.len(), n);
+        assert_eq!(plan.args.len(), 2 + 3 * n);
+        assert_eq!(plan.keys[n - 1], format!("ratewindow:log:u{}", n - 1));
+        assert_eq!(plan.args[2 + 3 * (n - 1)], n.to_string());
+    }
 }
 
 /// What to run: a script, its keys and its arguments.
@@ -178,29 +227,66 @@ pub struct RedisRelease {
     pub call_id: String,
 }
 
+/// The most entries one Redis call carries (see [`crate::call::Redis`]): a call of `n` entries sends
+/// `n` keys and `3n + 2` arguments in one command, and the clients' own limits come first —
+/// node-redis failed at 30,000 entries, ioredis' `evalsha(sha, n, ...keys, ...args)` overflowed the
+/// stack at 100,000 — so 10,000 (40,002 arguments at most) leaves every client room. Split a larger
+/// batch, or count it in several calls.
+pub const MAX_BATCH: usize = 10_000;
+
+/// Up to this many entries a batch finds its repeated keys by scanning; above it, by hashing.
+const SCAN: usize = 8;
+
 pub(crate) fn sliding_plan(
     mode: &str,
     entries: &[Entry],
     options: &RedisOptions,
     call_id: &str,
 ) -> Plan {
-    let mut keys: Vec<String> = Vec::new();
     let mut args = Vec::with_capacity(2 + 3 * entries.len());
     args.push(mode.to_owned());
     args.push(call_id.to_owned());
-    for entry in entries {
-        let key = options.log_key(&entry.key);
-        let index = match keys.iter().position(|k| *k == key) {
-            Some(i) => i,
-            None => {
-                keys.push(key);
-                keys.len() - 1
-            }
-        };
+    let mut push = |index: usize, entry: &Entry| {
         args.push((index + 1).to_string());
         args.push(entry.limit.uses().to_string());
         args.push(entry.limit.window_ms().to_string());
-    }
+    };
+    let keys = if entries.len() <= SCAN {
+        let mut keys: Vec<String> = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let key = options.log_key(&entry.key);
+            let index = match keys.iter().position(|k| *k == key) {
+                Some(i) => i,
+                None => {
+                    keys.push(key);
+                    keys.len() - 1
+                }
+            };
+            push(index, entry);
+        }
+        keys
+    } else {
+        // Linear in the batch: each Redis key is looked up in a hash map, never scanned for.
+        let mut all: Vec<String> = entries.iter().map(|e| options.log_key(&e.key)).collect();
+        // The entry each distinct key first appears at, in order.
+        let mut firsts: Vec<usize> = Vec::new();
+        {
+            let mut index_of: std::collections::HashMap<&str, usize> =
+                std::collections::HashMap::with_capacity(all.len());
+            for (i, (entry, key)) in entries.iter().zip(&all).enumerate() {
+                let next = firsts.len();
+                let index = *index_of.entry(key.as_str()).or_insert(next);
+                if index == next {
+                    firsts.push(i);
+                }
+                push(index, entry);
+            }
+        }
+        firsts
+            .into_iter()
+            .map(|i| std::mem::take(&mut all[i]))
+            .collect()
+    };
     Plan {
         script: &SLIDING,
         keys,
