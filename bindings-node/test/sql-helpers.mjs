@@ -26,7 +26,7 @@ export function runPrefix(label) {
 
 /** Drops what a PostgresStore schema under `prefix` created. */
 export async function dropPg(pool, prefix) {
-  await pool.query(`DROP TABLE IF EXISTS ${prefix}_calls, ${prefix}_windows CASCADE`);
+  await pool.query(`DROP TABLE IF EXISTS ${prefix}_log, ${prefix}_calls, ${prefix}_windows CASCADE`);
   // Every function the schema (of any version) installed under the prefix.
   const { rows } = await pool.query(
     `SELECT p.oid::regprocedure::text AS f FROM pg_proc p WHERE p.proname LIKE $1`,

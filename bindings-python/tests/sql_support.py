@@ -25,7 +25,7 @@ def connect(*, autocommit: bool = True) -> psycopg.Connection[tuple[object, ...]
 def drop_schema(prefix: str) -> None:
     """Drops what a store's schema created under ``prefix``: its tables and every function."""
     with connect() as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {prefix}_calls, {prefix}_windows".encode())
+        conn.execute(f"DROP TABLE IF EXISTS {prefix}_log, {prefix}_calls, {prefix}_windows".encode())
         functions = conn.execute(
             "SELECT oid::regprocedure::text FROM pg_proc WHERE proname LIKE %s", [f"{prefix}\\_%"]
         ).fetchall()

@@ -99,7 +99,9 @@ def _key(name: str) -> str:
 
 def _calls_of(key: str) -> int:
     with sq.connect() as conn:
-        row = conn.execute(f"SELECT count(*) FROM {PREFIX}_calls WHERE key = %s".encode(), (key,)).fetchone()
+        row = conn.execute(
+            f"SELECT coalesce(sum(cardinality(ats)), 0)::int FROM {PREFIX}_log WHERE key = %s".encode(), (key,)
+        ).fetchone()
     assert row is not None and isinstance(row[0], int)
     return row[0]
 
@@ -169,12 +171,12 @@ def test_using_refuses_what_is_not_a_psycopg_connection_or_pool() -> None:
 
 
 def test_a_statement_error_mid_batch_is_typed_rolled_back_and_records_nothing() -> None:
-    """A constraint refuses the second key's insert after the first key's went in: the whole call is
-    one statement, so the first insert goes too."""
+    """A constraint refuses the second key's row after the first key's was taken: the whole call is
+    one statement, so the first key's write goes too."""
     poison = _key("poison")
     with sq.connect() as conn:
         conn.execute(
-            f"ALTER TABLE {PREFIX}_calls ADD CONSTRAINT {PREFIX}_no_poison CHECK (key <> '{poison}')".encode()
+            f"ALTER TABLE {PREFIX}_log ADD CONSTRAINT {PREFIX}_no_poison CHECK (key <> '{poison}')".encode()
         )
     try:
         for conn in (sq.connect(), sq.connect(autocommit=False)):
@@ -190,7 +192,7 @@ def test_a_statement_error_mid_batch_is_typed_rolled_back_and_records_nothing() 
                 assert store.consume(first, Limit(1, 60_000)).allowed, "the connection still works"
     finally:
         with sq.connect() as conn:
-            conn.execute(f"ALTER TABLE {PREFIX}_calls DROP CONSTRAINT {PREFIX}_no_poison".encode())
+            conn.execute(f"ALTER TABLE {PREFIX}_log DROP CONSTRAINT {PREFIX}_no_poison".encode())
 
 
 def test_a_missing_schema_is_a_typed_store_error() -> None:
@@ -205,7 +207,7 @@ def test_a_connection_killed_mid_call_is_a_typed_error_and_records_nothing(shape
     """The call waits for a key's lock held elsewhere; its backend is terminated meanwhile."""
     key = _key("killed")
     limit = Limit(5, 60_000)
-    with sq.connect() as holder, contextlib.ExitStack() as stack:
+    with sq.connect(autocommit=False) as holder, contextlib.ExitStack() as stack:
         if shape == "pool":
             pool = stack.enter_context(
                 psycopg_pool.ConnectionPool(sq.DSN, min_size=1, max_size=1, kwargs={"autocommit": True})
@@ -217,7 +219,8 @@ def test_a_connection_killed_mid_call_is_a_typed_error_and_records_nothing(shape
             conn = stack.enter_context(sq.connect())
             pid = conn.info.backend_pid
             store = PostgresStore.using(conn, prefix=PREFIX)
-        holder.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
+        # The key's row, inserted and not committed: the call's own insert waits for this transaction.
+        holder.execute(f"INSERT INTO {PREFIX}_log VALUES (%s, '{{}}', '{{}}', 0)".encode(), (key,))
         outcome: list[BaseException | object] = []
 
         def call() -> None:
@@ -230,14 +233,14 @@ def test_a_connection_killed_mid_call_is_a_typed_error_and_records_nothing(shape
         thread.start()
         for _ in range(1000):  # until the call waits on the lock (10 s at most)
             row = holder.execute(
-                "SELECT count(*) FROM pg_locks WHERE pid = %s AND locktype = 'advisory' AND NOT granted", (pid,)
+                "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted", (pid,)
             ).fetchone()
             if row and row[0]:
                 break
             time.sleep(0.01)
         holder.execute("SELECT pg_terminate_backend(%s)", (pid,))
         thread.join(10)
-        holder.execute("SELECT pg_advisory_unlock_all()")
+        holder.rollback()
         assert len(outcome) == 1
         error = outcome[0]
         assert isinstance(error, StoreError), error
@@ -305,7 +308,7 @@ def test_purge_removes_exactly_the_calls_and_windows_that_have_ended() -> None:
             assert store.consume("short", short).allowed
             assert store.consume("short", short).allowed
             assert store.consume("long", long_).allowed
-            # A batch's row for a key stays as long as the longest window that key was counted under.
+            # A key's row stays as long as the longest window its calls were counted under.
             assert store.consume_many([Entry("both", short), Entry("both", long_)]).allowed
             assert store.consume_many([Entry("short2", short), Entry("long2", long_)]).allowed
             store.hit("w-short", 1_000)
@@ -314,8 +317,8 @@ def test_purge_removes_exactly_the_calls_and_windows_that_have_ended() -> None:
             if time.monotonic() - start < 0.9:  # (a machine stalled for a second proves nothing here)
                 assert purged == (0, 0), "nothing has ended yet"
             time.sleep(max(0.0, start + 1.1 - time.monotonic()))
-            assert store.purge() == (3, 1)
-            assert sorted(str(r[0]) for r in sq.pg_rows(prefix)) == ["both", "long", "long2"]
+            assert store.purge() == (3, 1), "short's two calls, short2's, and w-short"
+            assert sorted(str(r[0]) for r in sq.pg_rows(prefix, "log")) == ["both", "long", "long2"]
             assert [r[0] for r in sq.pg_rows(prefix, "windows")] == ["w-long"]
             assert store.purge() == (0, 0)
     finally:

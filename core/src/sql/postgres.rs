@@ -255,7 +255,9 @@ impl Postgres {
 
 /// Decodes the row of a consume or peek of `entries` entries. With `limits` (the machine knows them)
 /// the quota is checked against the call too: its limit is an entry's (the blocked one's on a
-/// refusal), and an allowed consume (`consumed`) has used one.
+/// refusal), its times within that entry's window, and an allowed consume (`consumed`) has used one.
+/// (A time beyond its window takes a server clock that stepped back: such rows are a reply error
+/// until the clock has caught up with the calls recorded before the step.)
 pub(crate) fn decode_sliding(
     rows: &[Vec<SqlValue>],
     entries: usize,
@@ -300,8 +302,10 @@ pub(crate) fn decode_sliding(
         }
         BatchVerdict::ALLOWED.with_quota(quota)
     } else {
+        // The wait is the time to the stamp, by the server's clock.
         if retry_after < 1
             || retry_ts <= now
+            || retry_ts.checked_sub(now) != Some(retry_after)
             || !(0..entries as i64).contains(&blocked)
             || remaining != 0
             || refill != retry_after
@@ -317,12 +321,21 @@ pub(crate) fn decode_sliding(
         }
     };
     if let Some((limits, consumed)) = known {
-        let uses = |i: usize| limits.get(i).map(|l| l.uses());
+        // Every time in the quota lies within the window of the entry it is about (the blocked one,
+        // or one with the quota's limit): a wait or a reset longer than that window, or a consume
+        // that leaves nothing to reset, is no server's answer.
+        let within = |limit: &crate::Limit| {
+            let window = limit.window_ms();
+            limit.uses() == quota.limit
+                && quota.refill_after_ms <= window
+                && quota.reset_after_ms <= window
+                && verdict.retry_after_ms <= window
+        };
         let ok = match verdict.blocked {
-            Some(i) => uses(i) == Some(quota.limit),
+            Some(i) => limits.get(i).is_some_and(within),
             None => {
-                limits.iter().any(|l| l.uses() == quota.limit)
-                    && (!consumed || quota.remaining < quota.limit)
+                limits.iter().any(within)
+                    && (!consumed || (quota.remaining < quota.limit && quota.reset_after_ms >= 1))
             }
         };
         if limits.len() != entries || !ok {
