@@ -8,11 +8,14 @@
 //!   memory filled by `TextEncoder`);
 //! - [`record`]: the layout of the record every answer is written into (`ts/backend.ts` reads it by
 //!   the same names);
+//! - [`calls`]: the networked stores' call boundary (Redis, PostgreSQL, SQLite): the core's call
+//!   machines kept by id, each step answered in the fewest crossings;
 //! - [`store`]: one memory store's operations, as the `BackendStore` of `bindings-node/ts/backend.ts`;
 //! - [`Failure`]: what a shell throws, a JS `Error` with `code` and `message`.
 //!
 //! Nothing here panics on host input: every number is checked or converted with a saturating cast.
 
+pub mod calls;
 pub mod key;
 pub mod number;
 pub mod record;

@@ -1,53 +1,27 @@
-//! The call boundary: one [`NativeCalls`] per store (Redis, PostgreSQL or SQLite) starts the core's
-//! call machine (`ratewindow_core::call`) for each operation and keeps it by id; the TypeScript driver
-//! (`ts/drive.ts`) asks for the call's step, runs the command with the user's client, feeds back the
-//! reply, the rows or the client's error message, and reads the outcome. Everything that decides lives
-//! in the core; this file only converts values.
-//!
-//! Each crossing is typed and small, because napi objects are dear here (a 9-field object costs
-//! about as much as the whole Redis plan): `next`/`feed…`/`fail` answer the step's kind (a
-//! [`StepKind`] number), then typed getters of that call id give what the kind has (a command's
-//! `keys` and `args` or `statements`; a verdict's fields one by one; an error or a release token as an
-//! object, as they are rare or batch-only), and `end` frees the call. A reply crosses as the JS values
-//! the client gave (walked here), or — the fast path — an array of up to nine numbers as arguments.
+//! The napi shell of the call boundary (`ratewindow_js_glue::calls`, which the wasm-bindgen package
+//! shares): one [`NativeCalls`] per store (Redis, PostgreSQL or SQLite) wraps the glue's `Calls` and
+//! the store's call record (a `Float64Array` the TypeScript side reads by the slot names of
+//! `ratewindow_js_glue::calls::NAMES`). Each start, feed or failure answers the next Redis command as
+//! one string (keys then arguments, cut by the lengths in the record) and leaves the step's kind, or
+//! the whole outcome, in the record: one Redis consume is two crossings. This file only reads JS
+//! values (a reply as the client gave it, rows, a release token) and makes the few objects that are
+//! rare (an error, a release token, failed give-backs, SQL statements).
 
+use std::hash::{BuildHasher, Hasher};
 use std::ptr;
 
-use napi::bindgen_prelude::{Either6, FromNapiValue, JsValue, Null, Result, Unknown};
+use napi::bindgen_prelude::{
+    Either6, Float64Array, FromNapiValue, JsValue, Null, Result, ToNapiValue, TypeName, Unknown,
+};
 use napi::sys;
 use napi_derive::napi;
-use ratewindow_core::call::{
-    Call, CallError, Command, Fed, GiveBackFailure, Next, Op, Outcome, Redis, ReleaseToken,
-    WindowQuery,
-};
-use ratewindow_core::redis::{RedisOptions, RedisRelease, Reply};
-use ratewindow_core::sql::{Postgres, SqlNames, SqlRelease, SqlValue, Sqlite, Statement};
-use ratewindow_core::{BatchVerdict, Entry, Window};
+use ratewindow_core::call::Fed;
+use ratewindow_core::redis::Reply;
+use ratewindow_core::sql::{SqlValue, Statement};
+use ratewindow_js_glue::calls::{self, CallRecord, Calls};
 
-use crate::{coded, guard, limit, limit_error, Res};
-
-/// What a step is: a command to run, or how the call ended.
-#[napi]
-pub enum StepKind {
-    /// Run a Redis script (`script`, `bySha1`, `keys`, `args`), then feed the reply.
-    Script,
-    /// Run SQL `statements` in order on one connection, then feed the rows of the last.
-    Sql,
-    /// A consume's or peek's verdict (`allowed`, `retryAfterMs`, … `release`).
-    Verdict,
-    /// A hit: `count`, `resetAfterMs`.
-    Hit,
-    /// An attempt: `allowed`, `count`, `resetAfterMs`.
-    Attempt,
-    /// A number: `int`.
-    Int,
-    /// A yes or no: `bool`.
-    Bool,
-    /// Done, nothing to say.
-    Unit,
-    /// The call failed: `error`.
-    Error,
-}
+use crate::key::Key;
+use crate::{coded, guard, thrown, Res};
 
 /// What gives an allowed consume's call back (the core's `ReleaseToken`): keep it as it is and hand it
 /// to `release`.
@@ -108,205 +82,154 @@ pub struct NativePurged {
     pub windows: f64,
 }
 
-enum Planner {
-    Redis(Redis),
-    Postgres(Postgres),
-    Sqlite(Sqlite),
+/// The call record's slot names up to the first piece's length (checked by the TypeScript side).
+#[napi]
+pub fn call_record_layout() -> Vec<String> {
+    calls::NAMES.iter().map(|&n| n.to_owned()).collect()
 }
 
-enum Slot {
-    Free,
-    Running(Call, bool),
-    Done(
-        std::result::Result<Outcome, CallError>,
-        Vec<GiveBackFailure>,
-        bool,
-    ),
-}
-
-/// One store's call machines and its calls in progress, by id (a slot each: a JS object per call
-/// would cost a finalizer).
+/// One store's call machines (the glue's `Calls`) and the record their answers are written into.
 #[napi]
 pub struct NativeCalls {
-    planner: Planner,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
+    calls: Calls,
+    record: Float64Array,
 }
 
-fn names(prefix: &str) -> Res<SqlNames> {
-    SqlNames::new(prefix).map_err(|message| coded("invalid_argument:prefix", message))
+/// Random bits for the call ids' per-store prefix (std's per-process hasher keys).
+fn seed() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0x7261_7465_7769_6e64);
+    h.finish()
 }
 
-fn unsupported(what: &str) -> napi::Error<String> {
-    coded(
-        "invalid_argument:store",
-        format!("{what} is not an operation of this store"),
-    )
+/// A Redis command's pieces joined, or nothing (the step is in the record): made as Latin-1 when
+/// ASCII (V8's one-byte strings, no UTF-8 decoding: keys and arguments are nearly always ASCII).
+pub struct Joined(Option<String>);
+
+impl TypeName for Joined {
+    fn type_name() -> &'static str {
+        "string | null"
+    }
+
+    fn value_type() -> napi::ValueType {
+        napi::ValueType::String
+    }
 }
 
-fn no_call(id: u32) -> napi::Error<String> {
-    coded(
-        "invalid_argument:call",
-        format!("no call {id} at this step"),
-    )
+impl ToNapiValue for Joined {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        let Some(s) = val.0 else {
+            return Null::to_napi_value(env, Null);
+        };
+        let mut text = ptr::null_mut();
+        let status = if s.is_ascii() {
+            sys::napi_create_string_latin1(env, s.as_ptr().cast(), s.len() as isize, &mut text)
+        } else {
+            sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut text)
+        };
+        napi::check_status!(status)?;
+        Ok(text)
+    }
+}
+
+fn check_record(record: &Float64Array) -> Res<()> {
+    if record.len() == calls::LEN {
+        Ok(())
+    } else {
+        Err(coded(
+            "invalid_argument:record",
+            format!(
+                "a store's call record holds {} numbers, not {}",
+                calls::LEN,
+                record.len()
+            ),
+        ))
+    }
 }
 
 impl NativeCalls {
-    fn new(planner: Planner) -> NativeCalls {
-        NativeCalls {
-            planner,
-            slots: Vec::new(),
-            free: Vec::new(),
-        }
-    }
-
-    fn start(&mut self, op: Op, now: Option<f64>, keep_release: bool) -> Res<u32> {
-        let call = match &self.planner {
-            Planner::Redis(r) => r.start(op),
-            Planner::Postgres(p) => p.start(op),
-            Planner::Sqlite(s) => s.start(op, now.unwrap_or(0.0) as u64),
-        };
-        let slot = Slot::Running(call, keep_release);
-        Ok(match self.free.pop() {
-            Some(id) => {
-                self.slots[id as usize] = slot;
-                id
-            }
-            None => {
-                self.slots.push(slot);
-                (self.slots.len() - 1) as u32
-            }
+    fn made(calls: ratewindow_js_glue::Res<Calls>, record: Float64Array) -> Res<NativeCalls> {
+        check_record(&record)?;
+        Ok(NativeCalls {
+            calls: calls.map_err(thrown)?,
+            record,
         })
     }
 
-    /// Feeds (with `f`) the running call `id`, then answers its step's kind (an ended call keeps its
-    /// outcome until `end`).
-    fn step(&mut self, id: u32, f: impl FnOnce(&mut Call) -> Res<()>) -> Res<StepKind> {
-        let Some(slot) = self.slots.get_mut(id as usize) else {
-            return Err(no_call(id));
-        };
-        let Slot::Running(call, keep) = slot else {
-            return Err(no_call(id));
-        };
-        f(call)?;
-        let result = match call.next() {
-            Next::Run(Command::Script { .. }) => return Ok(StepKind::Script),
-            Next::Run(Command::Sql { .. }) => return Ok(StepKind::Sql),
-            Next::Done(result) => result,
-        };
-        let kind = match &result {
-            Ok(Outcome::Verdict { .. }) => StepKind::Verdict,
-            Ok(Outcome::Hit { .. }) => StepKind::Hit,
-            Ok(Outcome::Attempt { .. }) => StepKind::Attempt,
-            Ok(Outcome::Int(_)) => StepKind::Int,
-            Ok(Outcome::Bool(_)) => StepKind::Bool,
-            Ok(Outcome::Unit) => StepKind::Unit,
-            Err(_) => StepKind::Error,
-        };
-        let failures = call.take_give_back_failures();
-        *slot = Slot::Done(result, failures, *keep);
-        Ok(kind)
-    }
-
-    fn command(&mut self, id: u32) -> Res<Command<'_>> {
-        match self.slots.get_mut(id as usize) {
-            Some(Slot::Running(call, _)) => match call.next() {
-                Next::Run(command) => Ok(command),
-                Next::Done(_) => Err(no_call(id)),
-            },
-            _ => Err(no_call(id)),
-        }
-    }
-
-    fn outcome(&self, id: u32) -> Res<&std::result::Result<Outcome, CallError>> {
-        match self.slots.get(id as usize) {
-            Some(Slot::Done(result, _, _)) => Ok(result),
-            _ => Err(no_call(id)),
-        }
-    }
-
-    fn verdict(&self, id: u32) -> Res<&BatchVerdict> {
-        match self.outcome(id)? {
-            Ok(Outcome::Verdict { verdict, .. }) => Ok(verdict),
-            _ => Err(no_call(id)),
-        }
+    /// Runs `f` on the calls and the record; its joined command as JS takes it.
+    #[inline(always)]
+    fn go(
+        &mut self,
+        f: impl FnOnce(&mut Calls, &mut CallRecord) -> ratewindow_js_glue::Res<Option<String>>,
+    ) -> Result<Joined, String> {
+        guard(|| {
+            // SAFETY: the Float64Array is kept alive by the reference this struct holds, and JS runs
+            // nothing while this call runs, so nothing else reads or writes it meanwhile.
+            let slice = unsafe { self.record.as_mut() };
+            let out = <&mut CallRecord>::try_from(slice).expect("length checked when made");
+            f(&mut self.calls, out).map(Joined).map_err(thrown)
+        })
     }
 }
 
 #[napi]
 impl NativeCalls {
-    /// A Redis store's calls: keys start with `prefix`; with `hash_tag_before`, each key is tagged
-    /// with its part before that separator (an empty one: code `invalid_argument:hashTag`); `evalsha`
-    /// (default true): the host can run scripts by SHA1.
+    /// A Redis store's calls writing into `record`: keys start with `prefix`; with
+    /// `hash_tag_before`, each key is tagged with its part before that separator (an empty one: code
+    /// `invalid_argument:hashTag`); `evalsha` (default true): the host can run scripts by SHA1.
     #[napi(factory)]
     pub fn redis(
+        record: Float64Array,
         prefix: String,
         hash_tag_before: Option<String>,
         evalsha: Option<bool>,
     ) -> Result<Self, String> {
         guard(|| {
-            let mut options = RedisOptions::default().with_prefix(prefix);
-            if let Some(separator) = hash_tag_before {
-                options = options
-                    .with_hash_tag_before(separator)
-                    .map_err(|m| coded("invalid_argument:hashTag", m))?;
-            }
-            let redis = Redis::new(options).evalsha(evalsha.unwrap_or(true));
-            Ok(NativeCalls::new(Planner::Redis(redis)))
+            let calls = Calls::redis(prefix, hash_tag_before, evalsha.unwrap_or(true), seed());
+            NativeCalls::made(calls, record)
         })
     }
 
     /// A PostgreSQL store's calls on the objects named by `prefix` (`[a-z_][a-z0-9_]*`, at most 40
     /// characters); `durable`: every call waits for its commit's WAL flush.
     #[napi(factory)]
-    pub fn postgres(prefix: String, durable: Option<bool>) -> Result<Self, String> {
+    pub fn postgres(
+        record: Float64Array,
+        prefix: String,
+        durable: Option<bool>,
+    ) -> Result<Self, String> {
         guard(|| {
-            let pg = Postgres::new(names(&prefix)?).durable(durable.unwrap_or(false));
-            Ok(NativeCalls::new(Planner::Postgres(pg)))
+            let calls = Calls::postgres(&prefix, durable.unwrap_or(false), seed());
+            NativeCalls::made(calls, record)
         })
     }
 
     /// A SQLite store's calls on the tables named by `prefix` (the host's clock: `now` in each start).
     #[napi(factory)]
-    pub fn sqlite(prefix: String) -> Result<Self, String> {
-        guard(|| {
-            let sqlite = Sqlite::new(names(&prefix)?);
-            Ok(NativeCalls::new(Planner::Sqlite(sqlite)))
-        })
+    pub fn sqlite(record: Float64Array, prefix: String) -> Result<Self, String> {
+        guard(|| NativeCalls::made(Calls::sqlite(&prefix, seed()), record))
     }
 
     /// The SQL schema (idempotent; several statements, run without parameters).
     #[napi]
     pub fn schema(&self) -> Result<String, String> {
-        guard(|| match &self.planner {
-            Planner::Postgres(p) => Ok(p.schema()),
-            Planner::Sqlite(s) => Ok(s.schema()),
-            Planner::Redis(_) => Err(unsupported("schema")),
-        })
+        guard(|| self.calls.schema().map_err(thrown))
     }
 
     /// SQLite: what to `exec` on every connection, the busy timeout (`Sqlite::CONNECTION_SETUP`
     /// without one).
     #[napi]
     pub fn connection_setup(&self, busy_timeout_ms: Option<u32>) -> String {
-        busy_timeout_ms.map_or_else(
-            || Sqlite::CONNECTION_SETUP.to_owned(),
-            Sqlite::connection_setup,
-        )
+        Calls::connection_setup(busy_timeout_ms)
     }
 
     /// The purge (not a call): PostgreSQL one statement answering one row (calls, windows); SQLite
     /// at `now`, statements each deleting rows (their `changes` count them).
     #[napi]
     pub fn purge(&self, now: Option<f64>) -> Result<Vec<NativeStatement>, String> {
-        guard(|| match &self.planner {
-            Planner::Postgres(p) => Ok(vec![statement(&p.plan_purge())]),
-            Planner::Sqlite(s) => Ok(s
-                .plan_purge(now.unwrap_or(0.0) as u64)
-                .iter()
-                .map(statement)
-                .collect()),
-            Planner::Redis(_) => Err(unsupported("purge")),
+        guard(|| {
+            let statements = self.calls.purge(now).map_err(thrown)?;
+            Ok(statements.iter().map(statement).collect())
         })
     }
 
@@ -317,164 +240,132 @@ impl NativeCalls {
             let value = rows.value();
             // SAFETY: the value and its env come from this call's arguments.
             let rows = unsafe { rows_of(value.env, value.value)? };
-            let (calls, windows) =
-                Postgres::decode_purge(&rows).map_err(|e| coded("store_reply", e.to_string()))?;
-            Ok(NativePurged {
-                calls: calls as f64,
-                windows: windows as f64,
-            })
+            let (calls, windows) = Calls::purged(&rows).map_err(thrown)?;
+            Ok(NativePurged { calls, windows })
         })
     }
 
-    /// Starts `Op::Consume` of the entries (three parallel arrays) under `call_id`; with `release`
-    /// false its verdict keeps no release token. `now`: SQLite's clock (ms). Answers the call's id.
-    #[napi]
+    /// Starts `Op::Consume` of the entries (three parallel arrays); with `release` false its verdict
+    /// keeps no release token. `now`: SQLite's clock (ms). Answers the first step (see the module).
+    #[napi(ts_return_type = "string | null")]
     pub fn consume(
         &mut self,
-        call_id: String,
         keys: Vec<String>,
         uses: Vec<f64>,
         windows: Vec<f64>,
         release: bool,
         now: Option<f64>,
-    ) -> Result<u32, String> {
-        guard(|| {
-            let entries = entries(keys, uses, windows)?;
-            self.start(Op::Consume { entries, call_id }, now, release)
+    ) -> Result<Joined, String> {
+        self.go(|c, out| {
+            let entries = calls::entries(keys, &uses, &windows)?;
+            c.consume(out, entries, release, now)
         })
     }
 
     /// [`Self::consume`] of one entry, without a release token (a single call's verdict has none).
-    #[napi]
+    #[napi(ts_return_type = "string | null")]
     pub fn consume_one(
         &mut self,
-        call_id: String,
-        key: String,
+        key: Key,
         uses: f64,
         window_ms: f64,
         now: Option<f64>,
-    ) -> Result<u32, String> {
-        guard(|| {
-            let entries = vec![Entry::new(key, limit(uses, window_ms)?)];
-            self.start(Op::Consume { entries, call_id }, now, false)
-        })
+    ) -> Result<Joined, String> {
+        self.go(|c, out| c.consume_one(out, key.as_str().to_owned(), uses, window_ms, now))
     }
 
     /// Starts `Op::Peek`.
-    #[napi]
+    #[napi(ts_return_type = "string | null")]
     pub fn peek(
         &mut self,
         keys: Vec<String>,
         uses: Vec<f64>,
         windows: Vec<f64>,
         now: Option<f64>,
-    ) -> Result<u32, String> {
-        guard(|| {
-            let entries = entries(keys, uses, windows)?;
-            self.start(Op::Peek { entries }, now, false)
+    ) -> Result<Joined, String> {
+        self.go(|c, out| {
+            let entries = calls::entries(keys, &uses, &windows)?;
+            c.peek(out, entries, now)
         })
     }
 
     /// Starts `Op::Release` of an allowed consume's token.
-    #[napi]
-    pub fn release(&mut self, token: NativeRelease, now: Option<f64>) -> Result<u32, String> {
-        guard(|| {
-            let op = Op::Release {
-                token: token_of(token)?,
-            };
-            self.start(op, now, false)
+    #[napi(ts_return_type = "string | null")]
+    pub fn release(&mut self, token: NativeRelease, now: Option<f64>) -> Result<Joined, String> {
+        self.go(|c, out| {
+            let token = calls::token_of(&token.store, token.keys, token.call_id)?;
+            c.release(out, token, now)
         })
     }
 
     /// Starts `Op::Hit`.
-    #[napi]
+    #[napi(ts_return_type = "string | null")]
     pub fn hit(
         &mut self,
-        key: String,
+        key: Key,
         decay_ms: f64,
         amount: f64,
         now: Option<f64>,
-    ) -> Result<u32, String> {
-        guard(|| {
-            let op = Op::Hit {
-                key,
-                decay: decay(decay_ms)?,
-                amount: amount as i64,
-            };
-            self.start(op, now, false)
-        })
+    ) -> Result<Joined, String> {
+        self.go(|c, out| c.hit(out, key.as_str().to_owned(), decay_ms, amount, now))
     }
 
     /// Starts `Op::Attempt`.
-    #[napi]
+    #[napi(ts_return_type = "string | null")]
     pub fn attempt(
         &mut self,
-        key: String,
+        key: Key,
         max: f64,
         decay_ms: f64,
         now: Option<f64>,
-    ) -> Result<u32, String> {
-        guard(|| {
-            let op = Op::Attempt {
-                key,
-                max: max as i64,
-                decay: decay(decay_ms)?,
-            };
-            self.start(op, now, false)
-        })
+    ) -> Result<Joined, String> {
+        self.go(|c, out| c.attempt(out, key.as_str().to_owned(), max, decay_ms, now))
     }
 
     /// Starts `Op::Read` answering `query` (`attempts`, `tooManyAttempts`, `remaining`,
     /// `availableIn`, `availableInMs`; `max` for the two that take it).
-    #[napi]
+    #[napi(ts_return_type = "string | null")]
     pub fn read(
         &mut self,
-        key: String,
+        key: Key,
         query: String,
         max: f64,
         now: Option<f64>,
-    ) -> Result<u32, String> {
-        guard(|| {
-            let query = window_query(&query, max)?;
-            self.start(Op::Read { key, query }, now, false)
-        })
+    ) -> Result<Joined, String> {
+        self.go(|c, out| c.read(out, key.as_str().to_owned(), &query, max, now))
     }
 
     /// Starts `Op::ResetAttempts`.
-    #[napi]
-    pub fn reset_attempts(&mut self, key: String, now: Option<f64>) -> Result<u32, String> {
-        guard(|| self.start(Op::ResetAttempts { key }, now, false))
+    #[napi(ts_return_type = "string | null")]
+    pub fn reset_attempts(&mut self, key: Key, now: Option<f64>) -> Result<Joined, String> {
+        self.go(|c, out| c.reset_attempts(out, key.as_str().to_owned(), now))
     }
 
     /// Starts `Op::Clear`.
-    #[napi]
-    pub fn clear(&mut self, key: String, now: Option<f64>) -> Result<u32, String> {
-        guard(|| self.start(Op::Clear { key }, now, false))
+    #[napi(ts_return_type = "string | null")]
+    pub fn clear(&mut self, key: Key, now: Option<f64>) -> Result<Joined, String> {
+        self.go(|c, out| c.clear(out, key.as_str().to_owned(), now))
     }
 
-    /// The kind of call `id`'s first step.
-    #[napi]
-    pub fn next(&mut self, id: u32) -> Result<StepKind, String> {
-        guard(|| self.step(id, |_| Ok(())))
+    /// Call `id`'s current step again.
+    #[napi(ts_return_type = "string | null")]
+    pub fn next(&mut self, id: u32) -> Result<Joined, String> {
+        self.go(|c, out| c.next(out, id))
     }
 
     /// Feeds call `id` a reply as the client gave it (numbers, strings, null, arrays, Buffers,
-    /// bigints); the kind of its next step.
-    #[napi]
-    pub fn feed(&mut self, id: u32, reply: Unknown<'_>) -> Result<StepKind, String> {
-        guard(|| {
-            self.step(id, |call| {
-                let value = reply.value();
-                // SAFETY: the value and its env come from this very call's arguments.
-                call.feed(Fed::Reply(unsafe { reply_of(value.env, value.value, 0)? }));
-                Ok(())
-            })
-        })
+    /// bigints).
+    #[napi(ts_return_type = "string | null")]
+    pub fn feed(&mut self, id: u32, reply: Unknown<'_>) -> Result<Joined, String> {
+        let value = reply.value();
+        // SAFETY: the value and its env come from this very call's arguments.
+        let reply = guard(|| unsafe { reply_of(value.env, value.value, 0) })?;
+        self.go(|c, out| c.feed(out, id, Fed::Reply(reply)))
     }
 
     /// The fast path of [`Self::feed`]: a reply that is an array of `len` (at most 9) numbers, given
     /// one by one (the shape every ratewindow script answers; no array crosses).
-    #[napi]
+    #[napi(ts_return_type = "string | null")]
     #[allow(clippy::too_many_arguments)]
     pub fn feed_numbers(
         &mut self,
@@ -489,352 +380,107 @@ impl NativeCalls {
         n6: f64,
         n7: f64,
         n8: f64,
-    ) -> Result<StepKind, String> {
-        guard(|| {
-            let all = [n0, n1, n2, n3, n4, n5, n6, n7, n8];
-            let numbers = all.get(..len as usize).unwrap_or(&all);
-            let reply = numbers
-                .iter()
-                .map(|&n| number(n).map_or_else(Reply::Text, Reply::Int))
-                .collect();
-            self.step(id, |call| {
-                call.feed(Fed::Reply(Reply::Array(reply)));
-                Ok(())
-            })
-        })
+    ) -> Result<Joined, String> {
+        let all = [n0, n1, n2, n3, n4, n5, n6, n7, n8];
+        let numbers = all.get(..len as usize).unwrap_or(&all);
+        self.go(|c, out| c.feed_numbers(out, id, numbers))
     }
 
     /// Feeds call `id` the rows of its SQL command's last statement (an array of rows, each an array
-    /// of column values or an object of them in column order); the kind of its next step.
+    /// of column values or an object of them in column order).
+    #[napi(ts_return_type = "string | null")]
+    pub fn feed_rows(&mut self, id: u32, rows: Unknown<'_>) -> Result<Joined, String> {
+        let value = rows.value();
+        // SAFETY: as in `feed`.
+        let rows = guard(|| unsafe { rows_of(value.env, value.value) })?;
+        self.go(|c, out| c.feed(out, id, Fed::Rows(rows)))
+    }
+
+    /// Feeds call `id` the client's failure (its error message, as the client gives it).
+    #[napi(ts_return_type = "string | null")]
+    pub fn fail(&mut self, id: u32, message: String) -> Result<Joined, String> {
+        self.go(|c, out| c.fail(out, id, message))
+    }
+
+    /// `Script` step whose pieces did not fit the record: `KEYS`.
     #[napi]
-    pub fn feed_rows(&mut self, id: u32, rows: Unknown<'_>) -> Result<StepKind, String> {
-        guard(|| {
-            self.step(id, |call| {
-                let value = rows.value();
-                // SAFETY: as in `feed`.
-                call.feed(Fed::Rows(unsafe { rows_of(value.env, value.value)? }));
-                Ok(())
-            })
-        })
+    pub fn keys(&mut self, id: u32) -> Result<Vec<String>, String> {
+        guard(|| self.calls.keys(id).map_err(thrown))
     }
 
-    /// Feeds call `id` the client's failure (its error message, as the client gives it); the kind of
-    /// its next step.
+    /// `Script` step whose pieces did not fit the record: `ARGV`.
     #[napi]
-    pub fn fail(&mut self, id: u32, message: String) -> Result<StepKind, String> {
-        guard(|| {
-            self.step(id, |call| {
-                call.fail(message);
-                Ok(())
-            })
-        })
-    }
-
-    /// `Script` step: the script's name (`sliding`, `fixed`).
-    #[napi]
-    pub fn script(&mut self, id: u32) -> Result<String, String> {
-        guard(|| match self.command(id)? {
-            Command::Script { script, .. } => Ok(script.name.to_owned()),
-            Command::Sql { .. } => Err(no_call(id)),
-        })
-    }
-
-    /// `Script` step: `EVALSHA` with its SHA1 (true) or `EVAL` with its source (false).
-    #[napi]
-    pub fn by_sha1(&mut self, id: u32) -> Result<bool, String> {
-        guard(|| match self.command(id)? {
-            Command::Script { by_sha1, .. } => Ok(by_sha1),
-            Command::Sql { .. } => Err(no_call(id)),
-        })
-    }
-
-    /// `Script` step: `KEYS`.
-    #[napi(ts_return_type = "Array<string>")]
-    pub fn keys(&mut self, id: u32) -> Result<Strings, String> {
-        guard(|| match self.command(id)? {
-            Command::Script { keys, .. } => Ok(Strings(keys.to_vec())),
-            Command::Sql { .. } => Err(no_call(id)),
-        })
-    }
-
-    /// `Script` step: `ARGV`.
-    #[napi(ts_return_type = "Array<string>")]
-    pub fn args(&mut self, id: u32) -> Result<Strings, String> {
-        guard(|| match self.command(id)? {
-            Command::Script { args, .. } => Ok(Strings(args.to_vec())),
-            Command::Sql { .. } => Err(no_call(id)),
-        })
+    pub fn args(&mut self, id: u32) -> Result<Vec<String>, String> {
+        guard(|| self.calls.args(id).map_err(thrown))
     }
 
     /// `Sql` step: the statements, to run in order on one connection.
     #[napi]
     pub fn statements(&mut self, id: u32) -> Result<Vec<NativeStatement>, String> {
-        guard(|| match self.command(id)? {
-            Command::Sql { statements } => Ok(statements.iter().map(statement).collect()),
-            Command::Script { .. } => Err(no_call(id)),
+        guard(|| {
+            let statements = self.calls.statements(id).map_err(thrown)?;
+            Ok(statements.iter().map(statement).collect())
         })
     }
 
-    /// `Verdict`: whether allowed; `Attempt`: whether counted.
-    #[napi]
-    pub fn allowed(&self, id: u32) -> Result<bool, String> {
-        guard(|| match self.outcome(id)? {
-            Ok(Outcome::Verdict { verdict, .. }) => Ok(verdict.allowed),
-            Ok(Outcome::Attempt { allowed, .. }) => Ok(*allowed),
-            _ => Err(no_call(id)),
-        })
-    }
-
-    /// `Verdict`: ms until the next call is allowed (0 when allowed).
-    #[napi]
-    pub fn retry_after_ms(&self, id: u32) -> Result<f64, String> {
-        guard(|| Ok(self.verdict(id)?.retry_after_ms as f64))
-    }
-
-    /// `Verdict`, refused: when the next call is allowed (the store's clock, ms).
-    #[napi]
-    pub fn retry_timestamp(&self, id: u32) -> Result<Option<f64>, String> {
-        guard(|| Ok(self.verdict(id)?.retry_timestamp.map(|t| t as f64)))
-    }
-
-    /// `Verdict`, refused: the entry with the longest wait.
-    #[napi]
-    pub fn blocked(&self, id: u32) -> Result<Option<u32>, String> {
-        guard(|| Ok(self.verdict(id)?.blocked.map(|b| b as u32)))
-    }
-
-    /// `Verdict`: the tightest entry's uses.
-    #[napi]
-    pub fn limit(&self, id: u32) -> Result<f64, String> {
-        guard(|| Ok(self.verdict(id)?.quota.limit.into()))
-    }
-
-    /// `Verdict`: the uses it has left.
-    #[napi]
-    pub fn remaining(&self, id: u32) -> Result<f64, String> {
-        guard(|| Ok(self.verdict(id)?.quota.remaining.into()))
-    }
-
-    /// `Verdict`: ms until it gets a use back.
-    #[napi]
-    pub fn refill_after_ms(&self, id: u32) -> Result<f64, String> {
-        guard(|| Ok(self.verdict(id)?.quota.refill_after_ms as f64))
-    }
-
-    /// `Verdict`: ms until its window is empty; `Hit`, `Attempt`: until the window ends.
-    #[napi]
-    pub fn reset_after_ms(&self, id: u32) -> Result<f64, String> {
-        guard(|| match self.outcome(id)? {
-            Ok(Outcome::Verdict { verdict, .. }) => Ok(verdict.quota.reset_after_ms as f64),
-            Ok(Outcome::Hit { reset_after_ms, .. } | Outcome::Attempt { reset_after_ms, .. }) => {
-                Ok(*reset_after_ms as f64)
-            }
-            _ => Err(no_call(id)),
-        })
-    }
-
-    /// `Verdict` of a consume asked with its release, allowed: what gives it back.
+    /// A held verdict (`release` 1 in the record): what gives it back.
     #[napi]
     pub fn release_token(&self, id: u32) -> Result<Option<NativeRelease>, String> {
-        guard(|| match self.slots.get(id as usize) {
-            Some(Slot::Done(Ok(Outcome::Verdict { release, .. }), _, keep)) => {
-                Ok(release.clone().filter(|_| *keep).map(release_of))
-            }
-            _ => Err(no_call(id)),
-        })
-    }
-
-    /// `Hit`, `Attempt`: the count after the call.
-    #[napi]
-    pub fn count(&self, id: u32) -> Result<f64, String> {
-        guard(|| match self.outcome(id)? {
-            Ok(Outcome::Hit { count, .. } | Outcome::Attempt { count, .. }) => Ok(*count as f64),
-            _ => Err(no_call(id)),
-        })
-    }
-
-    /// `Int`: the number.
-    #[napi]
-    pub fn int(&self, id: u32) -> Result<f64, String> {
-        guard(|| match self.outcome(id)? {
-            Ok(Outcome::Int(n)) => Ok(*n as f64),
-            _ => Err(no_call(id)),
-        })
-    }
-
-    /// `Bool`: the answer.
-    #[napi]
-    pub fn bool(&self, id: u32) -> Result<bool, String> {
-        guard(|| match self.outcome(id)? {
-            Ok(Outcome::Bool(b)) => Ok(*b),
-            _ => Err(no_call(id)),
+        guard(|| {
+            let token = self.calls.release_token(id).map_err(thrown)?;
+            Ok(token.map(|t| {
+                let (store, keys, call_id) = calls::token_parts(t);
+                NativeRelease {
+                    store: store.to_owned(),
+                    keys: keys.to_vec(),
+                    call_id: call_id.to_owned(),
+                }
+            }))
         })
     }
 
     /// `Error`: why the call failed.
     #[napi]
     pub fn error(&self, id: u32) -> Result<NativeCallError, String> {
-        guard(|| match self.outcome(id)? {
-            Err(e) => Ok(call_error(e)),
-            Ok(_) => Err(no_call(id)),
+        guard(|| {
+            let e = calls::error_parts(self.calls.error(id).map_err(thrown)?);
+            Ok(NativeCallError {
+                kind: e.kind.to_owned(),
+                message: e.message,
+                client_message: e.client_message,
+                source: e.source.map(str::to_owned),
+                expected: e.expected.map(str::to_owned),
+                got: e.got,
+            })
         })
     }
 
-    /// Any outcome: the give-backs that failed on the way (Redis Cluster only; none: `undefined`).
+    /// A held outcome: the give-backs that failed on the way (Redis Cluster only).
     #[napi]
-    pub fn give_back_failures(&self, id: u32) -> Result<Option<Vec<NativeGiveBack>>, String> {
-        guard(|| match self.slots.get(id as usize) {
-            Some(Slot::Done(_, failures, _)) if failures.is_empty() => Ok(None),
-            Some(Slot::Done(_, failures, _)) => Ok(Some(failures.iter().map(give_back).collect())),
-            _ => Err(no_call(id)),
+    pub fn give_back_failures(&self, id: u32) -> Result<Vec<NativeGiveBack>, String> {
+        guard(|| {
+            let failures = self.calls.give_back_failures(id).map_err(thrown)?;
+            Ok(failures
+                .iter()
+                .map(|f| NativeGiveBack {
+                    keys: f.keys.clone(),
+                    call_id: f.call_id.clone(),
+                    message: f.message.clone(),
+                })
+                .collect())
         })
     }
 
     /// Frees call `id` (its outcome read, or the call abandoned).
     #[napi]
     pub fn end(&mut self, id: u32) {
-        if let Some(slot) = self.slots.get_mut(id as usize) {
-            if !matches!(slot, Slot::Free) {
-                *slot = Slot::Free;
-                self.free.push(id);
-            }
-        }
+        self.calls.end(id);
     }
 
-    /// Calls in progress or not yet ended (for leak tests).
+    /// Calls in progress or held (for leak tests).
     #[napi]
     pub fn in_progress(&self) -> u32 {
-        (self.slots.len() - self.free.len()) as u32
-    }
-}
-
-/// Strings for JS, each made as Latin-1 when it is ASCII (V8's one-byte strings, no UTF-8 decoding:
-/// the keys and arguments of a script are nearly always ASCII).
-pub struct Strings(Vec<String>);
-
-impl napi::bindgen_prelude::TypeName for Strings {
-    fn type_name() -> &'static str {
-        "Array<string>"
-    }
-
-    fn value_type() -> napi::ValueType {
-        napi::ValueType::Object
-    }
-}
-
-impl napi::bindgen_prelude::ToNapiValue for Strings {
-    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
-        let mut array = ptr::null_mut();
-        napi::check_status!(sys::napi_create_array_with_length(
-            env,
-            val.0.len(),
-            &mut array
-        ))?;
-        for (i, s) in val.0.iter().enumerate() {
-            let mut text = ptr::null_mut();
-            let status = if s.is_ascii() {
-                sys::napi_create_string_latin1(env, s.as_ptr().cast(), s.len() as isize, &mut text)
-            } else {
-                sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut text)
-            };
-            napi::check_status!(status)?;
-            napi::check_status!(sys::napi_set_element(env, array, i as u32, text))?;
-        }
-        Ok(array)
-    }
-}
-
-// ---- Values: the op arguments in, the outcome's parts out ------------------------------------------
-
-/// The entries of a call, given as three parallel arrays, validated by the core.
-fn entries(keys: Vec<String>, uses: Vec<f64>, windows: Vec<f64>) -> Res<Vec<Entry>> {
-    if keys.len() != uses.len() || keys.len() != windows.len() {
-        return Err(coded(
-            "invalid_argument:entries",
-            "keys, uses and windows differ in length".to_owned(),
-        ));
-    }
-    keys.into_iter()
-        .zip(uses.into_iter().zip(windows))
-        .map(|(key, (uses, window_ms))| Ok(Entry::new(key, limit(uses, window_ms)?)))
-        .collect()
-}
-
-/// A fixed window's decay, validated by the core.
-fn decay(decay_ms: f64) -> Res<Window> {
-    Window::from_f64(decay_ms).map_err(limit_error)
-}
-
-fn window_query(name: &str, max: f64) -> Res<WindowQuery> {
-    let max = max as i64;
-    Ok(match name {
-        "attempts" => WindowQuery::Attempts,
-        "tooManyAttempts" => WindowQuery::TooManyAttempts { max },
-        "remaining" => WindowQuery::Remaining { max },
-        "availableIn" => WindowQuery::AvailableIn,
-        "availableInMs" => WindowQuery::AvailableInMs,
-        _ => {
-            return Err(coded(
-                "invalid_argument:query",
-                format!("unknown window query {name:?}"),
-            ))
-        }
-    })
-}
-
-fn release_of(token: ReleaseToken) -> NativeRelease {
-    let (store, keys, call_id) = match token {
-        ReleaseToken::Redis(r) => ("redis", r.keys, r.call_id),
-        ReleaseToken::Sql(r) => ("sql", r.keys, r.call_id),
-    };
-    NativeRelease {
-        store: store.to_owned(),
-        keys,
-        call_id,
-    }
-}
-
-/// The token `release` describes (an unknown `store`: code `invalid_argument:release`).
-fn token_of(release: NativeRelease) -> Res<ReleaseToken> {
-    let NativeRelease {
-        store,
-        keys,
-        call_id,
-    } = release;
-    match store.as_str() {
-        "redis" => Ok(ReleaseToken::Redis(RedisRelease { keys, call_id })),
-        "sql" => Ok(ReleaseToken::Sql(SqlRelease { keys, call_id })),
-        _ => Err(coded(
-            "invalid_argument:release",
-            format!("not a release token of this package: store {store:?}"),
-        )),
-    }
-}
-
-fn call_error(error: &CallError) -> NativeCallError {
-    let (source, expected, got) = match error {
-        CallError::Reply(e) => (Some(e.script), Some(e.expected), Some(e.got.clone())),
-        CallError::Rows(e) => (Some(e.statement), Some(e.expected), Some(e.got.clone())),
-        _ => (None, None, None),
-    };
-    NativeCallError {
-        kind: error.kind().to_owned(),
-        message: error.to_string(),
-        client_message: match error {
-            CallError::Store { message } => Some(message.clone()),
-            _ => None,
-        },
-        source: source.map(str::to_owned),
-        expected: expected.map(str::to_owned),
-        got,
-    }
-}
-
-fn give_back(f: &GiveBackFailure) -> NativeGiveBack {
-    NativeGiveBack {
-        keys: f.keys.clone(),
-        call_id: f.call_id.clone(),
-        message: f.message.clone(),
+        self.calls.in_progress()
     }
 }
 
@@ -932,14 +578,7 @@ unsafe fn text_of(env: sys::napi_env, value: sys::napi_value) -> Res<String> {
     Ok(if is { format!("(error) {text}") } else { text })
 }
 
-fn number(n: f64) -> std::result::Result<i64, String> {
-    // Only whole numbers within i64 are integers; anything else is shown as it came.
-    if n.fract() == 0.0 && n.abs() < 9.2e18 {
-        Ok(n as i64)
-    } else {
-        Err(n.to_string())
-    }
-}
+use ratewindow_js_glue::calls::number_or_text as number;
 
 unsafe fn string(env: sys::napi_env, value: sys::napi_value) -> Res<String> {
     String::from_napi_value(env, value).map_err(|e| coded("panic", e.to_string()))
@@ -994,28 +633,12 @@ unsafe fn sql_value(env: sys::napi_env, value: sys::napi_value) -> Res<SqlValue>
         T::napi_string => SqlValue::Text(string(env, value)?),
         NAPI_BIGINT => bigint(env, value)?.map_or_else(SqlValue::Text, SqlValue::Int),
         T::napi_object => match elements(env, value)? {
-            Some(items) => {
-                let items = items
+            Some(items) => calls::sql_list(
+                items
                     .into_iter()
                     .map(|item| sql_value(env, item))
-                    .collect::<Res<Vec<_>>>()?;
-                if items.iter().all(|v| matches!(v, SqlValue::Int(_))) {
-                    SqlValue::Ints(
-                        items
-                            .into_iter()
-                            .filter_map(|v| {
-                                if let SqlValue::Int(i) = v {
-                                    Some(i)
-                                } else {
-                                    None
-                                }
-                            })
-                            .collect(),
-                    )
-                } else {
-                    SqlValue::Texts(items.iter().map(ToString::to_string).collect())
-                }
-            }
+                    .collect::<Res<Vec<_>>>()?,
+            ),
             None => SqlValue::Text(text_of(env, value)?),
         },
         _ => SqlValue::Text(text_of(env, value)?),

@@ -11,15 +11,17 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use ratewindow_core::{Limit, LimitError, MemoryStore};
+use ratewindow_core::{Limit, MemoryStore};
 use ratewindow_js_glue::{record, Failure, JsStore, Record};
 
 mod key;
 use key::Key;
 
-mod call;
+pub mod call;
 pub mod redis;
 mod sql;
+// The HTTP middleware's decisions (ts/http/).
+pub mod http;
 
 /// What every export returns: on failure a JS `Error` whose `code` is the status string
 /// (`invalid_limit:uses`, `invalid_limit:window_ms`, `invalid_argument:<field>` or `panic`, see
@@ -48,11 +50,6 @@ fn guard<T>(f: impl FnOnce() -> Res<T>) -> Result<T, String> {
 #[inline(always)]
 fn glue<T>(f: impl FnOnce() -> ratewindow_js_glue::Res<T>) -> Result<T, String> {
     guard(|| f().map_err(thrown))
-}
-
-/// The core's limit error as a JS error with code `invalid_limit:<field>` and the core's message.
-fn limit_error(e: LimitError) -> Error<String> {
-    coded(&format!("invalid_limit:{}", e.field.name()), e.to_string())
 }
 
 /// A cooldown limit from JS numbers, refused naming the field as JS spells it.

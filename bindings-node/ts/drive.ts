@@ -1,24 +1,28 @@
 /**
  * The call driver, the same for every store that talks to a server through the user's client (Redis,
  * PostgreSQL, SQLite): a store starts a call on its planner, and {@link drive} (or {@link driveSync})
- * loops — ask the call for its next step, run the command with the client, feed back the reply, the
- * rows or the client's error — until the call ends. Then the outcome becomes a public value here, and a
- * failure the one typed error of its kind. Every decision is the engine's (`ratewindow_core::call`).
+ * loops — run the step the call answered with the client, feed back the reply, the rows or the
+ * client's error — until the call ends. Then the outcome, left in the store's call record by the last
+ * feed, becomes a public value here, and a failure the one typed error of its kind. Every decision is
+ * the engine's (`ratewindow_core::call`). The record is shared by the store's calls: each step is read
+ * from it right after the native call that wrote it, before anything is awaited.
  * @module
  * @internal
  */
-import { randomUUID } from 'node:crypto';
-
 import type { Backend } from './backend';
 import { checkEntries, checkInteger, checkKey, checkLimitShape } from './check';
 import { fromBackend, InternalError, typeError } from './errors';
-import { StepKind, type BackendCalls, type BackendRelease, type CallErrorInfo, type WindowQuery } from './redis-backend';
+import { CallSlot, StepKind, type BackendCalls, type BackendRelease, type CallErrorInfo, type WindowQuery } from './redis-backend';
 import { cooldownLimit, CooldownStore } from './store';
 import { GiveBackError, StoreError, StoreReplyError } from './store-errors';
 import type { AttemptResult, Awaitable, HitResult, BatchVerdict, CooldownLimit, Entry, Verdict } from './types';
 
-/** Runs call `id`'s command (a `Script` or `Sql` step) with the user's client: its reply or rows. */
-export type RunCommand = (kind: StepKind, id: number) => unknown;
+/**
+ * Runs call `id`'s command (a `Script` or `Sql` step) with the user's client: its reply or rows.
+ * `command`: a `Script` step's pieces joined (see `BackendCalls`). Called right after the native call
+ * that answered the step, so the record still holds it.
+ */
+export type RunCommand = (kind: StepKind, id: number, command: string | null) => unknown;
 
 /** What the client threw, as the message a call is fed (as the client gives it). */
 function message(error: unknown): string {
@@ -30,7 +34,7 @@ function message(error: unknown): string {
 type Thrown = Map<string, unknown>;
 
 /** Feeds what the client answered (an array of up to nine numbers crosses as numbers). */
-function feed(calls: BackendCalls, id: number, kind: StepKind, answer: unknown): StepKind {
+function feed(calls: BackendCalls, id: number, kind: StepKind, answer: unknown): string | null {
   if (kind === StepKind.Sql) return calls.feedRows(id, answer);
   if (Array.isArray(answer) && answer.length <= 9) {
     const a = answer as unknown[];
@@ -44,50 +48,93 @@ function feed(calls: BackendCalls, id: number, kind: StepKind, answer: unknown):
   return calls.feed(id, answer);
 }
 
-function failed(calls: BackendCalls, id: number, error: unknown, thrown: Thrown): StepKind {
-  const text = message(error);
-  thrown.set(text, error);
-  return calls.fail(id, text);
+/** A call being driven: its id, what its client threw, whether it still holds a slot. */
+class Driven {
+  thrown: Thrown | undefined = undefined;
+  open = true;
+  constructor(readonly id: number) {}
+
+  failed(calls: BackendCalls, error: unknown): string | null {
+    const text = message(error);
+    (this.thrown ??= new Map()).set(text, error);
+    return calls.fail(this.id, text);
+  }
 }
 
-/** Drives call `id` to its end, awaiting each command; the outcome's kind (an error is thrown). */
-export async function drive(calls: BackendCalls, id: number, run: RunCommand, onGiveBack?: (e: GiveBackError) => void): Promise<StepKind> {
-  const thrown: Thrown = new Map();
-  let kind: StepKind = calls.next(id);
-  while (kind === StepKind.Script || kind === StepKind.Sql) {
-    let answer: unknown;
-    try {
-      answer = await run(kind, id);
-    } catch (e) {
-      kind = failed(calls, id, e, thrown);
-      continue;
+/**
+ * Drives the call a start just began (`first`: what it answered) to its end, awaiting each command;
+ * `then` reads the outcome from the record (a failure is thrown instead). Frees the call.
+ */
+export async function drive<T>(
+  calls: BackendCalls,
+  record: Float64Array,
+  first: string | null,
+  run: RunCommand,
+  then: (record: Float64Array, id: number) => T,
+  onGiveBack?: (e: GiveBackError) => void,
+): Promise<T> {
+  const call = new Driven(record[CallSlot.Id]!);
+  try {
+    let command = first;
+    let kind: StepKind = record[CallSlot.Kind]!;
+    while (kind === StepKind.Script || kind === StepKind.Sql) {
+      let answer: unknown;
+      try {
+        answer = await run(kind, call.id, command);
+      } catch (e) {
+        command = call.failed(calls, e);
+        kind = record[CallSlot.Kind]!;
+        continue;
+      }
+      command = feed(calls, call.id, kind, answer);
+      kind = record[CallSlot.Kind]!;
     }
-    kind = feed(calls, id, kind, answer);
+    return settle(calls, record, call, kind, then, onGiveBack);
+  } finally {
+    if (call.open) calls.end(call.id);
   }
-  return settle(calls, id, kind, thrown, onGiveBack);
 }
 
 /** {@link drive} for a synchronous client (SQLite). */
-export function driveSync(calls: BackendCalls, id: number, run: RunCommand): StepKind {
-  const thrown: Thrown = new Map();
-  let kind: StepKind = calls.next(id);
-  while (kind === StepKind.Script || kind === StepKind.Sql) {
-    let answer: unknown;
-    try {
-      answer = run(kind, id);
-    } catch (e) {
-      kind = failed(calls, id, e, thrown);
-      continue;
+export function driveSync<T>(calls: BackendCalls, record: Float64Array, first: string | null, run: RunCommand, then: (record: Float64Array, id: number) => T): T {
+  const call = new Driven(record[CallSlot.Id]!);
+  try {
+    let command = first;
+    let kind: StepKind = record[CallSlot.Kind]!;
+    while (kind === StepKind.Script || kind === StepKind.Sql) {
+      let answer: unknown;
+      try {
+        answer = run(kind, call.id, command);
+      } catch (e) {
+        command = call.failed(calls, e);
+        kind = record[CallSlot.Kind]!;
+        continue;
+      }
+      command = feed(calls, call.id, kind, answer);
+      kind = record[CallSlot.Kind]!;
     }
-    kind = feed(calls, id, kind, answer);
+    return settle(calls, record, call, kind, then);
+  } finally {
+    if (call.open) calls.end(call.id);
   }
-  return settle(calls, id, kind, thrown);
 }
 
-/** Reports the give-backs that failed, then throws a failed call's error or returns its kind. */
-function settle(calls: BackendCalls, id: number, kind: StepKind, thrown: Thrown, onGiveBack?: (e: GiveBackError) => void): StepKind {
-  if (onGiveBack !== undefined) {
-    for (const f of calls.giveBackFailures(id) ?? []) {
+/** Reports the give-backs that failed, then throws a failed call's error or reads its outcome. */
+function settle<T>(
+  calls: BackendCalls,
+  record: Float64Array,
+  call: Driven,
+  kind: StepKind,
+  then: (record: Float64Array, id: number) => T,
+  onGiveBack?: (e: GiveBackError) => void,
+): T {
+  if (record[CallSlot.Held] === 0) {
+    call.open = false;
+    return then(record, call.id);
+  }
+  const thrown = call.thrown ?? new Map();
+  if (onGiveBack !== undefined && record[CallSlot.GiveBacks]! > 0) {
+    for (const f of calls.giveBackFailures(call.id)) {
       try {
         onGiveBack(new GiveBackError(f.keys, f.callId, thrown.get(f.message) ?? new Error(f.message)));
       } catch {
@@ -95,8 +142,8 @@ function settle(calls: BackendCalls, id: number, kind: StepKind, thrown: Thrown,
       }
     }
   }
-  if (kind === StepKind.Error) throw callError(calls.error(id), thrown);
-  return kind;
+  if (kind === StepKind.Error) throw callError(calls.error(call.id), thrown);
+  return then(record, call.id);
 }
 
 /** A failed call's error: the one place where the engine's error kinds become ratewindow's errors. */
@@ -115,19 +162,20 @@ export function callError(e: CallErrorInfo, thrown: Thrown = new Map()): Error {
   }
 }
 
-/** Call `id`'s verdict: single (`consume`, `peek`) or batch, `release` not enumerable. */
-export function verdictOf(calls: BackendCalls, id: number, batch: boolean, release?: () => Awaitable<void>): BatchVerdict {
-  const v: { -readonly [K in keyof BatchVerdict]: BatchVerdict[K] } = { allowed: calls.allowed(id), retryAfterMs: calls.retryAfterMs(id) };
-  if (!v.allowed) {
-    const at = calls.retryTimestamp(id);
-    if (at !== null && at !== undefined) v.retryTimestamp = at;
-    const blocked = batch ? calls.blocked(id) : undefined;
-    if (blocked !== null && blocked !== undefined) v.blocked = blocked;
+/** A verdict from the call record: single (`consume`, `peek`) or batch, `release` not enumerable. */
+export function verdictOf(r: Float64Array, batch: boolean, release?: () => Awaitable<void>): BatchVerdict {
+  const allowed = r[CallSlot.Allowed] === 1;
+  const v: { -readonly [K in keyof BatchVerdict]: BatchVerdict[K] } = { allowed, retryAfterMs: r[CallSlot.RetryAfterMs]! };
+  if (!allowed) {
+    const at = r[CallSlot.RetryTimestamp]!;
+    if (at === at) v.retryTimestamp = at;
+    const blocked = r[CallSlot.Blocked]!;
+    if (batch && blocked === blocked) v.blocked = blocked;
   }
-  v.limit = calls.limit(id);
-  v.remaining = calls.remaining(id);
-  v.refillAfterMs = calls.refillAfterMs(id);
-  v.resetAfterMs = calls.resetAfterMs(id);
+  v.limit = r[CallSlot.Limit]!;
+  v.remaining = r[CallSlot.Remaining]!;
+  v.refillAfterMs = r[CallSlot.RefillAfterMs]!;
+  v.resetAfterMs = r[CallSlot.ResetAfterMs]!;
   if (release !== undefined) Object.defineProperty(v, 'release', { value: release, enumerable: false });
   return v;
 }
@@ -159,9 +207,11 @@ function columns(entries: readonly Entry[]): [string[], number[], number[]] {
  */
 export abstract class CallStore<S extends boolean> extends CooldownStore {
   protected abstract readonly calls: BackendCalls;
+  /** The call record `calls` writes into (`CALL_RECORD_LENGTH` numbers). */
+  protected abstract readonly record: Float64Array;
   protected abstract readonly backend: Backend;
   /** Runs call `id`'s command (a `Script` or `Sql` step) with the user's client. */
-  protected abstract runCommand(kind: StepKind, id: number): unknown;
+  protected abstract runCommand(kind: StepKind, id: number, command: string | null): unknown;
   /** Whether the client answers at once (SQLite's drivers). */
   protected abstract readonly sync: S;
 
@@ -178,8 +228,8 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     process.emitWarning(error);
   }
 
-  /** Starts a call (`begin` checks the arguments too), drives it, converts its outcome, frees it. */
-  protected go<T>(begin: () => number, then: (id: number) => T, entries?: readonly Entry[], decayMs?: number): Answer<S, T> {
+  /** Starts a call (`begin` checks the arguments too), drives it, reads its outcome (`then`), frees it. */
+  protected go<T>(begin: () => string | null, then: (record: Float64Array, id: number) => T, entries?: readonly Entry[], decayMs?: number): Answer<S, T> {
     const start = () => {
       try {
         return begin();
@@ -188,25 +238,11 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         throw typeof code === 'string' && !code.startsWith('ERR_') ? engineError(e, this.backend, entries, decayMs) : e;
       }
     };
-    const calls = this.calls;
-    const run = (kind: StepKind, id: number) => this.runCommand(kind, id);
-    if (this.sync) {
-      const id = start();
-      try {
-        driveSync(calls, id, run);
-        return then(id) as Answer<S, T>;
-      } finally {
-        calls.end(id);
-      }
-    }
+    const run: RunCommand = (kind, id, command) => this.runCommand(kind, id, command);
+    if (this.sync) return driveSync(this.calls, this.record, start(), run, then) as Answer<S, T>;
     return (async () => {
-      const id = start();
-      try {
-        await drive(calls, id, run, this.reportsGiveBacks ? (e) => this.giveBackFailed(e) : undefined);
-        return then(id);
-      } finally {
-        calls.end(id);
-      }
+      const first = start();
+      return drive(this.calls, this.record, first, run, then, this.reportsGiveBacks ? (e) => this.giveBackFailed(e) : undefined);
     })() as Answer<S, T>;
   }
 
@@ -237,9 +273,9 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
       () => {
         checkKey(key);
         checkLimitShape(limit);
-        return this.calls.consumeOne(randomUUID(), key, limit.uses, limit.windowMs, this.now());
+        return this.calls.consumeOne(key, limit.uses, limit.windowMs, this.now());
       },
-      (id) => verdictOf(this.calls, id, false),
+      (r) => verdictOf(r, false),
       [{ key, limit }],
     );
   }
@@ -252,7 +288,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         checkLimitShape(limit);
         return this.calls.peek([key], [limit.uses], [limit.windowMs], this.now());
       },
-      (id) => verdictOf(this.calls, id, false),
+      (r) => verdictOf(r, false),
       [{ key, limit }],
     );
   }
@@ -266,9 +302,9 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     return this.go(
       () => {
         checkEntries(entries);
-        return this.calls.consume(randomUUID(), ...columns(entries), true, this.now());
+        return this.calls.consume(...columns(entries), true, this.now());
       },
-      (id) => verdictOf(this.calls, id, true, this.releaser(this.calls.releaseToken(id) ?? undefined)),
+      (r, id) => verdictOf(r, true, this.releaser(r[CallSlot.Release] === 1 ? (this.calls.releaseToken(id) ?? undefined) : undefined)),
       entries,
     );
   }
@@ -280,7 +316,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         checkEntries(entries);
         return this.calls.peek(...columns(entries), this.now());
       },
-      (id) => verdictOf(this.calls, id, true),
+      (r) => verdictOf(r, true),
       entries,
     );
   }
@@ -296,7 +332,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         if (typeof decayMs !== 'number') throw typeError('decayMs must be a number', decayMs);
         return this.calls.hit(key, decayMs, checkInteger('amount', amount), this.now());
       },
-      (id) => this.calls.count(id),
+      (r) => r[CallSlot.Value]!,
       undefined,
       decayMs,
     );
@@ -310,7 +346,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         if (typeof decayMs !== 'number') throw typeError('decayMs must be a number', decayMs);
         return this.calls.hit(key, decayMs, checkInteger('amount', amount), this.now());
       },
-      (id): HitResult => ({ count: this.calls.count(id), resetAfterMs: this.calls.resetAfterMs(id) }),
+      (r): HitResult => ({ count: r[CallSlot.Value]!, resetAfterMs: r[CallSlot.ResetAfterMs]! }),
       undefined,
       decayMs,
     );
@@ -328,13 +364,13 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         if (typeof decayMs !== 'number') throw typeError('decayMs must be a number', decayMs);
         return this.calls.attempt(key, checkInteger('max', max), decayMs, this.now());
       },
-      (id): AttemptResult => ({ allowed: this.calls.allowed(id), count: this.calls.count(id), resetAfterMs: this.calls.resetAfterMs(id) }),
+      (r): AttemptResult => ({ allowed: r[CallSlot.Allowed] === 1, count: r[CallSlot.Value]!, resetAfterMs: r[CallSlot.ResetAfterMs]! }),
       undefined,
       decayMs,
     );
   }
 
-  private read<T>(key: string, query: WindowQuery, max: number, value: (id: number) => T): Answer<S, T> {
+  private read<T>(key: string, query: WindowQuery, max: number, value: (r: Float64Array) => T): Answer<S, T> {
     return this.go(() => {
       checkKey(key);
       return this.calls.read(key, query, checkInteger('max', max), this.now());
@@ -343,27 +379,27 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
 
   /** Hits counted in `key`'s current window; 0 when it has none. */
   attempts(key: string): Answer<S, number> {
-    return this.read(key, 'attempts', 0, (id) => this.calls.int(id));
+    return this.read(key, 'attempts', 0, (r) => r[CallSlot.Value]!);
   }
 
   /** Whether `key` has `max` or more hits in a window that still runs. */
   tooManyAttempts(key: string, max: number): Answer<S, boolean> {
-    return this.read(key, 'tooManyAttempts', max, (id) => this.calls.bool(id));
+    return this.read(key, 'tooManyAttempts', max, (r) => r[CallSlot.Value] === 1);
   }
 
   /** `max` minus the hits in `key`'s current window, floored at 0. */
   remaining(key: string, max: number): Answer<S, number> {
-    return this.read(key, 'remaining', max, (id) => this.calls.int(id));
+    return this.read(key, 'remaining', max, (r) => r[CallSlot.Value]!);
   }
 
   /** Whole seconds until `key`'s window ends, rounded up; 0 when it has none. */
   availableIn(key: string): Answer<S, number> {
-    return this.read(key, 'availableIn', 0, (id) => this.calls.int(id));
+    return this.read(key, 'availableIn', 0, (r) => r[CallSlot.Value]!);
   }
 
   /** Milliseconds until `key`'s window ends; 0 when it has none. */
   availableInMs(key: string): Answer<S, number> {
-    return this.read(key, 'availableInMs', 0, (id) => this.calls.int(id));
+    return this.read(key, 'availableInMs', 0, (r) => r[CallSlot.Value]!);
   }
 
   /** Sets `key`'s count to zero, keeping its window running. */

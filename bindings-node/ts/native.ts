@@ -8,7 +8,7 @@
 import { join } from 'node:path';
 
 import type { Backend, BackendStore } from './backend';
-import type { BackendCalls, RedisBackend } from './redis-backend';
+import { CALL_RECORD_LAYOUT, type BackendCalls, type RedisBackend } from './redis-backend';
 import type { SqlBackend } from './sql-backend';
 
 /** What the addon exports (see `src/lib.rs`). */
@@ -19,10 +19,11 @@ interface NativeModule {
   noop(): number;
   __panicForTest(message: string): void;
   NativeCalls: {
-    redis(prefix: string, hashTagBefore: string | null, evalsha?: boolean): BackendCalls;
-    postgres(prefix: string, durable?: boolean): BackendCalls;
-    sqlite(prefix: string): BackendCalls;
+    redis(record: Float64Array, prefix: string, hashTagBefore: string | null, evalsha?: boolean): BackendCalls;
+    postgres(record: Float64Array, prefix: string, durable?: boolean): BackendCalls;
+    sqlite(record: Float64Array, prefix: string): BackendCalls;
   };
+  callRecordLayout(): string[];
   redisScripts(): string[];
 }
 
@@ -33,6 +34,9 @@ export function nativeBackend(): Backend {
   if (loaded) return loaded;
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const native = require(join(__dirname, '..', 'loader.cjs')) as NativeModule;
+  if (native.callRecordLayout().join() !== CALL_RECORD_LAYOUT.join()) {
+    throw new Error(`ratewindow: the addon's call record (${native.callRecordLayout().join()}) is not this package's; rebuild the addon`);
+  }
   loaded = Object.freeze({
     kind: 'native',
     createStore: (record: Float64Array) => new native.NativeStore(record),
@@ -40,10 +44,11 @@ export function nativeBackend(): Backend {
     checkLimit: native.checkLimit,
     noop: native.noop,
     panicForTest: native.__panicForTest,
-    createRedis: (prefix: string, hashTagBefore: string | null, evalsha?: boolean) => native.NativeCalls.redis(prefix, hashTagBefore, evalsha),
+    createRedis: (record: Float64Array, prefix: string, hashTagBefore: string | null, evalsha?: boolean) =>
+      native.NativeCalls.redis(record, prefix, hashTagBefore, evalsha),
     redisScripts: native.redisScripts,
-    createPostgres: (prefix: string, durable?: boolean) => native.NativeCalls.postgres(prefix, durable),
-    createSqlite: (prefix: string) => native.NativeCalls.sqlite(prefix),
+    createPostgres: (record: Float64Array, prefix: string, durable?: boolean) => native.NativeCalls.postgres(record, prefix, durable),
+    createSqlite: (record: Float64Array, prefix: string) => native.NativeCalls.sqlite(record, prefix),
   } satisfies Backend & RedisBackend & SqlBackend);
   return loaded;
 }

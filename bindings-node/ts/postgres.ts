@@ -15,7 +15,7 @@
 import type { Backend } from './backend';
 import { CallStore, engineError } from './drive';
 import { typeError } from './errors';
-import type { BackendCalls, SqlStatement, StepKind } from './redis-backend';
+import { CALL_RECORD_LENGTH, type BackendCalls, type SqlStatement, type StepKind } from './redis-backend';
 import { sqlBackend, prefixOption, storeError } from './sql';
 
 /**
@@ -92,6 +92,7 @@ function runner(client: PostgresQuery | PgQueryable): PostgresQuery {
  */
 export class PostgresStore extends CallStore<false> {
   protected readonly calls: BackendCalls;
+  protected readonly record = new Float64Array(CALL_RECORD_LENGTH);
   protected readonly backend: Backend;
   protected readonly sync = false;
   private readonly query: PostgresQuery;
@@ -105,7 +106,7 @@ export class PostgresStore extends CallStore<false> {
       throw typeError('durable must be a boolean', options.durable);
     }
     try {
-      this.calls = backend.createPostgres(prefixOption(options.prefix), options.durable ?? false);
+      this.calls = backend.createPostgres(this.record, prefixOption(options.prefix), options.durable ?? false);
     } catch (e) {
       throw engineError(e, backend);
     }

@@ -4,8 +4,9 @@
  * package, for now) still satisfies the core one. `RedisStore` checks for them and says so when missing.
  *
  * A planner starts a call (the engine's call machine, `ratewindow_core::call`) for each
- * operation; `ts/drive.ts` drives it. Each crossing is typed and small: the step's kind, then typed
- * getters of what that kind has; the reply or rows as the client gave them, a failure as its message.
+ * operation; `ts/drive.ts` drives it. Each crossing answers the most it can: a start or a feed gives the
+ * next Redis command as one string and leaves the rest (the step, or the whole outcome) in the store's
+ * call record; the reply or rows cross as the client gave them, a failure as its message.
  *
  * ## Rules every implementation follows
  * - Limits arrive as the host numbers the user gave; an invalid one throws a `BackendError` with code
@@ -42,7 +43,7 @@ export interface BackendRelease {
   callId: string;
 }
 
-/** What a step is (`StepKind` of `src/call.rs`): a command to run, or how the call ended. */
+/** What a step is (`StepKind` of `ratewindow_js_glue::calls`): a command to run, or how the call ended. */
 export const enum StepKind {
   Script = 0,
   Sql = 1,
@@ -54,6 +55,51 @@ export const enum StepKind {
   Unit = 7,
   Error = 8,
 }
+
+/**
+ * The slots of a store's call record (`ratewindow_js_glue::calls`, checked against `callRecordLayout()`
+ * when the addon loads): every start, feed and failure writes the call's id, its step and, once the
+ * call is done, its whole outcome here. Literal indices: a const enum costs nothing at run time.
+ */
+export const enum CallSlot {
+  Id = 0,
+  Kind = 1,
+  /** 1 while the call is kept (more to read: `end` frees it), 0 once freed. */
+  Held = 2,
+  BySha1 = 3,
+  /** 0 sliding, 1 fixed. */
+  Script = 4,
+  /** The key count; -1 when the pieces did not fit (read `keys(id)` and `args(id)`). */
+  Keys = 5,
+  Args = 6,
+  Allowed = 7,
+  RetryAfterMs = 8,
+  /** NaN: none. */
+  RetryTimestamp = 9,
+  /** NaN: none. */
+  Blocked = 10,
+  Limit = 11,
+  Remaining = 12,
+  RefillAfterMs = 13,
+  ResetAfterMs = 14,
+  /** A hit's or attempt's count, an `Int`, a `Bool` (1 or 0). */
+  Value = 15,
+  /** Failed give-backs to read with `giveBackFailures(id)`. */
+  GiveBacks = 16,
+  /** 1: `releaseToken(id)` has the token. */
+  Release = 17,
+  /** The first piece's length; the keys' then the arguments' follow. */
+  Pieces = 18,
+}
+
+/** Numbers in a call record. */
+export const CALL_RECORD_LENGTH = 64;
+
+/** The slot names up to `pieces`, in order (what `callRecordLayout()` answers). */
+export const CALL_RECORD_LAYOUT: readonly string[] = Object.freeze([
+  'id', 'kind', 'held', 'bySha1', 'script', 'keys', 'args', 'allowed', 'retryAfterMs', 'retryTimestamp', 'blocked',
+  'limit', 'remaining', 'refillAfterMs', 'resetAfterMs', 'value', 'giveBacks', 'release', 'pieces',
+]);
 
 /** Why a call failed: the engine's stable kind (`store`, `reply`, `protocol`, `unsupported`) and details. */
 export interface CallErrorInfo {
@@ -71,65 +117,50 @@ export interface CallErrorInfo {
 export type WindowQuery = 'attempts' | 'tooManyAttempts' | 'remaining' | 'availableIn' | 'availableInMs';
 
 /**
- * One store's call machines (`NativeCalls` of `src/call.rs`). Each operation starts a call and answers
- * its id (`now`: SQLite's clock; the others answer by the server's and ignore it). `next` gives the
- * kind of the call's first step and each feed the kind of the next one; typed getters of the id give
- * what that kind has; `end` frees the call once its outcome is read.
+ * One store's call machines (`NativeCalls` of `src/call.rs`, `WasmCalls` of the wasm package), writing
+ * into the call record they were made with. Each operation starts a call; it, each feed and each
+ * failure answer the call's next Redis command as one string (the keys then the arguments, each
+ * piece's length in the record from `CallSlot.Pieces`; `null` for any other step) and write the
+ * step's kind, the call's id and, once done, its outcome into the record. A call left `Held` has more
+ * to read (`error`, `releaseToken`, `giveBackFailures`) and is freed by `end`.
  */
 export interface BackendCalls {
-  /** A consume of the entries (three parallel arrays) under `callId`; `release`: keep its token. */
-  consume(callId: string, keys: string[], uses: number[], windows: number[], release: boolean, now?: number | null): number;
+  /** A consume of the entries (three parallel arrays); `release`: keep its token. */
+  consume(keys: string[], uses: number[], windows: number[], release: boolean, now?: number | null): string | null;
   /** A consume of one entry, keeping no token. */
-  consumeOne(callId: string, key: string, uses: number, windowMs: number, now?: number | null): number;
-  peek(keys: string[], uses: number[], windows: number[], now?: number | null): number;
-  release(token: BackendRelease, now?: number | null): number;
-  hit(key: string, decayMs: number, amount: number, now?: number | null): number;
-  attempt(key: string, max: number, decayMs: number, now?: number | null): number;
-  read(key: string, query: WindowQuery, max: number, now?: number | null): number;
-  resetAttempts(key: string, now?: number | null): number;
-  clear(key: string, now?: number | null): number;
+  consumeOne(key: string, uses: number, windowMs: number, now?: number | null): string | null;
+  peek(keys: string[], uses: number[], windows: number[], now?: number | null): string | null;
+  release(token: BackendRelease, now?: number | null): string | null;
+  hit(key: string, decayMs: number, amount: number, now?: number | null): string | null;
+  attempt(key: string, max: number, decayMs: number, now?: number | null): string | null;
+  read(key: string, query: WindowQuery, max: number, now?: number | null): string | null;
+  resetAttempts(key: string, now?: number | null): string | null;
+  clear(key: string, now?: number | null): string | null;
 
-  /** The kind of call `id`'s first step. */
-  next(id: number): number;
   /** A reply, as the client gave it. */
-  feed(id: number, reply: unknown): number;
+  feed(id: number, reply: unknown): string | null;
   /** The fast path of {@link feed}: a reply that is an array of `len` (at most 9) numbers, one by one. */
-  feedNumbers(id: number, len: number, n0: number, n1: number, n2: number, n3: number, n4: number, n5: number, n6: number, n7: number, n8: number): number;
+  feedNumbers(id: number, len: number, n0: number, n1: number, n2: number, n3: number, n4: number, n5: number, n6: number, n7: number, n8: number): string | null;
   /** The rows of a `Sql` step's last statement (arrays of values, or objects in column order). */
-  feedRows(id: number, rows: unknown): number;
+  feedRows(id: number, rows: unknown): string | null;
   /** The client's failure: its error message. */
-  fail(id: number, message: string): number;
+  fail(id: number, message: string): string | null;
 
-  /** `Script` step: the script's name (`sliding`, `fixed`), whether by SHA1, `KEYS`, `ARGV`. */
-  script(id: number): string;
-  bySha1(id: number): boolean;
+  /** `Script` step whose pieces did not fit the record: `KEYS`, `ARGV`. */
   keys(id: number): string[];
   args(id: number): string[];
   /** `Sql` step: the statements, in order on one connection. */
   statements(id: number): SqlStatement[];
 
-  /** Outcomes: the verdict's fields (`allowed` also an attempt's). */
-  allowed(id: number): boolean;
-  retryAfterMs(id: number): number;
-  retryTimestamp(id: number): number | null | undefined;
-  blocked(id: number): number | null | undefined;
-  limit(id: number): number;
-  remaining(id: number): number;
-  refillAfterMs(id: number): number;
-  /** A verdict's, a hit's or an attempt's. */
-  resetAfterMs(id: number): number;
-  /** An allowed consume asked with its release: what gives it back. */
+  /** A held allowed consume asked with its release: what gives it back. */
   releaseToken(id: number): BackendRelease | null | undefined;
-  /** A hit's or an attempt's count. */
-  count(id: number): number;
-  int(id: number): number;
-  bool(id: number): boolean;
+  /** A held failed call: why. */
   error(id: number): CallErrorInfo;
-  /** Give-backs that failed on the way (Redis Cluster only). */
-  giveBackFailures(id: number): GiveBackFailure[] | null | undefined;
+  /** A held call's give-backs that failed on the way (Redis Cluster only). */
+  giveBackFailures(id: number): GiveBackFailure[];
   /** Frees call `id`. */
   end(id: number): void;
-  /** Calls started and not yet ended (for leak tests). */
+  /** Calls started and not yet freed (for leak tests). */
   inProgress(): number;
 
   /** SQL: the schema (idempotent). */
@@ -145,11 +176,11 @@ export interface BackendCalls {
 /** A {@link Backend} that can also start Redis calls. */
 export interface RedisBackend {
   /**
-   * A store's calls: keys start with `prefix`; with `hashTagBefore`, each key's part before that
+   * A store's calls, writing into `record` ({@link CALL_RECORD_LENGTH} numbers): keys start with `prefix`; with `hashTagBefore`, each key's part before that
    * separator is its Cluster hash tag (an empty one throws code `invalid_argument:hashTag`); `evalsha`:
    * the host can run scripts by SHA1 (default true).
    */
-  createRedis(prefix: string, hashTagBefore: string | null, evalsha?: boolean): BackendCalls;
+  createRedis(record: Float64Array, prefix: string, hashTagBefore: string | null, evalsha?: boolean): BackendCalls;
   /** `[sliding sha1, sliding source, fixed sha1, fixed source]`. */
   redisScripts(): string[];
 }

@@ -16,7 +16,7 @@
 import type { Backend } from './backend';
 import { CallStore, engineError } from './drive';
 import { typeError } from './errors';
-import { hasRedis, type BackendCalls, type StepKind } from './redis-backend';
+import { CALL_RECORD_LENGTH, CallSlot, hasRedis, type BackendCalls, type StepKind } from './redis-backend';
 import { getDefaultBackend } from './store';
 import type { GiveBackError } from './store-errors';
 
@@ -71,12 +71,14 @@ interface ScriptRef {
  */
 export class RedisStore extends CallStore<false> {
   protected readonly calls: BackendCalls;
+  protected readonly record = new Float64Array(CALL_RECORD_LENGTH);
   protected readonly backend: Backend;
   protected readonly sync = false;
   protected override readonly reportsGiveBacks = true;
   private readonly run: RedisRun;
   private readonly evalsha: RedisEvalSha | undefined;
-  private readonly byName: Readonly<Record<string, ScriptRef>>;
+  private readonly sliding: ScriptRef;
+  private readonly fixed: ScriptRef;
   private readonly onGiveBackError: ((error: GiveBackError) => void) | undefined;
 
   /**
@@ -111,15 +113,13 @@ export class RedisStore extends CallStore<false> {
     if (!hasRedis(backend)) throw new TypeError(`the ${backend.kind} engine build has no Redis planner`);
     this.backend = backend;
     try {
-      this.calls = backend.createRedis(prefix, hashTag ?? null, evalsha !== undefined);
+      this.calls = backend.createRedis(this.record, prefix, hashTag ?? null, evalsha !== undefined);
     } catch (e) {
       throw engineError(e, backend);
     }
     const [slidingSha1, slidingSource, fixedSha1, fixedSource] = backend.redisScripts();
-    this.byName = Object.freeze({
-      sliding: Object.freeze({ sha1: slidingSha1!, source: slidingSource! }),
-      fixed: Object.freeze({ sha1: fixedSha1!, source: fixedSource! }),
-    });
+    this.sliding = Object.freeze({ sha1: slidingSha1!, source: slidingSource! });
+    this.fixed = Object.freeze({ sha1: fixedSha1!, source: fixedSource! });
     this.run = run;
     this.evalsha = evalsha;
     this.onGiveBackError = onGiveBackError;
@@ -127,15 +127,29 @@ export class RedisStore extends CallStore<false> {
 
   /** The scripts' SHA1s, e.g. to `SCRIPT LOAD` them ahead of a failover. */
   get scripts(): { readonly sliding: ScriptRef; readonly fixed: ScriptRef } {
-    return { sliding: this.byName.sliding!, fixed: this.byName.fixed! };
+    return { sliding: this.sliding, fixed: this.fixed };
   }
 
-  protected override runCommand(_kind: StepKind, id: number): unknown {
-    const c = this.calls;
-    const script = this.byName[c.script(id)]!;
-    return c.bySha1(id) && this.evalsha !== undefined
-      ? this.evalsha(script.sha1, c.keys(id), c.args(id))
-      : this.run(script.source, c.keys(id), c.args(id));
+  /** Runs the step just answered: its pieces (`command`, cut by the lengths in the record) as keys and args. */
+  protected override runCommand(_kind: StepKind, id: number, command: string | null): unknown {
+    const r = this.record;
+    const script = r[CallSlot.Script] === 1 ? this.fixed : this.sliding;
+    const nKeys = r[CallSlot.Keys]!;
+    let keys: string[];
+    let args: string[];
+    if (nKeys < 0 || command === null) {
+      keys = this.calls.keys(id);
+      args = this.calls.args(id);
+    } else {
+      const s = command;
+      const nArgs = r[CallSlot.Args]!;
+      let at = 0;
+      keys = [];
+      for (let i = 0; i < nKeys; i++) keys.push(s.slice(at, (at += r[CallSlot.Pieces + i]!)));
+      args = [];
+      for (let i = nKeys; i < nKeys + nArgs; i++) args.push(s.slice(at, (at += r[CallSlot.Pieces + i]!)));
+    }
+    return r[CallSlot.BySha1] === 1 && this.evalsha !== undefined ? this.evalsha(script.sha1, keys, args) : this.run(script.source, keys, args);
   }
 
   protected override giveBackFailed(error: GiveBackError): void {

@@ -16,9 +16,9 @@ export interface SqlBackend {
    * `durable`: every call waits for its commit's WAL flush (default: the call's own transaction skips
    * it, `synchronous_commit = off` locally).
    */
-  createPostgres(prefix: string, durable?: boolean): BackendCalls;
+  createPostgres(record: Float64Array, prefix: string, durable?: boolean): BackendCalls;
   /** SQLite calls for the tables named by `prefix`. */
-  createSqlite(prefix: string): BackendCalls;
+  createSqlite(record: Float64Array, prefix: string): BackendCalls;
 }
 
 /** Whether `backend` implements {@link SqlBackend} too. */

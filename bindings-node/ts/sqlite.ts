@@ -15,7 +15,7 @@ import type { Backend } from './backend';
 import { checkInteger, checkNow } from './check';
 import { CallStore, engineError } from './drive';
 import { InvalidArgumentError, typeError } from './errors';
-import type { BackendCalls, SqlStatement, StepKind } from './redis-backend';
+import { CALL_RECORD_LENGTH, type BackendCalls, type SqlStatement, type StepKind } from './redis-backend';
 import { prefixOption, sqlBackend, storeError } from './sql';
 import type { Clock } from './types';
 
@@ -83,6 +83,7 @@ const CACHE_LIMIT = 256;
  */
 export class SqliteStore extends CallStore<true> {
   protected readonly calls: BackendCalls;
+  protected readonly record = new Float64Array(CALL_RECORD_LENGTH);
   protected readonly backend: Backend;
   protected readonly sync = true;
   private readonly db: SqliteDatabaseLike;
@@ -102,7 +103,7 @@ export class SqliteStore extends CallStore<true> {
     const backend = sqlBackend(options.backend, 'SqliteStore');
     this.backend = backend;
     try {
-      this.calls = backend.createSqlite(prefixOption(options.prefix));
+      this.calls = backend.createSqlite(this.record, prefixOption(options.prefix));
     } catch (e) {
       throw engineError(e, backend);
     }

@@ -5,8 +5,8 @@ import type * as Native from '../../native';
 
 declare const native: typeof Native;
 
-export const calls: BackendCalls = native.NativeCalls.redis('ratewindow:', null);
+export const calls: BackendCalls = native.NativeCalls.redis(new Float64Array(64), 'ratewindow:', null);
 export const redisBackend: RedisBackend = {
-  createRedis: (prefix, hashTagBefore, evalsha) => native.NativeCalls.redis(prefix, hashTagBefore, evalsha),
+  createRedis: (record, prefix, hashTagBefore, evalsha) => native.NativeCalls.redis(record, prefix, hashTagBefore, evalsha),
   redisScripts: native.redisScripts,
 };

@@ -6,9 +6,9 @@ import type * as Native from '../../native';
 
 declare const native: typeof Native;
 
-export const postgres: BackendCalls = native.NativeCalls.postgres('ratewindow');
-export const sqlite: BackendCalls = native.NativeCalls.sqlite('ratewindow');
+export const postgres: BackendCalls = native.NativeCalls.postgres(new Float64Array(64), 'ratewindow');
+export const sqlite: BackendCalls = native.NativeCalls.sqlite(new Float64Array(64), 'ratewindow');
 export const sql: SqlBackend = {
-  createPostgres: (prefix: string, durable?: boolean) => native.NativeCalls.postgres(prefix, durable),
-  createSqlite: (prefix: string) => native.NativeCalls.sqlite(prefix),
+  createPostgres: (record: Float64Array, prefix: string, durable?: boolean) => native.NativeCalls.postgres(record, prefix, durable),
+  createSqlite: (record: Float64Array, prefix: string) => native.NativeCalls.sqlite(record, prefix),
 };

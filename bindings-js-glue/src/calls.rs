@@ -1,0 +1,860 @@
+//! The call boundary both JS builds share (napi: `bindings-node/src/call.rs`; wasm-bindgen:
+//! `bindings-wasm/js/src/calls.rs`): one [`Calls`] per store (Redis, PostgreSQL or SQLite) starts the
+//! core's call machine (`ratewindow_core::call`) for each operation and keeps it by id until its
+//! outcome is read; the TypeScript driver (`bindings-node/ts/drive.ts`) runs each command with the
+//! user's client and feeds back what came. Everything that decides lives in the core; this module only
+//! converts values, so each shell is left with reading its host's values.
+//!
+//! ## The fewest crossings
+//!
+//! Every call that moves a call on (a start, a feed, a failure) answers its next Redis command as ONE
+//! string, the keys then the arguments joined, and writes everything else into the store's call record
+//! (`[f64; LEN]`, slots named by [`NAMES`]): the call's id, the step's kind, the script and whether by
+//! SHA1, how many keys and arguments and each one's length in UTF-16 units (the JS side cuts the string
+//! with `slice`), and once the call is done its whole outcome (a verdict's fields, a count, a number).
+//! A call whose outcome is wholly in the record is freed at once (`HELD` 0); one with more to read (an
+//! error, a release token, failed give-backs) stays until [`Calls::end`]. So one Redis consume is two
+//! crossings: the start (answering the command) and the reply fed (answering the verdict).
+
+use ratewindow_core::call::{
+    Call, CallError, Command, Fed, GiveBackFailure, Next, Op, Outcome, Redis, ReleaseToken,
+    WindowQuery,
+};
+use ratewindow_core::redis::{RedisOptions, RedisRelease, Reply};
+use ratewindow_core::sql::{Postgres, SqlNames, SqlRelease, SqlValue, Sqlite, Statement};
+use ratewindow_core::{Entry, Quota};
+
+use crate::{number, Failure, Res};
+
+/// What a step is: a command to run, or how the call ended (`StepKind` of `ts/redis-backend.ts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum StepKind {
+    /// Run a Redis script: the answered string, `SCRIPT`, `BY_SHA1`, `KEYS`, `ARGS`.
+    Script = 0,
+    /// Run SQL statements (`statements`), then feed the rows of the last.
+    Sql = 1,
+    /// A consume's or peek's verdict (`ALLOWED` … `RESET_AFTER_MS`).
+    Verdict = 2,
+    /// A hit: `VALUE` (the count), `RESET_AFTER_MS`.
+    Hit = 3,
+    /// An attempt: `ALLOWED`, `VALUE` (the count), `RESET_AFTER_MS`.
+    Attempt = 4,
+    /// A number: `VALUE`.
+    Int = 5,
+    /// A yes or no: `VALUE` (1 or 0).
+    Bool = 6,
+    /// Done, nothing to say.
+    Unit = 7,
+    /// The call failed: `error(id)`.
+    Error = 8,
+}
+
+/// Slot: the call's id.
+pub const ID: usize = 0;
+/// Slot: the step's [`StepKind`].
+pub const KIND: usize = 1;
+/// Slot: 1 while the call is kept (its outcome has more to read: `end` frees it), 0 once freed.
+pub const HELD: usize = 2;
+/// Slot: a `Script` step by SHA1 (1) or with its source (0).
+pub const BY_SHA1: usize = 3;
+/// Slot: a `Script` step's script: 0 sliding, 1 fixed.
+pub const SCRIPT: usize = 4;
+/// Slot: a `Script` step's key count; -1 when its pieces do not fit the record (read `keys`/`args`).
+pub const KEYS: usize = 5;
+/// Slot: a `Script` step's argument count.
+pub const ARGS: usize = 6;
+/// Slot: a verdict's or an attempt's `allowed` (1 or 0).
+pub const ALLOWED: usize = 7;
+/// Slot: a verdict's `retryAfterMs`.
+pub const RETRY_AFTER_MS: usize = 8;
+/// Slot: a refused verdict's `retryTimestamp` (NaN: none).
+pub const RETRY_TIMESTAMP: usize = 9;
+/// Slot: a refused batch's `blocked` (NaN: none).
+pub const BLOCKED: usize = 10;
+/// Slot: a verdict's `limit`.
+pub const LIMIT: usize = 11;
+/// Slot: a verdict's `remaining`.
+pub const REMAINING: usize = 12;
+/// Slot: a verdict's `refillAfterMs`.
+pub const REFILL_AFTER_MS: usize = 13;
+/// Slot: a verdict's `resetAfterMs`, a hit's or an attempt's.
+pub const RESET_AFTER_MS: usize = 14;
+/// Slot: a hit's or attempt's count, an `Int`, a `Bool` (1 or 0).
+pub const VALUE: usize = 15;
+/// Slot: how many give-backs failed on the way (read them with `give_back_failures`).
+pub const GIVE_BACKS: usize = 16;
+/// Slot: 1 when an allowed consume asked with its release has a token (`release_token`).
+pub const RELEASE: usize = 17;
+/// Slot: the first piece's length; the keys' then the arguments' follow.
+pub const PIECES: usize = 18;
+/// Slots in a call record.
+pub const LEN: usize = 64;
+
+/// The slots' names up to [`PIECES`], in order, as `ts/redis-backend.ts` spells them.
+pub const NAMES: [&str; PIECES + 1] = [
+    "id",
+    "kind",
+    "held",
+    "bySha1",
+    "script",
+    "keys",
+    "args",
+    "allowed",
+    "retryAfterMs",
+    "retryTimestamp",
+    "blocked",
+    "limit",
+    "remaining",
+    "refillAfterMs",
+    "resetAfterMs",
+    "value",
+    "giveBacks",
+    "release",
+    "pieces",
+];
+
+/// One call record.
+pub type CallRecord = [f64; LEN];
+
+enum Planner {
+    Redis(Redis),
+    Postgres(Postgres),
+    Sqlite(Sqlite),
+}
+
+enum Slot {
+    Free,
+    Running(Call, bool),
+    Done(Result<Outcome, CallError>, Vec<GiveBackFailure>, bool),
+}
+
+/// Call ids unique enough inside one key's log: a per-store random prefix and a counter, in base 36.
+struct CallIds {
+    prefix: String,
+    counter: u64,
+}
+
+impl CallIds {
+    fn new(seed: u64) -> CallIds {
+        let mut prefix = String::with_capacity(16);
+        push_base36(&mut prefix, seed);
+        prefix.push('.');
+        CallIds { prefix, counter: 0 }
+    }
+
+    fn next(&mut self) -> String {
+        self.counter += 1;
+        let mut id = String::with_capacity(self.prefix.len() + 8);
+        id.push_str(&self.prefix);
+        push_base36(&mut id, self.counter);
+        id
+    }
+}
+
+fn push_base36(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 13];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize];
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits[i..].iter().map(|&b| b as char));
+}
+
+/// One store's call machines and its calls in progress, by id (a slot each).
+pub struct Calls {
+    planner: Planner,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    ids: CallIds,
+}
+
+fn coded(code: &str, message: impl Into<String>) -> Failure {
+    Failure::new(code, message)
+}
+
+fn names(prefix: &str) -> Res<SqlNames> {
+    SqlNames::new(prefix).map_err(|message| coded("invalid_argument:prefix", message))
+}
+
+fn unsupported(what: &str) -> Failure {
+    coded(
+        "invalid_argument:store",
+        format!("{what} is not an operation of this store"),
+    )
+}
+
+fn no_call(id: u32) -> Failure {
+    coded(
+        "invalid_argument:call",
+        format!("no call {id} at this step"),
+    )
+}
+
+/// The length of `s` in UTF-16 code units (JS string length).
+fn js_len(s: &str) -> usize {
+    if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().map(char::len_utf16).sum()
+    }
+}
+
+impl Calls {
+    fn new(planner: Planner, seed: u64) -> Calls {
+        Calls {
+            planner,
+            slots: Vec::new(),
+            free: Vec::new(),
+            ids: CallIds::new(seed),
+        }
+    }
+
+    /// A Redis store's calls: keys start with `prefix`; with `hash_tag_before`, each key is tagged
+    /// with its part before that separator (an empty one: code `invalid_argument:hashTag`);
+    /// `evalsha`: the host can run scripts by SHA1; `seed`: random bits for the call ids' prefix.
+    pub fn redis(
+        prefix: String,
+        hash_tag_before: Option<String>,
+        evalsha: bool,
+        seed: u64,
+    ) -> Res<Calls> {
+        let mut options = RedisOptions::default().with_prefix(prefix);
+        if let Some(separator) = hash_tag_before {
+            options = options
+                .with_hash_tag_before(separator)
+                .map_err(|m| coded("invalid_argument:hashTag", m))?;
+        }
+        let redis = Redis::new(options).evalsha(evalsha);
+        Ok(Calls::new(Planner::Redis(redis), seed))
+    }
+
+    /// A PostgreSQL store's calls on the objects named by `prefix`; `durable`: every call waits for
+    /// its commit's WAL flush.
+    pub fn postgres(prefix: &str, durable: bool, seed: u64) -> Res<Calls> {
+        let pg = Postgres::new(names(prefix)?).durable(durable);
+        Ok(Calls::new(Planner::Postgres(pg), seed))
+    }
+
+    /// A SQLite store's calls on the tables named by `prefix` (the host's clock: `now` in each start).
+    pub fn sqlite(prefix: &str, seed: u64) -> Res<Calls> {
+        Ok(Calls::new(
+            Planner::Sqlite(Sqlite::new(names(prefix)?)),
+            seed,
+        ))
+    }
+
+    /// The SQL schema (idempotent; several statements, run without parameters).
+    pub fn schema(&self) -> Res<String> {
+        match &self.planner {
+            Planner::Postgres(p) => Ok(p.schema()),
+            Planner::Sqlite(s) => Ok(s.schema()),
+            Planner::Redis(_) => Err(unsupported("schema")),
+        }
+    }
+
+    /// SQLite: what to `exec` on every connection.
+    pub fn connection_setup(busy_timeout_ms: Option<u32>) -> String {
+        busy_timeout_ms.map_or_else(
+            || Sqlite::CONNECTION_SETUP.to_owned(),
+            Sqlite::connection_setup,
+        )
+    }
+
+    /// The purge (not a call): PostgreSQL one statement answering one row (calls, windows); SQLite
+    /// at `now`, statements each deleting rows.
+    pub fn purge(&self, now: Option<f64>) -> Res<Vec<Statement>> {
+        match &self.planner {
+            Planner::Postgres(p) => Ok(vec![p.plan_purge()]),
+            Planner::Sqlite(s) => Ok(s.plan_purge(now.unwrap_or(0.0) as u64)),
+            Planner::Redis(_) => Err(unsupported("purge")),
+        }
+    }
+
+    /// PostgreSQL: the purge's counts from its rows (code `store_reply` for rows of the wrong shape).
+    pub fn purged(rows: &[Vec<SqlValue>]) -> Res<(f64, f64)> {
+        let (calls, windows) =
+            Postgres::decode_purge(rows).map_err(|e| coded("store_reply", e.to_string()))?;
+        Ok((calls as f64, windows as f64))
+    }
+
+    fn start(
+        &mut self,
+        out: &mut CallRecord,
+        op: Op,
+        now: Option<f64>,
+        keep: bool,
+    ) -> Res<Option<String>> {
+        let call = match &self.planner {
+            Planner::Redis(r) => r.start(op),
+            Planner::Postgres(p) => p.start(op),
+            Planner::Sqlite(s) => s.start(op, now.unwrap_or(0.0) as u64),
+        };
+        let slot = Slot::Running(call, keep);
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = slot;
+                id
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.step(out, id, |_| {})
+    }
+
+    /// Feeds (with `f`) the running call `id`, then writes its next step (or its outcome) into `out`
+    /// and answers a `Script` step's pieces joined.
+    fn step(
+        &mut self,
+        out: &mut CallRecord,
+        id: u32,
+        f: impl FnOnce(&mut Call),
+    ) -> Res<Option<String>> {
+        let Some(slot) = self.slots.get_mut(id as usize) else {
+            return Err(no_call(id));
+        };
+        let Slot::Running(call, keep) = slot else {
+            return Err(no_call(id));
+        };
+        f(call);
+        out[ID] = f64::from(id);
+        out[HELD] = 1.0;
+        let result = match call.next() {
+            Next::Run(Command::Script {
+                script,
+                keys,
+                args,
+                by_sha1,
+            }) => {
+                out[KIND] = StepKind::Script as u8 as f64;
+                out[BY_SHA1] = if by_sha1 { 1.0 } else { 0.0 };
+                out[SCRIPT] = if script.name == "fixed" { 1.0 } else { 0.0 };
+                return Ok(Some(joined(out, keys, args)));
+            }
+            Next::Run(Command::Sql { .. }) => {
+                out[KIND] = StepKind::Sql as u8 as f64;
+                return Ok(None);
+            }
+            Next::Done(result) => result,
+        };
+        let failures = call.take_give_back_failures();
+        let keep = *keep;
+        let kind = write_outcome(out, &result, keep);
+        out[KIND] = kind as u8 as f64;
+        out[GIVE_BACKS] = failures.len() as f64;
+        let held = kind == StepKind::Error || !failures.is_empty() || out[RELEASE] == 1.0;
+        if held {
+            *slot = Slot::Done(result, failures, keep);
+        } else {
+            *slot = Slot::Free;
+            self.free.push(id);
+            out[HELD] = 0.0;
+        }
+        Ok(None)
+    }
+
+    fn command(&mut self, id: u32) -> Res<Command<'_>> {
+        match self.slots.get_mut(id as usize) {
+            Some(Slot::Running(call, _)) => match call.next() {
+                Next::Run(command) => Ok(command),
+                Next::Done(_) => Err(no_call(id)),
+            },
+            _ => Err(no_call(id)),
+        }
+    }
+
+    fn outcome(&self, id: u32) -> Res<(&Result<Outcome, CallError>, &[GiveBackFailure], bool)> {
+        match self.slots.get(id as usize) {
+            Some(Slot::Done(result, failures, keep)) => Ok((result, failures, *keep)),
+            _ => Err(no_call(id)),
+        }
+    }
+
+    /// Starts `Op::Consume` of `entries`; with `release` false its verdict keeps no release token.
+    /// `now`: SQLite's clock (ms).
+    pub fn consume(
+        &mut self,
+        out: &mut CallRecord,
+        entries: Vec<Entry>,
+        release: bool,
+        now: Option<f64>,
+    ) -> Res<Option<String>> {
+        let call_id = self.ids.next();
+        self.start(out, Op::Consume { entries, call_id }, now, release)
+    }
+
+    /// [`Self::consume`] of one entry, without a release token.
+    pub fn consume_one(
+        &mut self,
+        out: &mut CallRecord,
+        key: String,
+        uses: f64,
+        window_ms: f64,
+        now: Option<f64>,
+    ) -> Res<Option<String>> {
+        let entries = vec![Entry::new(key, number::limit(uses, window_ms)?)];
+        self.consume(out, entries, false, now)
+    }
+
+    /// Starts `Op::Peek`.
+    pub fn peek(
+        &mut self,
+        out: &mut CallRecord,
+        entries: Vec<Entry>,
+        now: Option<f64>,
+    ) -> Res<Option<String>> {
+        self.start(out, Op::Peek { entries }, now, false)
+    }
+
+    /// Starts `Op::Release` of an allowed consume's token.
+    pub fn release(
+        &mut self,
+        out: &mut CallRecord,
+        token: ReleaseToken,
+        now: Option<f64>,
+    ) -> Res<Option<String>> {
+        self.start(out, Op::Release { token }, now, false)
+    }
+
+    /// Starts `Op::Hit`.
+    pub fn hit(
+        &mut self,
+        out: &mut CallRecord,
+        key: String,
+        decay_ms: f64,
+        amount: f64,
+        now: Option<f64>,
+    ) -> Res<Option<String>> {
+        let op = Op::Hit {
+            key,
+            decay: number::decay(decay_ms)?,
+            amount: amount as i64,
+        };
+        self.start(out, op, now, false)
+    }
+
+    /// Starts `Op::Attempt`.
+    pub fn attempt(
+        &mut self,
+        out: &mut CallRecord,
+        key: String,
+        max: f64,
+        decay_ms: f64,
+        now: Option<f64>,
+    ) -> Res<Option<String>> {
+        let op = Op::Attempt {
+            key,
+            max: max as i64,
+            decay: number::decay(decay_ms)?,
+        };
+        self.start(out, op, now, false)
+    }
+
+    /// Starts `Op::Read` answering `query` (`attempts`, `tooManyAttempts`, `remaining`,
+    /// `availableIn`, `availableInMs`; `max` for the two that take it).
+    pub fn read(
+        &mut self,
+        out: &mut CallRecord,
+        key: String,
+        query: &str,
+        max: f64,
+        now: Option<f64>,
+    ) -> Res<Option<String>> {
+        let query = window_query(query, max)?;
+        self.start(out, Op::Read { key, query }, now, false)
+    }
+
+    /// Starts `Op::ResetAttempts`.
+    pub fn reset_attempts(
+        &mut self,
+        out: &mut CallRecord,
+        key: String,
+        now: Option<f64>,
+    ) -> Res<Option<String>> {
+        self.start(out, Op::ResetAttempts { key }, now, false)
+    }
+
+    /// Starts `Op::Clear`.
+    pub fn clear(
+        &mut self,
+        out: &mut CallRecord,
+        key: String,
+        now: Option<f64>,
+    ) -> Res<Option<String>> {
+        self.start(out, Op::Clear { key }, now, false)
+    }
+
+    /// Call `id`'s current step again (as a start answers it).
+    pub fn next(&mut self, out: &mut CallRecord, id: u32) -> Res<Option<String>> {
+        self.step(out, id, |_| {})
+    }
+
+    /// Feeds call `id` what its client answered.
+    pub fn feed(&mut self, out: &mut CallRecord, id: u32, fed: Fed) -> Res<Option<String>> {
+        self.step(out, id, |call| call.feed(fed))
+    }
+
+    /// Feeds call `id` a reply that is an array of numbers (the shape ratewindow's scripts answer).
+    pub fn feed_numbers(
+        &mut self,
+        out: &mut CallRecord,
+        id: u32,
+        numbers: &[f64],
+    ) -> Res<Option<String>> {
+        let reply = Reply::Array(numbers.iter().map(|&n| reply_number(n)).collect());
+        self.feed(out, id, Fed::Reply(reply))
+    }
+
+    /// Feeds call `id` the client's failure (its error message, as the client gives it).
+    pub fn fail(&mut self, out: &mut CallRecord, id: u32, message: String) -> Res<Option<String>> {
+        self.step(out, id, |call| call.fail(message))
+    }
+
+    /// `Script` step: `KEYS` (when the pieces did not fit the record).
+    pub fn keys(&mut self, id: u32) -> Res<Vec<String>> {
+        match self.command(id)? {
+            Command::Script { keys, .. } => Ok(keys.to_vec()),
+            Command::Sql { .. } => Err(no_call(id)),
+        }
+    }
+
+    /// `Script` step: `ARGV` (when the pieces did not fit the record).
+    pub fn args(&mut self, id: u32) -> Res<Vec<String>> {
+        match self.command(id)? {
+            Command::Script { args, .. } => Ok(args.to_vec()),
+            Command::Sql { .. } => Err(no_call(id)),
+        }
+    }
+
+    /// `Sql` step: the statements, to run in order on one connection.
+    pub fn statements(&mut self, id: u32) -> Res<&[Statement]> {
+        match self.command(id)? {
+            Command::Sql { statements } => Ok(statements),
+            Command::Script { .. } => Err(no_call(id)),
+        }
+    }
+
+    /// A held verdict of a consume asked with its release, allowed: what gives it back.
+    pub fn release_token(&self, id: u32) -> Res<Option<&ReleaseToken>> {
+        match self.outcome(id)? {
+            (Ok(Outcome::Verdict { release, .. }), _, keep) => {
+                Ok(release.as_ref().filter(|_| keep))
+            }
+            _ => Err(no_call(id)),
+        }
+    }
+
+    /// A held `Error`: why the call failed.
+    pub fn error(&self, id: u32) -> Res<&CallError> {
+        match self.outcome(id)? {
+            (Err(e), _, _) => Ok(e),
+            _ => Err(no_call(id)),
+        }
+    }
+
+    /// A held outcome: the give-backs that failed on the way (Redis Cluster only).
+    pub fn give_back_failures(&self, id: u32) -> Res<&[GiveBackFailure]> {
+        Ok(self.outcome(id)?.1)
+    }
+
+    /// Frees call `id` (its outcome read, or the call abandoned).
+    pub fn end(&mut self, id: u32) {
+        if let Some(slot) = self.slots.get_mut(id as usize) {
+            if !matches!(slot, Slot::Free) {
+                *slot = Slot::Free;
+                self.free.push(id);
+            }
+        }
+    }
+
+    /// Calls in progress or held (for leak tests).
+    pub fn in_progress(&self) -> u32 {
+        (self.slots.len() - self.free.len()) as u32
+    }
+}
+
+/// The keys then the arguments as one string, each piece's JS length in `out` from [`PIECES`] (or
+/// `KEYS` -1 and an empty string when they do not fit: the host reads `keys` and `args`).
+fn joined(out: &mut CallRecord, keys: &[String], args: &[String]) -> String {
+    if keys.len() + args.len() > LEN - PIECES {
+        out[KEYS] = -1.0;
+        out[ARGS] = -1.0;
+        return String::new();
+    }
+    out[KEYS] = keys.len() as f64;
+    out[ARGS] = args.len() as f64;
+    let total = keys.iter().chain(args).map(String::len).sum();
+    let mut s = String::with_capacity(total);
+    for (i, piece) in keys.iter().chain(args).enumerate() {
+        out[PIECES + i] = js_len(piece) as f64;
+        s.push_str(piece);
+    }
+    s
+}
+
+fn write_quota(out: &mut CallRecord, quota: Quota) {
+    out[LIMIT] = f64::from(quota.limit);
+    out[REMAINING] = f64::from(quota.remaining);
+    out[REFILL_AFTER_MS] = quota.refill_after_ms as f64;
+    out[RESET_AFTER_MS] = quota.reset_after_ms as f64;
+}
+
+fn write_outcome(
+    out: &mut CallRecord,
+    result: &Result<Outcome, CallError>,
+    keep: bool,
+) -> StepKind {
+    out[RELEASE] = 0.0;
+    match result {
+        Ok(Outcome::Verdict { verdict, release }) => {
+            out[ALLOWED] = if verdict.allowed { 1.0 } else { 0.0 };
+            out[RETRY_AFTER_MS] = verdict.retry_after_ms as f64;
+            out[RETRY_TIMESTAMP] = verdict.retry_timestamp.map_or(f64::NAN, |t| t as f64);
+            out[BLOCKED] = verdict.blocked.map_or(f64::NAN, |b| b as f64);
+            write_quota(out, verdict.quota);
+            if keep && release.is_some() {
+                out[RELEASE] = 1.0;
+            }
+            StepKind::Verdict
+        }
+        Ok(Outcome::Hit {
+            count,
+            reset_after_ms,
+        }) => {
+            out[VALUE] = *count as f64;
+            out[RESET_AFTER_MS] = *reset_after_ms as f64;
+            StepKind::Hit
+        }
+        Ok(Outcome::Attempt {
+            allowed,
+            count,
+            reset_after_ms,
+        }) => {
+            out[ALLOWED] = if *allowed { 1.0 } else { 0.0 };
+            out[VALUE] = *count as f64;
+            out[RESET_AFTER_MS] = *reset_after_ms as f64;
+            StepKind::Attempt
+        }
+        Ok(Outcome::Int(n)) => {
+            out[VALUE] = *n as f64;
+            StepKind::Int
+        }
+        Ok(Outcome::Bool(b)) => {
+            out[VALUE] = if *b { 1.0 } else { 0.0 };
+            StepKind::Bool
+        }
+        Ok(Outcome::Unit) => StepKind::Unit,
+        Err(_) => StepKind::Error,
+    }
+}
+
+// ---- Values: the op arguments in, the outcome's parts out ------------------------------------------
+
+/// The entries of a call, given as three parallel sequences, validated by the core.
+pub fn entries(keys: Vec<String>, uses: &[f64], windows: &[f64]) -> Res<Vec<Entry>> {
+    if keys.len() != uses.len() || keys.len() != windows.len() {
+        return Err(coded(
+            "invalid_argument:entries",
+            "keys, uses and windows differ in length",
+        ));
+    }
+    keys.into_iter()
+        .zip(uses.iter().zip(windows))
+        .map(|(key, (&uses, &window_ms))| Ok(Entry::new(key, number::limit(uses, window_ms)?)))
+        .collect()
+}
+
+fn window_query(name: &str, max: f64) -> Res<WindowQuery> {
+    let max = max as i64;
+    Ok(match name {
+        "attempts" => WindowQuery::Attempts,
+        "tooManyAttempts" => WindowQuery::TooManyAttempts { max },
+        "remaining" => WindowQuery::Remaining { max },
+        "availableIn" => WindowQuery::AvailableIn,
+        "availableInMs" => WindowQuery::AvailableInMs,
+        _ => {
+            return Err(coded(
+                "invalid_argument:query",
+                format!("unknown window query {name:?}"),
+            ))
+        }
+    })
+}
+
+/// A release token's parts as the JS side keeps them: whose (`redis`, `sql`), its keys, its call id.
+pub fn token_parts(token: &ReleaseToken) -> (&'static str, &[String], &str) {
+    match token {
+        ReleaseToken::Redis(r) => ("redis", &r.keys, &r.call_id),
+        ReleaseToken::Sql(r) => ("sql", &r.keys, &r.call_id),
+    }
+}
+
+/// The token the JS side's parts describe (an unknown `store`: code `invalid_argument:release`).
+pub fn token_of(store: &str, keys: Vec<String>, call_id: String) -> Res<ReleaseToken> {
+    match store {
+        "redis" => Ok(ReleaseToken::Redis(RedisRelease { keys, call_id })),
+        "sql" => Ok(ReleaseToken::Sql(SqlRelease { keys, call_id })),
+        _ => Err(coded(
+            "invalid_argument:release",
+            format!("not a release token of this package: store {store:?}"),
+        )),
+    }
+}
+
+/// A failed call as the JS side's `CallErrorInfo` has it.
+pub struct ErrorParts {
+    /// The stable kind (`store`, `reply`, `protocol`, `unsupported`).
+    pub kind: &'static str,
+    /// The core's message.
+    pub message: String,
+    /// `store`: the client's own message.
+    pub client_message: Option<String>,
+    /// `reply`: whose reply.
+    pub source: Option<&'static str>,
+    /// `reply`: what it should have been.
+    pub expected: Option<&'static str>,
+    /// `reply`: what came, rendered briefly.
+    pub got: Option<String>,
+}
+
+/// `error`'s parts.
+pub fn error_parts(error: &CallError) -> ErrorParts {
+    let (source, expected, got) = match error {
+        CallError::Reply(e) => (Some(e.script), Some(e.expected), Some(e.got.clone())),
+        CallError::Rows(e) => (Some(e.statement), Some(e.expected), Some(e.got.clone())),
+        _ => (None, None, None),
+    };
+    ErrorParts {
+        kind: error.kind(),
+        message: error.to_string(),
+        client_message: match error {
+            CallError::Store { message } => Some(message.clone()),
+            _ => None,
+        },
+        source,
+        expected,
+        got,
+    }
+}
+
+/// A JS number in a reply: an integer when whole and within i64, else its text as it came.
+pub fn reply_number(n: f64) -> Reply {
+    number_or_text(n).map_or_else(Reply::Text, Reply::Int)
+}
+
+/// A JS number as an integer when whole and within i64, else its text.
+pub fn number_or_text(n: f64) -> Result<i64, String> {
+    if n.fract() == 0.0 && n.abs() < 9.2e18 {
+        Ok(n as i64)
+    } else {
+        Err(n.to_string())
+    }
+}
+
+/// A list of JS values as one SQL value: integers when every item is one, else their texts.
+pub fn sql_list(items: Vec<SqlValue>) -> SqlValue {
+    if items.iter().all(|v| matches!(v, SqlValue::Int(_))) {
+        SqlValue::Ints(
+            items
+                .into_iter()
+                .filter_map(|v| match v {
+                    SqlValue::Int(i) => Some(i),
+                    _ => None,
+                })
+                .collect(),
+        )
+    } else {
+        SqlValue::Texts(items.iter().map(ToString::to_string).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_ids_differ_and_carry_the_prefix() {
+        let mut ids = CallIds::new(36 * 36 + 1);
+        assert_eq!(ids.next(), "101.1");
+        assert_eq!(ids.next(), "101.2");
+        let mut zero = CallIds::new(0);
+        assert_eq!(zero.next(), "0.1");
+    }
+
+    #[test]
+    fn a_consume_is_two_steps_with_everything_in_the_record() {
+        let mut calls = Calls::redis("p:".into(), None, true, 7).unwrap();
+        let mut out = [0.0; LEN];
+        let s = calls
+            .consume_one(&mut out, "é".into(), 5.0, 1000.0, None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(out[KIND], StepKind::Script as u8 as f64);
+        assert_eq!(out[BY_SHA1], 1.0);
+        assert_eq!(out[SCRIPT], 0.0);
+        let (k, a) = (out[KEYS] as usize, out[ARGS] as usize);
+        let mut at = 0;
+        let utf16: Vec<u16> = s.encode_utf16().collect();
+        let mut pieces = Vec::new();
+        for i in 0..k + a {
+            let n = out[PIECES + i] as usize;
+            pieces.push(String::from_utf16(&utf16[at..at + n]).unwrap());
+            at += n;
+        }
+        assert_eq!(at, utf16.len());
+        let id = out[ID] as u32;
+        assert_eq!(pieces[..k], calls.keys(id).unwrap()[..]);
+        assert_eq!(pieces[k..], calls.args(id).unwrap()[..]);
+        assert_eq!(calls.in_progress(), 1);
+        // A failure of the client is held for its error.
+        assert!(calls.fail(&mut out, id, "boom".into()).unwrap().is_none());
+        assert_eq!(out[KIND], StepKind::Error as u8 as f64);
+        assert_eq!(out[HELD], 1.0);
+        assert_eq!(calls.error(id).unwrap().kind(), "store");
+        calls.end(id);
+        assert_eq!(calls.in_progress(), 0);
+    }
+
+    #[test]
+    fn a_batch_too_long_for_the_record_is_read_by_getters() {
+        let mut calls = Calls::redis("p:".into(), None, true, 7).unwrap();
+        let mut out = [0.0; LEN];
+        let n = 30;
+        let keys = (0..n).map(|i| format!("k{i}")).collect();
+        let entries = entries(keys, &vec![1.0; n], &vec![1000.0; n]).unwrap();
+        let s = calls
+            .consume(&mut out, entries, true, None)
+            .unwrap()
+            .unwrap();
+        assert_eq!((s.as_str(), out[KEYS]), ("", -1.0));
+        assert_eq!(calls.keys(out[ID] as u32).unwrap().len(), n);
+    }
+
+    #[test]
+    fn unknown_calls_and_tokens_are_refused() {
+        let mut calls = Calls::sqlite("rw_", 1).unwrap();
+        let mut out = [0.0; LEN];
+        assert_eq!(
+            calls.next(&mut out, 9).unwrap_err().code,
+            "invalid_argument:call"
+        );
+        assert_eq!(
+            token_of("x", vec![], String::new()).unwrap_err().code,
+            "invalid_argument:release"
+        );
+        assert_eq!(
+            calls
+                .read(&mut out, "k".into(), "nope", 0.0, None)
+                .unwrap_err()
+                .code,
+            "invalid_argument:query"
+        );
+    }
+}
