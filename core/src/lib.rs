@@ -47,6 +47,7 @@ pub mod call;
 mod clock;
 mod error;
 pub mod fixed;
+pub mod http;
 mod limit;
 mod memory;
 pub mod redis;
