@@ -19,6 +19,16 @@ use crate::{BatchVerdict, Limit, Quota};
 
 const EMPTY_CALL_ID: &str = "a call id must not be empty: pass a fresh random id for every call";
 const REDIS_TOKEN: &str = "a Redis store's release token was given to a SQL store";
+/// A batch above [`Postgres::MAX_BATCH`] entries.
+const PG_TOO_LARGE: CallError = CallError::Unsupported(
+    "a PostgreSQL call carries at most 100000 entries (ratewindow_core::sql::Postgres::MAX_BATCH): \
+     split the batch into calls of at most that many",
+);
+/// A batch above [`Sqlite::MAX_BATCH`] entries.
+const SQLITE_TOO_LARGE: CallError = CallError::Unsupported(
+    "a SQLite call carries at most 32765 entries (ratewindow_core::sql::Sqlite::MAX_BATCH, one bound \
+     parameter per key): split the batch into calls of at most that many",
+);
 
 /// One SQL operation in progress: the statements it waits on, and what their rows mean.
 #[derive(Debug)]
@@ -272,6 +282,9 @@ impl Postgres {
                 if entries.is_empty() {
                     return empty_batch(Some(call_id));
                 }
+                if entries.len() > Postgres::MAX_BATCH {
+                    return Call::done(Err(PG_TOO_LARGE));
+                }
                 let Ok((statement, release)) = self.plan_consume_many(&entries, &call_id) else {
                     return Call::done(Err(CallError::Unsupported(EMPTY_CALL_ID)));
                 };
@@ -287,6 +300,9 @@ impl Postgres {
             Op::Peek { entries } => {
                 if entries.is_empty() {
                     return empty_batch(None);
+                }
+                if entries.len() > Postgres::MAX_BATCH {
+                    return Call::done(Err(PG_TOO_LARGE));
                 }
                 let limits = entries.iter().map(|e| e.limit).collect();
                 (
@@ -341,6 +357,9 @@ impl Sqlite {
                 if entries.is_empty() {
                     return empty_batch(Some(call_id));
                 }
+                if entries.len() > Sqlite::MAX_BATCH {
+                    return Call::done(Err(SQLITE_TOO_LARGE));
+                }
                 match self.begin_consume(&entries, now, &call_id) {
                     Ok(call) => {
                         SqlCall::call(call.statements().to_vec(), Step::SqliteSliding(call))
@@ -351,6 +370,9 @@ impl Sqlite {
             Op::Peek { entries } => {
                 if entries.is_empty() {
                     return empty_batch(None);
+                }
+                if entries.len() > Sqlite::MAX_BATCH {
+                    return Call::done(Err(SQLITE_TOO_LARGE));
                 }
                 let call = self.begin_peek(&entries, now);
                 SqlCall::call(call.statements().to_vec(), Step::SqliteSliding(call))
@@ -385,5 +407,130 @@ impl Sqlite {
 
     fn window(&self, call: SqliteWindowCall, then: FixedOutcome) -> Call {
         SqlCall::call(call.statements().to_vec(), Step::SqliteWindow(call, then))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Batches are linear and bounded: the largest batch each store carries plans into the statements
+    //! it should (one statement of three arrays on PostgreSQL; one parameter per key on SQLite) and
+    //! decides from a row per key; one entry more is refused before any statement. Structural, not
+    //! timed: the scans these replaced made such batches take seconds (quadratic), which the
+    //! Criterion bench across stores measures.
+    use super::*;
+    use crate::call::Next;
+    use crate::{Entry, Limit};
+
+    fn batch(n: usize) -> Vec<Entry> {
+        let limit = Limit::new(2, 60_000).unwrap();
+        (0..n).map(|i| Entry::new(format!("k{i}"), limit)).collect()
+    }
+
+    fn statements(call: &mut Call) -> Vec<Statement> {
+        match call.next() {
+            Next::Run(Command::Sql { statements }) => statements.to_vec(),
+            other => panic!("expected statements, got {other:?}"),
+        }
+    }
+
+    fn consume(entries: Vec<Entry>) -> Op {
+        Op::Consume {
+            entries,
+            call_id: "id".to_owned(),
+        }
+    }
+
+    #[test]
+    fn postgres_carries_max_batch_entries_in_one_statement_of_three_arrays() {
+        let n = Postgres::MAX_BATCH;
+        let mut call = Postgres::default().start(consume(batch(n)));
+        let [statement] = statements(&mut call).try_into().unwrap();
+        assert_eq!(statement.params.len(), 6);
+        assert!(matches!(&statement.params[2], SqlValue::Texts(k) if k.len() == n));
+        let mut row = vec![SqlValue::Bool(true)];
+        row.extend([0, -1, -1, 1000, 2, 1, 60_000, 60_000].map(SqlValue::Int));
+        call.feed(Fed::Rows(vec![row]));
+        let Next::Done(Ok(Outcome::Verdict {
+            verdict,
+            release: Some(ReleaseToken::Sql(release)),
+        })) = call.next()
+        else {
+            panic!("expected an allowed verdict with its release");
+        };
+        assert!(verdict.allowed);
+        assert_eq!(release.keys.len(), n, "every distinct key, once");
+
+        for op in [
+            consume(batch(n + 1)),
+            Op::Peek {
+                entries: batch(n + 1),
+            },
+        ] {
+            let mut call = Postgres::default().start(op);
+            assert!(matches!(
+                call.next(),
+                Next::Done(Err(CallError::Unsupported(m))) if m.contains("100000")
+            ));
+        }
+    }
+
+    #[test]
+    fn sqlite_carries_max_batch_keys_one_parameter_each_and_decides_from_a_row_each() {
+        let n = Sqlite::MAX_BATCH;
+        let mut call = Sqlite::default().start(consume(batch(n)), 100_000);
+        let planned = statements(&mut call);
+        // BEGIN IMMEDIATE, one trim per key, the select of every key's calls.
+        assert_eq!(planned.len(), n + 2);
+        assert_eq!(planned.last().unwrap().params.len(), n);
+        let rows = (0..n)
+            .map(|i| vec![SqlValue::Text(format!("k{i}")), SqlValue::Int(99_000)])
+            .collect();
+        call.feed(Fed::Rows(rows));
+        // One insert per key, then COMMIT.
+        let writes = statements(&mut call);
+        assert_eq!(writes.len(), n + 1);
+        call.feed(Fed::Rows(vec![]));
+        let Next::Done(Ok(Outcome::Verdict {
+            verdict,
+            release: Some(ReleaseToken::Sql(release)),
+        })) = call.next()
+        else {
+            panic!("expected an allowed verdict with its release");
+        };
+        assert!(verdict.allowed);
+        assert_eq!(
+            verdict.quota.remaining, 0,
+            "one call before, this one: 2 of 2"
+        );
+        // The release binds the id and every key: SQLite's limit exactly.
+        let release = Sqlite::default().plan_release(&release);
+        assert_eq!(release.params.len(), n + 1);
+
+        let mut call = Sqlite::default().start(consume(batch(n + 1)), 100_000);
+        assert!(matches!(
+            call.next(),
+            Next::Done(Err(CallError::Unsupported(m))) if m.contains("32765")
+        ));
+    }
+
+    #[test]
+    fn repeated_keys_of_a_long_batch_count_once_with_their_longest_window() {
+        let short = Limit::new(1, 1_000).unwrap();
+        let long = Limit::new(1, 5_000).unwrap();
+        // Above the scanning size: the keys go through the hash index.
+        let entries: Vec<Entry> = (0..100)
+            .flat_map(|i| {
+                [
+                    Entry::new(format!("k{i}"), short),
+                    Entry::new(format!("k{i}"), long),
+                ]
+            })
+            .collect();
+        let keys = crate::sql::distinct_keys(&entries);
+        assert_eq!(keys.len(), 100);
+        assert!(keys
+            .iter()
+            .enumerate()
+            .all(|(i, (k, w))| *k == format!("k{i}") && *w == 5_000));
     }
 }

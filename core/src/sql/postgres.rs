@@ -40,6 +40,12 @@ impl Default for Postgres {
 }
 
 impl Postgres {
+    /// The most entries one call carries. A call binds six parameters whatever its size (the keys,
+    /// uses and windows travel as three arrays), so PostgreSQL's 65,535 bind parameters never limit
+    /// it; the server works through a batch key by key (a row lock each), so 100,000 entries is the
+    /// bound. A larger batch is refused before any statement runs (an `unsupported` error): split it.
+    pub const MAX_BATCH: usize = 100_000;
+
     /// Statements for the objects named by `names`.
     pub fn new(names: SqlNames) -> Postgres {
         Postgres {

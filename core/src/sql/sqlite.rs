@@ -1,6 +1,8 @@
 //! SQLite: `BEGIN IMMEDIATE`, so processes sharing one file cannot both take the last use; the host's
 //! clock, passed as `now`.
 
+use std::collections::HashMap;
+
 use crate::redis::{EmptyCallId, WindowState};
 use crate::sliding::in_window;
 use crate::sql::{
@@ -25,6 +27,12 @@ impl Default for Sqlite {
 }
 
 impl Sqlite {
+    /// The most entries one call carries: the keys' select binds one parameter per distinct key
+    /// and the release one more, and SQLite binds at most 32,766 (its default
+    /// `SQLITE_MAX_VARIABLE_NUMBER` since 3.32). A larger batch is refused before any statement runs
+    /// (an `unsupported` error): split it.
+    pub const MAX_BATCH: usize = 32_765;
+
     /// Run on every connection: another process's write is waited for up to 5 s rather than failing
     /// the call at once.
     pub const CONNECTION_SETUP: &'static str = "PRAGMA busy_timeout = 5000";
@@ -234,22 +242,28 @@ impl SqliteCall {
     pub fn decide(self, rows: &[Vec<SqlValue>]) -> Result<Decided, RowError> {
         let err = || RowError::new("the calls select", "rows (key of this call, at >= 0)", rows);
         let keys = distinct_keys_owned(&self.entries);
+        // Each key's place, by hashing: a batch of any size decides in linear time.
+        let index: HashMap<&str, usize> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (k.as_str(), i))
+            .collect();
         let mut times: Vec<Vec<u64>> = vec![Vec::new(); keys.len()];
         for row in rows {
             let [SqlValue::Text(key), at] = row.as_slice() else {
                 return Err(err());
             };
             let at = at.int().filter(|&t| t >= 0).ok_or_else(err)? as u64;
-            let index = keys.iter().position(|(k, _)| k == key).ok_or_else(err)?;
-            times[index].push(at);
+            let i = *index.get(key.as_str()).ok_or_else(err)?;
+            times[i].push(at);
         }
         for log in &mut times {
             log.sort_unstable();
         }
         let times_of = |key: &str| -> &[u64] {
-            keys.iter()
-                .position(|(k, _)| k == key)
-                .and_then(|i| times.get(i))
+            index
+                .get(key)
+                .and_then(|&i| times.get(i))
                 .map_or(&[], Vec::as_slice)
         };
 
