@@ -57,6 +57,37 @@ case("a reply of the wrong shape is a reply error, not a verdict", [
   {"op": {"op": "consume_many", "entries": [one]}, "steps": [slide("c", [one], reply="OK")], "outcome": {"error": "reply"}}])
 case("a reply that contradicts itself is not believed", [
   {"op": {"op": "consume_many", "entries": [one]}, "steps": [slide("c", [one], reply=[0, 999, 100, 0, 95, 0, 0, 999, 999])], "outcome": {"error": "reply"}}])
+# Every invariant a real reply holds, one case each: a reply that breaks one is a reply error.
+def bad(name, op, step, reply):
+    case(name, [{"op": op, "steps": [step(reply)], "outcome": {"error": "reply"}}])
+cons = {"op": "consume_many", "entries": [one]}
+peek1 = {"op": "peek_many", "entries": [one]}
+sc = lambda r: slide("c", [one], reply=r)
+sp = lambda r: slide("p", [one], reply=r)
+bad("a refusal whose timestamp is far past its window is not believed (1e15 for a 1,000 ms window)", cons, sc,
+    [0, 10**15 - 1000, 10**15, 0, 1000, 0, 0, 10**15 - 1000, 10**15 - 1000])
+bad("a refusal whose wait is more than its window and a clock step is not believed", cons, sc, no(1000, 1000 + 60001, 0, 61001 + 1000))
+bad("a refusal whose refill is not its wait is not believed", cons, sc, [0, 400, 1400, 0, 1000, 0, 0, 300, 900])
+bad("a refusal whose reset comes before its refill is not believed", cons, sc, no(1000, 400, 0, 300))
+bad("a refusal with uses left is not believed", cons, sc, [0, 400, 1400, 0, 1000, 0, 1, 400, 900])
+bad("a refusal naming an entry the call does not have is not believed", cons, sc, [0, 400, 1400, 1, 1000, 1, 0, 400, 900])
+bad("a refusal whose blocked entry is not its tightest is not believed", {"op": "consume_many", "entries": [one, E("k2", 3, 1000)]},
+    lambda r: slide("c", [one, E("k2", 3, 1000)], reply=r), [0, 400, 1400, 0, 1000, 1, 0, 400, 900])
+bad("an allowed reply naming an entry the call does not have is not believed", cons, sc, ok(1000, 1, 2, 1000, 1000))
+bad("an allowed reply with more uses left than the limit is not believed", peek1, sp, ok(1000, 0, 4, 1000, 1000))
+bad("an allowed consume that left every use is not believed (it took one)", cons, sc, ok(1000, 0, 3, 0, 0))
+bad("an allowed reply whose window is empty while uses are taken is not believed", peek1, sp, ok(1000, 0, 1, 0, 0))
+bad("an allowed reply whose refill reaches past its window and a clock step is not believed", cons, sc, ok(1000, 0, 2, 61001, 61001))
+bad("an allowed reply whose reset comes before its refill is not believed", cons, sc, ok(1000, 0, 2, 900, 800))
+bad("an allowed reply carrying a wait is not believed", cons, sc, [1, 5, -1, -1, 1000, 0, 2, 1000, 1000])
+bad("a server time past 2^53 ms is not believed", cons, sc, ok(2**54, 0, 2, 1000, 1000))
+bad("a negative server time is not believed", cons, sc, ok(-5, 0, 2, 1000, 1000))
+case("a peek may find every use left; a clock that stepped back may wait a little past the window", [
+  {"op": peek1, "steps": [sp(ok(1000, 0, 3, 0, 0))], "outcome": {"verdict": V(True, limit=3, rem=3), "release": False}},
+  {"op": cons, "steps": [sc(no(1000, 1500, 0, 1600))], "outcome": {"verdict": V(False, 1500, 2500, 0, 3, 0, 1500, 1600), "release": False}}])
+case("a release that removed more members than it has keys is not believed", [
+  {"op": cons, "steps": [sc(ok(1000, 0, 2, 1000, 1000))], "outcome": {"verdict": V(True, limit=3, rem=2, refill=1000, reset=1000), "release": True}},
+  {"op": {"op": "release", "of": 0}, "steps": [rel(["k"], reply=[2])], "outcome": {"error": "reply"}}])
 case("an empty batch asks nothing of the store", [
   {"op": {"op": "consume_many", "entries": []}, "steps": [], "outcome": {"verdict": V(True), "release": True}},
   {"op": {"op": "peek_many", "entries": []}, "steps": [], "outcome": {"verdict": V(True), "release": False}}])
@@ -144,7 +175,11 @@ case("fixed window: NOSCRIPT, lost connections and replies of the wrong shape", 
   {"op": {"op": "hit", "key": "w", "decay_ms": 1000, "amount": 1}, "steps": [fixed("w", ["hit", "1000", "1"], reply=[0, 0])], "outcome": {"error": "reply"}},
   {"op": {"op": "attempts", "key": "w"}, "steps": [fixed("w", ["get"], reply=[3])], "outcome": {"error": "reply"}},
   {"op": {"op": "attempt", "key": "w", "max": 1, "decay_ms": 1000}, "steps": [fixed("w", ["attempt", "1000", "1"], reply=[2, 1, 5])], "outcome": {"error": "reply"}},
+  {"op": {"op": "attempt", "key": "w", "max": 3, "decay_ms": 1000}, "steps": [fixed("w", ["attempt", "1000", "3"], reply=[1, 4, 500])], "outcome": {"error": "reply"}},
+  {"op": {"op": "attempt", "key": "w", "max": 3, "decay_ms": 1000}, "steps": [fixed("w", ["attempt", "1000", "3"], reply=[0, 2, 500])], "outcome": {"error": "reply"}},
+  {"op": {"op": "attempt", "key": "w", "max": 3, "decay_ms": 1000}, "steps": [fixed("w", ["attempt", "1000", "3"], reply=[0, 0, 0])], "outcome": {"error": "reply"}},
+  {"op": {"op": "attempt", "key": "w", "max": 0, "decay_ms": 1000}, "steps": [fixed("w", ["attempt", "1000", "0"], reply=[0, 0, 0])], "outcome": {"attempt": {"allowed": False, "count": 0, "reset_after_ms": 0}}},
   {"op": {"op": "clear", "key": "w"}, "steps": [fixed("w", ["clear"], fail=LOST)], "outcome": {"error": "store"}}])
-doc = {"description": "Redis (and Cluster): EVALSHA and NOSCRIPT, the key-by-key fallback on CROSSSLOT with its give-back and longest-wait peeks, failures and replies of the wrong shape, every fixed-window operation.", "cases": cases}
+doc = {"description": "Redis (and Cluster): EVALSHA and NOSCRIPT, the key-by-key fallback on CROSSSLOT with its give-back and longest-wait peeks, failures, replies of the wrong shape and replies that break an invariant a real reply holds (each refused as a reply error), every fixed-window operation.", "cases": cases}
 json.dump(doc, open("redis.json", "w"), indent=1)
 print(len(cases))

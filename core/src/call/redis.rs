@@ -110,7 +110,7 @@ impl Redis {
             ),
             Op::Attempt { key, max, decay } => (
                 plan::plan_attempt(&key, decay, max, o),
-                Kind::Fixed(Fixed::Attempt),
+                Kind::Fixed(Fixed::Attempt(max)),
             ),
             Op::Read { key, query } => (
                 plan::plan_get_window(&key, o),
@@ -156,7 +156,7 @@ enum Kind {
 #[derive(Debug, Clone, Copy)]
 enum Fixed {
     Hit,
-    Attempt,
+    Attempt(i64),
     Read(WindowQuery),
     Unit,
 }
@@ -242,7 +242,7 @@ impl RedisCall {
         let reply = reply.map_err(|message| CallError::Store { message })?;
         match &mut self.kind {
             Kind::Consume { limits, call_id } => {
-                let (verdict, _) = plan::decode_batch(&reply, limits)?;
+                let (verdict, _) = plan::decode_consume(&reply, limits)?;
                 Ok(if verdict.allowed {
                     let keys = std::mem::take(&mut self.plan.keys);
                     allowed(verdict.quota, Some(keys), std::mem::take(call_id))
@@ -257,7 +257,7 @@ impl RedisCall {
                 verdict: plan::decode_batch(&reply, limits)?.0,
                 release: None,
             }),
-            Kind::Release => plan::decode_release(&reply)
+            Kind::Release => plan::decode_release_of(&reply, self.plan.keys.len())
                 .map(|_| Outcome::Unit)
                 .map_err(Into::into),
             Kind::Fixed(fixed) => decide_fixed(*fixed, &reply),
@@ -332,8 +332,8 @@ fn decide_fixed(fixed: Fixed, reply: &Reply) -> Result<Outcome, CallError> {
                 .into())
             }
         },
-        Fixed::Attempt => {
-            let (allowed, window) = plan::decode_attempt(reply)?;
+        Fixed::Attempt(max) => {
+            let (allowed, window) = plan::decode_attempt_max(reply, max)?;
             let (count, reset_after_ms) = window.map_or((0, 0), |w| (w.count, w.ms_left));
             Outcome::Attempt {
                 allowed,
@@ -479,7 +479,11 @@ impl Apart {
     ) -> Result<(BatchVerdict, u64), CallError> {
         let reply = reply.map_err(|message| CallError::Store { message })?;
         let limits = self.group_limits(g);
-        let (mut verdict, tight) = plan::decode_batch(&reply, &limits)?;
+        let (mut verdict, tight) = if self.phase == Phase::Count {
+            plan::decode_consume(&reply, &limits)?
+        } else {
+            plan::decode_batch(&reply, &limits)?
+        };
         verdict.blocked = verdict.blocked.map(|b| self.groups[g].entries[b]);
         Ok((verdict, limits[tight].window_ms()))
     }
@@ -528,7 +532,7 @@ impl Apart {
                     return self.after_give_back();
                 };
                 let failed = match reply {
-                    Ok(r) => plan::decode_release(&r).err().map(|e| e.to_string()),
+                    Ok(r) => plan::decode_release_of(&r, 1).err().map(|e| e.to_string()),
                     Err(message) => Some(message),
                 };
                 if let Some(message) = failed {
@@ -557,7 +561,7 @@ impl Apart {
             }
             Phase::ReleaseEach => {
                 let failed = match reply {
-                    Ok(r) => plan::decode_release(&r).err().map(CallError::from),
+                    Ok(r) => plan::decode_release_of(&r, 1).err().map(CallError::from),
                     Err(message) => Some(CallError::Store { message }),
                 };
                 if self.error.is_none() {

@@ -328,10 +328,38 @@ pub fn plan_release(release: &RedisRelease) -> Plan {
     }
 }
 
+/// How far past its window a reply's times may reach: a server clock that stepped back records at
+/// its newest call (as the memory store does), so a wait can exceed the window by the step. Up to a
+/// minute is believed; a reply implying more is not (it would name a wait no call can have).
+pub const CLOCK_STEP_MS: u64 = 60_000;
+
+/// The latest server time a reply may carry (2^53 ms, the range every host's numbers hold exactly).
+const MAX_NOW: i64 = 1 << 53;
+
 /// Decodes a consume or peek reply of a call whose entries have `limits` (in entry order): the
 /// verdict, and the index of its tightest entry (see [`Quota`](crate::Quota)). A reply is believed
-/// only when it is consistent with itself and with the call.
+/// only when it is consistent with itself and with the call: its indexes name an entry of the call;
+/// its count is within that entry's limit; the wait is the timestamp minus the server time; no time
+/// reaches further past the entry's window than [`CLOCK_STEP_MS`]; the window is empty exactly when
+/// no use is taken. Anything else is a [`ReplyError`].
 pub fn decode_batch(reply: &Reply, limits: &[Limit]) -> Result<(BatchVerdict, usize), ReplyError> {
+    decode(reply, limits, false)
+}
+
+/// [`decode_batch`] for a consume, which also holds that an allowed call took one use of every
+/// entry: fewer than `uses` left, and a window that is not empty.
+pub fn decode_consume(
+    reply: &Reply,
+    limits: &[Limit],
+) -> Result<(BatchVerdict, usize), ReplyError> {
+    decode(reply, limits, true)
+}
+
+fn decode(
+    reply: &Reply,
+    limits: &[Limit],
+    consume: bool,
+) -> Result<(BatchVerdict, usize), ReplyError> {
     const EXPECTED: &str = "[allowed 0|1, retry_after_ms, retry_timestamp, blocked, server time, \
          tightest entry, remaining, refill_after_ms, reset_after_ms], consistent with the call";
     let err = || ReplyError::new("sliding", EXPECTED, reply);
@@ -339,11 +367,18 @@ pub fn decode_batch(reply: &Reply, limits: &[Limit]) -> Result<(BatchVerdict, us
         ints::<9>(reply).ok_or_else(err)?;
     let entry = |i: i64| usize::try_from(i).ok().filter(|&i| i < limits.len());
     let tight_index = entry(tight).ok_or_else(err)?;
-    let uses = limits[tight_index].uses();
-    let counts_ok =
-        now >= 0 && (0..=uses as i64).contains(&remaining) && refill >= 0 && reset >= refill;
+    let (uses, window) = (
+        limits[tight_index].uses() as i64,
+        limits[tight_index].window_ms() as i64,
+    );
+    // Every time a reply names is at most a window (and a clock step) away.
+    let reach = window + CLOCK_STEP_MS as i64;
+    let counts_ok = (0..=MAX_NOW).contains(&now)
+        && (0..=uses).contains(&remaining)
+        && (0..=reach).contains(&refill)
+        && (refill..=reach).contains(&reset);
     let quota = crate::Quota {
-        limit: uses,
+        limit: uses as u32,
         remaining: remaining as u32,
         refill_after_ms: refill as u64,
         reset_after_ms: reset as u64,
@@ -353,15 +388,17 @@ pub fn decode_batch(reply: &Reply, limits: &[Limit]) -> Result<(BatchVerdict, us
             && retry_after == 0
             && retry_ts == -1
             && blocked == -1
-            && (remaining < uses as i64 || refill == 0)
-            && (refill == 0) == (reset == 0) =>
+            // The window is empty exactly when none of the tightest entry's uses is taken.
+            && (remaining == uses) == (refill == 0)
+            && (refill == 0) == (reset == 0)
+            && (!consume || remaining < uses) =>
         {
             Ok((BatchVerdict::ALLOWED.with_quota(quota), tight_index))
         }
         0 if counts_ok
             && retry_after >= 1
-            && retry_ts > now
-            && retry_ts - now == retry_after
+            && retry_after <= reach
+            && retry_ts.checked_sub(now) == Some(retry_after)
             && blocked == tight
             && remaining == 0
             && refill == retry_after =>
@@ -381,11 +418,23 @@ pub fn decode_batch(reply: &Reply, limits: &[Limit]) -> Result<(BatchVerdict, us
     }
 }
 
-/// Decodes a release reply: how many of the call's members were removed.
+/// Decodes a release reply: how many of the call's members were removed (at most one a key).
 pub fn decode_release(reply: &Reply) -> Result<u64, ReplyError> {
     match ints::<1>(reply) {
         Some([removed]) if removed >= 0 => Ok(removed as u64),
         _ => Err(ReplyError::new("sliding", "[members removed >= 0]", reply)),
+    }
+}
+
+/// [`decode_release`] of a release of `keys` keys: never more members removed than keys.
+pub fn decode_release_of(reply: &Reply, keys: usize) -> Result<u64, ReplyError> {
+    match decode_release(reply) {
+        Ok(removed) if removed <= keys as u64 => Ok(removed),
+        _ => Err(ReplyError::new(
+            "sliding",
+            "[members removed, at most one a key]",
+            reply,
+        )),
     }
 }
 
@@ -490,5 +539,29 @@ pub fn decode_attempt(reply: &Reply) -> Result<(bool, Option<WindowState>), Repl
             }),
         )),
         _ => Err(err()),
+    }
+}
+
+/// [`decode_attempt`] of an attempt under `max`: a counted hit leaves at most `max` in the window, a
+/// refused one found at least `max` there (or no window at all, when `max` is below 1).
+pub fn decode_attempt_max(
+    reply: &Reply,
+    max: i64,
+) -> Result<(bool, Option<WindowState>), ReplyError> {
+    let decoded = decode_attempt(reply)?;
+    let consistent = match decoded {
+        (false, None) => max < 1,
+        (true, Some(w)) => w.count <= max,
+        (false, Some(w)) => w.count >= max,
+        (true, None) => false,
+    };
+    if consistent {
+        Ok(decoded)
+    } else {
+        Err(ReplyError::new(
+            "fixed",
+            "[counted 0|1, count, ms until the window ends], a count within the maximum when counted",
+            reply,
+        ))
     }
 }
