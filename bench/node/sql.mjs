@@ -1,21 +1,31 @@
 // Benchmark: ratewindow's PostgresStore and SqliteStore against rate-limiter-flexible's
 // RateLimiterPostgres and RateLimiterSQLite, and PostgresStore against a bare `SELECT 1` on the same pool.
 //
-// Workload: 10,000 keys taken round-robin, 5 uses per 10 s. Contenders run interleaved (a, b, c, a, b,
-// c ...) and the median of each is reported, so drift of the machine affects all alike. A refusal is an
-// answer (rate-limiter-flexible rejects; the rejection is caught and counted).
-//   PostgreSQL (the machine's server over its unix socket, a pg Pool of 8; 1 and 16 calls in flight):
-//   - ours:    PostgresStore.consume (one statement: the installed function locks, trims, counts, records)
-//   - bare:    pool.query('SELECT 1') (the floor: one round trip); target: ours within 2x of it
-//   - rlf:     RateLimiterPostgres.consume (a fixed window, one upsert)
-//   - batch3:  PostgresStore.consumeMany of 3 entries (still one statement)
+// Workload (the peers' harness): 10,000 keys taken round-robin, 5 uses per window. Two traffic variants:
+//   - refusals: every key filled to its 5 uses first (a 600 s window, so none leaves during the run), then
+//     every timed call is a refusal — abuse traffic, what a limiter mostly answers under attack;
+//   - allowed:  1,000 uses per 10 s, so every timed call is allowed and recorded.
+// Contenders run interleaved (a, b, c, a, b, c ...); each round gives a ratio per pair, and the median of
+// the per-round ratios is reported, so drift of the machine affects all alike. A refusal is an answer
+// (rate-limiter-flexible rejects; the rejection is caught and counted).
+//   PostgreSQL (the machine's server over its unix socket, a pg Pool of 8 each; 1 and 16 calls in flight):
+//   - ours:      PostgresStore.consume (one statement: the installed function reads the key's row; a refusal
+//                writes nothing, an allowed call writes the row back by compare-and-set), commits relaxed
+//                (synchronous_commit off for the call's own transaction: the default)
+//   - ours-dur:  the same with { durable: true } (each call waits for its WAL flush)
+//   - rlf:       RateLimiterPostgres.consume (one upsert), on a pool with the server's default commit
+//                (waits for the WAL flush each call)
+//   - rlf-rel:   the same on a pool whose connections run with synchronous_commit = off
+//   - bare:      pool.query('SELECT 1') (the floor: one round trip)
+//   - batch3:    PostgresStore.consumeMany of 3 entries (still one statement)
+//   Like for like: ours / rlf-rel (both relaxed) and ours-dur / rlf (both wait for the flush).
 //   Round trips per call are counted on the pool ours runs on (target: 1).
-//   SQLite (better-sqlite3 12, a file in a temp dir, WAL, one call at a time):
+//   SQLite (better-sqlite3, a file in a temp dir, WAL, one call at a time):
 //   - ours:    SqliteStore.consume (BEGIN IMMEDIATE, trim, select, insert, COMMIT; synchronous)
 //   - rlf:     RateLimiterSQLite.consume with storeType 'better-sqlite3'
 //
-//   node bench/node/sql.mjs               full run (~30 s)
-//   BENCH_QUICK=1 node bench/node/sql.mjs a smoke run (~3 s)
+//   node bench/node/sql.mjs               full run (~2 min)
+//   BENCH_QUICK=1 node bench/node/sql.mjs a smoke run (~15 s)
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -35,6 +45,8 @@ const RUN_MS = quick ? 80 : 400;
 const N = 10_000;
 const KEYS = Array.from({ length: N }, (_, i) => `user:${i}`);
 const LIMIT = { uses: 5, windowMs: 10_000 };
+const FULL = { uses: 5, windowMs: 600_000 };
+const OPEN = { uses: 1000, windowMs: 10_000 };
 const tag = `${process.pid}_${Date.now().toString(36)}`;
 
 /** Runs `op(i)` with `inflight` calls in flight for `ms`; returns completed calls per second. */
@@ -57,57 +69,108 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const fmt = (x) => Math.round(x).toLocaleString('en-US').padStart(8);
 const ignoreRefusal = (p) => p.catch((e) => { if (e instanceof Error) throw e; });
 
-async function interleaved(contenders, inflight) {
-  const results = Object.fromEntries(Object.keys(contenders).map((k) => [k, []]));
+/** Interleaved rounds: each contender's median rate, and the median over rounds of each pair's ratio. */
+async function interleaved(contenders, inflight, pairs = []) {
+  const rounds = [];
   for (let r = 0; r < ROUNDS; r++) {
-    for (const [name, op] of Object.entries(contenders)) results[name].push(await throughput(op, inflight));
+    const round = {};
+    for (const [name, op] of Object.entries(contenders)) round[name] = await throughput(op, inflight);
+    rounds.push(round);
   }
-  return Object.fromEntries(Object.entries(results).map(([k, v]) => [k, median(v)]));
+  const rates = Object.fromEntries(Object.keys(contenders).map((k) => [k, median(rounds.map((r) => r[k]))]));
+  const ratios = Object.fromEntries(pairs.map(([a, b]) => [`${a}/${b}`, median(rounds.map((r) => r[a] / r[b]))]));
+  return { rates, ratios };
 }
 
-async function postgres() {
-  const pool = new pg.Pool({ host: '/var/run/postgresql', user: 'postgres', database: 'test', max: 8, ...(process.env.BENCH_PG_OPTIONS ? { options: process.env.BENCH_PG_OPTIONS } : {}) });
+function pgPool(options = {}) {
+  const pool = new pg.Pool({ host: '/var/run/postgresql', user: 'postgres', database: 'test', max: 8, ...options });
   pool.on('error', () => {});
-  let roundTrips = 0;
-  const counted = { query: (config) => (roundTrips++, pool.query(config)) };
-  const prefix = `rw_bench_${tag}`;
-  const rlfTable = `rlf_bench_${tag}`;
-  const store = PostgresStore.using(counted, { prefix });
-  await store.installSchema();
-  const rlf = await new Promise((resolve, reject) => {
+  return pool;
+}
+
+function rlfLimiter(pool, tableName, limit) {
+  return new Promise((resolve, reject) => {
     const limiter = new RateLimiterPostgres(
-      { storeClient: pool, storeType: 'pool', tableName: rlfTable, points: LIMIT.uses, duration: LIMIT.windowMs / 1000, clearExpiredByTimeout: false },
+      { storeClient: pool, storeType: 'pool', tableName, points: limit.uses, duration: limit.windowMs / 1000, clearExpiredByTimeout: false },
       (e) => (e ? reject(e) : resolve(limiter)),
     );
   });
+}
+
+/** Runs `op(key)` over every key, `width` at a time. */
+async function eachKey(op, width = 32) {
+  for (let i = 0; i < N; i += width) await Promise.all(KEYS.slice(i, i + width).map(op));
+}
+
+async function postgres() {
+  const pool = pgPool();
+  const relaxedPool = pgPool({ options: '-c synchronous_commit=off' });
+  let roundTrips = 0;
+  const counted = { query: (config) => (roundTrips++, pool.query(config)) };
+  const prefix = `rw_bench_${tag}`;
+  const durPrefix = `rw_benchd_${tag}`;
+  const rlfTables = [];
+  const store = PostgresStore.using(counted, { prefix });
+  const durable = PostgresStore.using(pool, { prefix: durPrefix, durable: true });
+  await store.installSchema();
+  await durable.installSchema();
   try {
     await Promise.all(Array.from({ length: 8 }, () => pool.query('SELECT 1'))); // connections open
-    roundTrips = 0;
+    await Promise.all(Array.from({ length: 8 }, () => relaxedPool.query('SELECT 1')));
+    console.log(`PostgreSQL (pg Pool of 8, unix socket), calls/s, ${ROUNDS} interleaved rounds; ratios are medians of per-round ratios`);
     let calls = 0;
-    const contenders = {
-      ours: (i) => (calls++, store.consume(KEYS[i % N], LIMIT)),
-      bare: () => pool.query('SELECT 1'),
-      rlf: (i) => ignoreRefusal(rlf.consume(KEYS[i % N])),
-      batch3: (i) => (calls++, store.consumeMany([
-        { key: KEYS[i % N], limit: LIMIT },
-        { key: `b:${KEYS[i % N]}`, limit: LIMIT },
-        { key: `c:${KEYS[i % N]}`, limit: LIMIT },
-      ])),
-    };
-    console.log('PostgreSQL (pg Pool of 8, unix socket), calls/s, median of', ROUNDS, 'interleaved rounds');
-    for (const inflight of [1, 16]) {
-      const m = await interleaved(contenders, inflight);
-      console.log(
-        `  in flight ${String(inflight).padStart(2)}: ours ${fmt(m.ours)}  bare SELECT 1 ${fmt(m.bare)}  rlf ${fmt(m.rlf)}  batch3 ${fmt(m.batch3)}` +
-          `  | ours/bare ${(m.ours / m.bare).toFixed(2)}x  ours/rlf ${(m.ours / m.rlf).toFixed(2)}x  batch3/ours ${(m.batch3 / m.ours).toFixed(2)}x`,
-      );
+    for (const variant of ['refusals', 'allowed']) {
+      const limit = variant === 'refusals' ? FULL : OPEN;
+      const table = (t) => { const name = `rlf_bench_${t}_${variant}_${tag}`; rlfTables.push(name); return name; };
+      const rlf = await rlfLimiter(pool, table('d'), limit);
+      const rlfRel = await rlfLimiter(relaxedPool, table('r'), limit);
+      if (variant === 'refusals') {
+        // Every key at its limit: ours by five passes of batches (one call per key per pass), rlf by set().
+        for (let pass = 0; pass < limit.uses; pass++) {
+          for (const s of [store, durable]) {
+            for (let i = 0; i < N; i += 500) await s.consumeMany(KEYS.slice(i, i + 500).map((key) => ({ key, limit })));
+          }
+        }
+        await eachKey((key) => rlf.set(key, limit.uses, limit.windowMs / 1000));
+        await eachKey((key) => rlfRel.set(key, limit.uses, limit.windowMs / 1000));
+        const probe = await store.consume(KEYS[0], limit);
+        const probeRlf = await rlf.consume(KEYS[0]).then(() => true, () => false);
+        if (probe.allowed || probeRlf) throw new Error('the fill left a key below its limit');
+      }
+      roundTrips = 0;
+      calls = 0;
+      const contenders = {
+        ours: (i) => (calls++, store.consume(KEYS[i % N], limit)),
+        'ours-dur': (i) => durable.consume(KEYS[i % N], limit),
+        rlf: (i) => ignoreRefusal(rlf.consume(KEYS[i % N])),
+        'rlf-rel': (i) => ignoreRefusal(rlfRel.consume(KEYS[i % N])),
+        bare: () => pool.query('SELECT 1'),
+        batch3: (i) => (calls++, store.consumeMany([
+          { key: `a:${KEYS[i % N]}`, limit: LIMIT },
+          { key: `b:${KEYS[i % N]}`, limit: LIMIT },
+          { key: `c:${KEYS[i % N]}`, limit: LIMIT },
+        ])),
+      };
+      const pairs = [['ours', 'rlf-rel'], ['ours-dur', 'rlf'], ['ours', 'rlf'], ['ours', 'bare'], ['batch3', 'ours']];
+      console.log(`  ${variant}${variant === 'refusals' ? ' (every key full: 5 uses per 600 s)' : ' (1,000 uses per 10 s)'}`);
+      for (const inflight of [1, 16]) {
+        const { rates: m, ratios } = await interleaved(contenders, inflight, pairs);
+        console.log(
+          `    in flight ${String(inflight).padStart(2)}: ours ${fmt(m.ours)}  ours-dur ${fmt(m['ours-dur'])}  rlf ${fmt(m.rlf)}  rlf-rel ${fmt(m['rlf-rel'])}  bare ${fmt(m.bare)}  batch3 ${fmt(m.batch3)}`,
+        );
+        console.log(`                  ${Object.entries(ratios).map(([k, v]) => `${k} ${v.toFixed(2)}x`).join('  ')}`);
+      }
+      console.log(`    round trips per call (ours, consume and consumeMany): ${(roundTrips / calls).toFixed(3)}`);
     }
-    console.log(`  round trips per call (ours, consume and consumeMany): ${(roundTrips / calls).toFixed(3)}`);
   } finally {
-    await pool.query(`DROP TABLE IF EXISTS ${prefix}_calls, ${prefix}_windows, ${rlfTable};
-      DROP FUNCTION IF EXISTS ${prefix}_consume(text, text, text[], bigint[], bigint[]);
-      DROP FUNCTION IF EXISTS ${prefix}_window(text, text, bigint, bigint);`);
+    for (const p of [prefix, durPrefix]) {
+      const { rows } = await pool.query(`SELECT oid::regprocedure::text AS f FROM pg_proc WHERE proname LIKE $1`, [`${p.replace(/_/g, '\\_')}\\_%`]);
+      for (const { f } of rows) await pool.query(`DROP FUNCTION IF EXISTS ${f}`);
+      await pool.query(`DROP TABLE IF EXISTS ${p}_log, ${p}_calls, ${p}_windows`);
+    }
+    for (const t of rlfTables) await pool.query(`DROP TABLE IF EXISTS ${t}`);
     await pool.end();
+    await relaxedPool.end();
   }
 }
 
@@ -124,15 +187,16 @@ async function sqlite() {
         (e) => (e ? reject(e) : resolve(limiter)),
       );
     });
-    const m = await interleaved(
+    const { rates: m, ratios } = await interleaved(
       {
         ours: async (i) => store.consume(KEYS[i % N], LIMIT),
         rlf: (i) => ignoreRefusal(rlf.consume(KEYS[i % N])),
       },
       1,
+      [['ours', 'rlf']],
     );
-    console.log('SQLite (better-sqlite3, WAL, one file), calls/s, median of', ROUNDS, 'interleaved rounds');
-    console.log(`  ours ${fmt(m.ours)}  rlf ${fmt(m.rlf)}  | ours/rlf ${(m.ours / m.rlf).toFixed(2)}x`);
+    console.log('SQLite (better-sqlite3, WAL, one file), 5 uses per 10 s, calls/s, median of', ROUNDS, 'interleaved rounds');
+    console.log(`  ours ${fmt(m.ours)}  rlf ${fmt(m.rlf)}  | ours/rlf ${ratios['ours/rlf'].toFixed(2)}x (median of per-round ratios)`);
   } finally {
     db.close();
     rmSync(dir, { recursive: true, force: true });

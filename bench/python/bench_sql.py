@@ -12,6 +12,8 @@ read for the ``Sync`` messages the client sent (one per round trip outside pipel
 - ratewindow: ``PostgresStore.using(conn).consume(key, Limit(5, 10_000))``, ``consume_many`` of one
   entry and of three (three keys, one call), and ``consume`` on a connection outside autocommit
   (``BEGIN``, the statement, ``COMMIT``).
+- ``consume`` on keys filled to their 5 uses first (600 s window): every timed call is a refusal,
+  answered by one read of the key's row (no lock, no write).
 - ``consume`` through a schema installed with ``durable=True`` (each commit waits for the WAL flush;
   by default the functions commit with ``synchronous_commit = off``).
 - SQLite: ``SqliteStore(sqlite3.connect(path, isolation_level=None)).consume`` on a file, in the
@@ -60,6 +62,21 @@ def consume(store: PostgresStore | SqliteStore) -> Runner:
 
     def run(keys: list[str]) -> int:
         return sum(call(key, limit).allowed for key in keys)
+
+    return run
+
+
+def refusals(store: PostgresStore, keys: list[str]) -> Runner:
+    """``consume`` on keys filled to their limit first (5 uses per 600 s): every timed call is a refusal."""
+    full = Limit(USES, 600_000)
+    for _ in range(USES):
+        for i in range(0, len(keys), 500):
+            store.consume_many([Entry(key, full) for key in keys[i : i + 500]])
+    assert not store.consume(keys[0], full).allowed
+    call = store.consume
+
+    def run(batch: list[str]) -> int:
+        return sum(call(key, full).allowed for key in batch)
 
     return run
 
@@ -116,6 +133,7 @@ def main() -> None:
         # The same tables, through functions that wait for each commit's WAL flush.
         durable = PostgresStore.using(conn, prefix=f"{prefix}_d", durable=True)
         durable.install_schema()
+        PostgresStore.using(conn, prefix=f"{prefix}_f").install_schema()
         try:
             runners = {
                 "bare SELECT 1": bare(conn),
@@ -124,14 +142,20 @@ def main() -> None:
                 "PostgresStore.consume_many (3 entries)": consume_many(store, 3),
                 "PostgresStore.consume (not autocommit)": consume(PostgresStore.using(tx_conn, prefix=prefix)),
                 "PostgresStore.consume (durable=True)": consume(durable),
+                "PostgresStore.consume (refusals: every key full)": refusals(
+                    PostgresStore.using(conn, prefix=f"{prefix}_f"), keys
+                ),
             }
             trips = {
                 name: round_trips(tx_conn if "not autocommit" in name else conn, run) for name, run in runners.items()
             }
             rates = interleaved(runners, keys, args.rounds, args.ops)
         finally:
-            for p in (prefix, f"{prefix}_d"):
-                conn.execute(f"DROP TABLE {p}_calls, {p}_windows; DROP FUNCTION {p}_consume, {p}_window".encode())
+            for p in (prefix, f"{prefix}_d", f"{prefix}_f"):
+                conn.execute(
+                    f"DROP TABLE {p}_log, {p}_windows; DROP FUNCTION {p}_sliding, {p}_consume, {p}_window, "
+                    f"{p}_attempt".encode()
+                )
 
     base = rates["bare SELECT 1"]
     print(f"PostgreSQL (psycopg {psycopg.__version__}, unix socket): {KEYS:,} keys round-robin, {USES} uses per")
