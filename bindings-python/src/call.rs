@@ -7,8 +7,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
@@ -89,17 +88,24 @@ fn raised(made: PyResult<Bound<'_, PyAny>>) -> PyErr {
     }
 }
 
-/// A fresh id for one consume: unique across processes (a random seed of this interpreter, mixed with
-/// the process id so forked workers differ) and within one (a counter).
+/// A fresh id for one consume: the core's [`ratewindow_core::call::CallIds`] (a random prefix of this process,
+/// then a counter), drawn again in a forked child so it never repeats its parent's ids.
 fn call_id() -> String {
-    static SEED: OnceLock<u64> = OnceLock::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let seed = *SEED.get_or_init(|| RandomState::new().hash_one(std::time::SystemTime::now()));
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!(
-        "{:016x}{n:016x}",
-        seed ^ u64::from(std::process::id()).rotate_left(32)
-    )
+    static IDS: Mutex<Option<(u32, Arc<ratewindow_core::call::CallIds>)>> = Mutex::new(None);
+    let pid = std::process::id();
+    let ids = {
+        let mut ids = IDS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match &*ids {
+            Some((of, ids)) if *of == pid => Arc::clone(ids),
+            _ => {
+                let seed = RandomState::new().hash_one((std::time::SystemTime::now(), pid));
+                let fresh = Arc::new(ratewindow_core::call::CallIds::new(seed));
+                *ids = Some((pid, Arc::clone(&fresh)));
+                fresh
+            }
+        }
+    };
+    ids.next()
 }
 
 /// One store operation in progress. Drive it: `next()`, then `feed_reply`/`feed_rows`/`fail`, until

@@ -22,10 +22,12 @@
 //! The models: quinn-proto (`poll_transmit` / `handle_event`), rustls' unbuffered API (a state to act
 //! on, then the data back), h11 (`next_event` / `send`).
 
+mod ids;
 mod redis;
 
 use serde::{Deserialize, Serialize};
 
+pub use self::ids::CallIds;
 pub use self::redis::Redis;
 use crate::redis::{Reply, ReplyError, Script};
 use crate::sql::{RowError, SqlRelease, SqlValue, Statement};
