@@ -835,10 +835,16 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.HttpTrust = nativeBinding.HttpTrust
 module.exports.NativeCalls = nativeBinding.NativeCalls
 module.exports.NativeStore = nativeBinding.NativeStore
 module.exports.__panicForTest = nativeBinding.__panicForTest
 module.exports.checkLimit = nativeBinding.checkLimit
+module.exports.httpEntries = nativeBinding.httpEntries
+module.exports.httpEntry = nativeBinding.httpEntry
+module.exports.httpErrorStatus = nativeBinding.httpErrorStatus
+module.exports.httpHeaders = nativeBinding.httpHeaders
+module.exports.httpHeaders1 = nativeBinding.httpHeaders1
 module.exports.noop = nativeBinding.noop
 module.exports.recordLayout = nativeBinding.recordLayout
 module.exports.redisScripts = nativeBinding.redisScripts

@@ -20,6 +20,8 @@ use key::Key;
 pub mod call;
 pub mod redis;
 mod sql;
+// The HTTP middleware's decisions (ts/http/).
+pub mod http;
 
 /// What every export returns: on failure a JS `Error` whose `code` is the status string
 /// (`invalid_limit:uses`, `invalid_limit:window_ms`, `invalid_argument:<field>` or `panic`, see

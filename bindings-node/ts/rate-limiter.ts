@@ -64,6 +64,14 @@ export class RateLimiter {
   }
 
   /**
+   * The callback registered as `name`, as given (`limiter()` resolves it). The HTTP middleware hands
+   * its limits to the core, which rewrites shared keys itself. @internal
+   */
+  callback(name: string): LimiterCallback | undefined {
+    return this.limiters.get(name);
+  }
+
+  /**
    * Resolves a named limiter: runs its callback and returns its limits as an array, with every limit
    * whose key another shares rewritten to its {@link Limit.fallbackKey}. `undefined` if unregistered.
    */

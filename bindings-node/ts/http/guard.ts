@@ -74,6 +74,11 @@ export type Outcome =
 const PASS: Outcome = Object.freeze({ allowed: true, finish: undefined });
 const NONE: readonly Limit[] = Object.freeze([]);
 
+/** A callback's answer as a list. */
+function asList(got: Limit | readonly Limit[] | undefined | null): readonly Limit[] {
+  return got === undefined || got === null ? NONE : got instanceof Limit ? [got] : got;
+}
+
 /** The default body of a refusal (with status 429). */
 export const TOO_MANY_REQUESTS = 'Too Many Requests';
 
@@ -117,16 +122,19 @@ export class Guard {
   /** The limits of `request`: the named limiter's (its keys deduplicated by the core), or the given ones. */
   private limits(request: unknown, info: RequestInfo): readonly Limit[] | Promise<readonly Limit[]> {
     const source = this.source;
+    let callback: LimitCallback;
     if (typeof source === 'string') {
-      const resolve = this.limiter!.limiter(source);
-      if (resolve === undefined) throw new TypeError(`throttle('${source}'): no limiter named '${source}' is registered`);
-      return resolve(request, info);
+      // The callback itself, not `limiter.limiter()`: the core rewrites keys two limits share.
+      const registered = this.limiter!.callback(source);
+      if (registered === undefined) throw new TypeError(`throttle('${source}'): no limiter named '${source}' is registered`);
+      callback = registered;
+    } else if (typeof source === 'function') {
+      callback = source;
+    } else {
+      return source instanceof Limit ? [source] : (source as readonly Limit[]);
     }
-    if (source instanceof Limit) return [source];
-    if (typeof source === 'function') {
-      return Promise.resolve(source(request, info)).then((got) => (got === undefined || got === null ? NONE : got instanceof Limit ? [got] : got));
-    }
-    return source as readonly Limit[];
+    const got = callback(request, info);
+    return typeof (got as Promise<unknown>)?.then === 'function' ? (got as Promise<Limit | readonly Limit[]>).then(asList) : asList(got as Limit | readonly Limit[]);
   }
 
   /**
@@ -151,7 +159,13 @@ export class Guard {
     if (limits.length === 0) return PASS;
     const p = plan(this.name, limits);
     if (p === undefined) return PASS; // every limit unlimited: not counted
-    const verdict = await this.store.consumeMany(p.entries);
+    let hooks = false;
+    for (const i of p.sources) hooks ||= limits[i]!.afterCallback !== undefined;
+    // One entry and nothing to give back: `consume` is the same call as a batch of one, without the
+    // batch's release handle.
+    const entry = p.entries[0]!;
+    const verdict: BatchVerdict =
+      p.entries.length === 1 && !hooks ? await this.store.consume(entry.key, entry.limit) : await this.store.consumeMany(p.entries);
     const fields = headers(this.name, p, verdict, this.flags);
     for (let i = 0; i < fields.length; i += 2) setHeader(fields[i]!, fields[i + 1]!);
     if (!verdict.allowed) {
@@ -160,8 +174,6 @@ export class Guard {
       const limit = limits[p.sources[verdict.blocked ?? 0]!]!;
       return { allowed: false, refusal: Object.freeze({ limit, verdict, headers: pairs }) };
     }
-    let hooks = false;
-    for (const i of p.sources) hooks ||= limits[i]!.afterCallback !== undefined;
     return { allowed: true, finish: hooks ? (response) => this.after(p, limits, verdict, response) : undefined };
   }
 

@@ -14,6 +14,20 @@ import type { BatchVerdict, Entry } from '../types';
 /** The addon's HTTP exports. */
 interface NativeHttp {
   httpEntries(name: string, keys: (string | null)[], uses: number[], windowMs: number[]): { keys: string[]; sources: number[] };
+  httpEntry(name: string, key: string, uses: number, windowMs: number): string;
+  httpHeaders1(
+    name: string,
+    uses: number,
+    windowMs: number,
+    allowed: boolean,
+    retryAfterMs: number,
+    limit: number,
+    remaining: number,
+    refillAfterMs: number,
+    resetAfterMs: number,
+    nowMs: number,
+    flags: number,
+  ): string;
   httpHeaders(
     name: string,
     uses: number[],
@@ -146,6 +160,19 @@ export interface Plan {
  */
 export function plan(name: string, limits: readonly Limit[]): Plan | undefined {
   const n = limits.length;
+  const first = limits[0];
+  if (n === 1 && first instanceof Limit && !(first instanceof Unlimited)) {
+    // The common request, one limit: its store key alone crosses back.
+    const uses = first.maxAttempts;
+    const windowMs = first.windowMs;
+    let key: string;
+    try {
+      key = native().httpEntry(name, first.key, uses, windowMs);
+    } catch (e) {
+      throw mapped(e);
+    }
+    return { entries: [{ key, limit: first }], sources: [0], uses: [uses], windowMs: [windowMs] };
+  }
   const keys: (string | null)[] = new Array(n);
   const uses: number[] = new Array(n);
   const windows: number[] = new Array(n);
@@ -181,9 +208,35 @@ export function plan(name: string, limits: readonly Limit[]): Plan | undefined {
 export const IETF = 1;
 export const LEGACY = 2;
 
-/** The response fields of `verdict` for `plan`, as `[name, value, name, value, ...]`. */
-export function headers(name: string, plan: Plan, verdict: BatchVerdict, flags: number): string[] {
+/**
+ * The response fields of `verdict` for the entries of `plan`, as `[name, value, name, value, ...]`;
+ * `nowMs` is when (for `X-RateLimit-Reset`).
+ */
+export function headers(name: string, plan: Pick<Plan, 'uses' | 'windowMs'>, verdict: BatchVerdict, flags: number, nowMs = Date.now()): string[] {
   try {
+    if (plan.uses.length === 1) {
+      // One entry: the fields come back as one string of `name: value` lines.
+      const lines = native().httpHeaders1(
+        name,
+        plan.uses[0]!,
+        plan.windowMs[0]!,
+        verdict.allowed,
+        verdict.retryAfterMs,
+        verdict.limit ?? 0,
+        verdict.remaining ?? 0,
+        verdict.refillAfterMs ?? 0,
+        verdict.resetAfterMs ?? 0,
+        nowMs,
+        flags,
+      );
+      const out: string[] = [];
+      if (lines.length === 0) return out;
+      for (const line of lines.split('\n')) {
+        const colon = line.indexOf(': ');
+        out.push(line.slice(0, colon), line.slice(colon + 2));
+      }
+      return out;
+    }
     return native().httpHeaders(
       name,
       plan.uses,
@@ -195,7 +248,7 @@ export function headers(name: string, plan: Plan, verdict: BatchVerdict, flags: 
       verdict.remaining ?? 0,
       verdict.refillAfterMs ?? 0,
       verdict.resetAfterMs ?? 0,
-      Date.now(),
+      nowMs,
       flags,
     );
   } catch (e) {

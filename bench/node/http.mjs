@@ -1,0 +1,207 @@
+// Benchmark: HTTP servers guarded by ratewindow's middleware against the same servers guarded by the
+// libraries users have installed for it, in requests per second (autocannon, the same settings on both
+// sides, one interleaved run: a, b, b, a, a, b ... with the median of the per-round ratios reported).
+//
+//   Express 4 + ratewindow/express (MemoryStore)       vs express-rate-limit 8 (its MemoryStore)
+//   Express 4 + ratewindow/express (RedisStore, node-redis) vs express-rate-limit + rate-limit-redis (node-redis)
+//   Fastify 5 + ratewindow/fastify (MemoryStore)       vs @fastify/rate-limit (its memory store)
+//   Fastify 5 + ratewindow/fastify (RedisStore, ioredis) vs @fastify/rate-limit with ioredis
+//
+// The same app on each side: GET / answers `ok`; the client is the address a trusted proxy forwarded
+// (X-Forwarded-For, one hop: 10,000 clients taken in turn), 1000 requests per minute each, so every
+// request is counted and allowed (the usual case) and carries the rate-limit fields (ratewindow: the
+// IETF pair; express-rate-limit: `standardHeaders: 'draft-8'`, the same pair; @fastify/rate-limit: its
+// default x-ratelimit-* trio). Each server runs in its own process, warmed before the first round; Redis is
+// the shared server on 127.0.0.1:6379, keys under a prefix of this run (they expire within a minute).
+//
+//   node bench/node/http.mjs               full run (5 rounds of 3 s per server, ~2.5 min)
+//   BENCH_QUICK=1 node bench/node/http.mjs a smoke run (1 round of 1 s, ~15 s)
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createRequire } from 'node:module';
+import { loadavg } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = fileURLToPath(import.meta.url);
+const pkg = join(dirname(here), '..', '..', 'bindings-node');
+const require = createRequire(join(pkg, 'package.json'));
+
+const WINDOW_S = 60;
+const PER_CLIENT = 1000;
+const CLIENTS = 10_000;
+
+// --------------------------------------------------------------------------------------- the servers
+
+/** Builds one server; answers its port. */
+async function serve(variant, run) {
+  const [framework, limiter, storeKind] = variant.split(':');
+  const redisClient = async () => {
+    const { createClient } = require('redis');
+    const client = createClient({ socket: { host: '127.0.0.1', port: 6379 } });
+    await client.connect();
+    return client;
+  };
+  const ioredis = () => new (require('ioredis'))({ host: '127.0.0.1', port: 6379 });
+  const { MemoryStore, RedisStore, Limit, RateLimiter } = require('./dist/index.js');
+  const ourStore = async () => {
+    if (storeKind === 'memory') return new MemoryStore();
+    if (framework === 'express') {
+      const client = await redisClient();
+      return RedisStore.using((s, keys, args) => client.eval(s, { keys, arguments: args }), {
+        evalsha: (sha, keys, args) => client.evalSha(sha, { keys, arguments: args }),
+        prefix: `bench-http:${run}:`,
+      });
+    }
+    const redis = ioredis();
+    return RedisStore.using((s, keys, args) => redis.eval(s, keys.length, ...keys, ...args), {
+      evalsha: (sha, keys, args) => redis.evalsha(sha, keys.length, ...keys, ...args),
+      prefix: `bench-http:${run}:`,
+    });
+  };
+  const ok = 'ok';
+
+  if (framework === 'express') {
+    const app = require('express')();
+    app.set('trust proxy', 1);
+    if (limiter === 'ratewindow') {
+      const { throttle } = require('./dist/http/express.js');
+      const limiter = new RateLimiter(await ourStore());
+      limiter.for('api', (req, { ip }) => Limit.perMinute(PER_CLIENT).by(ip));
+      app.use(throttle('api', { limiter, trustProxy: 1 }));
+    } else if (limiter === 'erl') {
+      const { rateLimit } = require('express-rate-limit');
+      let store;
+      if (storeKind === 'redis') {
+        const { RedisStore: ErlRedisStore } = require('rate-limit-redis');
+        const client = await redisClient();
+        store = new ErlRedisStore({ sendCommand: (...args) => client.sendCommand(args), prefix: `bench-http:${run}:erl:` });
+      }
+      app.use(rateLimit({ windowMs: WINDOW_S * 1000, limit: PER_CLIENT, standardHeaders: 'draft-8', legacyHeaders: false, ...(store ? { store } : {}) }));
+    }
+    app.get('/', (req, res) => res.send(ok));
+    const server = app.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    return server.address().port;
+  }
+
+  const app = require('fastify')({ trustProxy: '127.0.0.1' }); // the loopback proxy: one hop, as above
+  if (limiter === 'ratewindow') {
+    const { ratewindow } = require('./dist/http/fastify.js');
+    const limiter = new RateLimiter(await ourStore());
+    limiter.for('api', (req, { ip }) => Limit.perMinute(PER_CLIENT).by(ip));
+    await app.register(ratewindow, { limiter, global: 'api', trustProxy: 1 });
+  } else if (limiter === 'frl') {
+    await app.register(require('@fastify/rate-limit'), {
+      max: PER_CLIENT,
+      timeWindow: WINDOW_S * 1000,
+      ...(storeKind === 'redis' ? { redis: ioredis(), nameSpace: `bench-http:${run}:frl:` } : {}),
+    });
+  }
+  app.get('/', async () => ok);
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  return app.server.address().port;
+}
+
+if (process.argv[2] === '--serve') {
+  const port = await serve(process.argv[3], process.argv[4]);
+  process.stdout.write(`port ${port}\n`);
+} else {
+  await main();
+}
+
+// --------------------------------------------------------------------------------------- the driver
+
+async function main() {
+  const autocannon = require('autocannon');
+  const quick = process.env.BENCH_QUICK === '1';
+  const ROUNDS = quick ? 1 : 5;
+  const SECONDS = quick ? 1 : 3;
+  const CONNECTIONS = 16;
+  const run = Date.now().toString(36);
+
+  const pairs = [
+    ['Express + ratewindow vs express-rate-limit (memory)', 'express:ratewindow:memory', 'express:erl:memory'],
+    ['Express + ratewindow vs express-rate-limit + rate-limit-redis (Redis, node-redis)', 'express:ratewindow:redis', 'express:erl:redis'],
+    ['Fastify + ratewindow vs @fastify/rate-limit (memory)', 'fastify:ratewindow:memory', 'fastify:frl:memory'],
+    ['Fastify + ratewindow vs @fastify/rate-limit (Redis, ioredis)', 'fastify:ratewindow:redis', 'fastify:frl:redis'],
+  ];
+
+  // BENCH_ONLY=fastify (a word of the titles) runs those pairs alone.
+  const only = process.env.BENCH_ONLY;
+  if (only) pairs.splice(0, pairs.length, ...pairs.filter(([title]) => title.toLowerCase().includes(only.toLowerCase())));
+  const children = [];
+  const start = async (variant) => {
+    const child = spawn(process.execPath, [here, '--serve', variant, run], { stdio: ['ignore', 'pipe', 'inherit'] });
+    children.push(child);
+    let out = '';
+    for await (const chunk of child.stdout) {
+      out += chunk;
+      const m = /port (\d+)/.exec(out);
+      if (m) return `http://127.0.0.1:${m[1]}/`;
+    }
+    throw new Error(`${variant} exited before listening`);
+  };
+
+  let client = 0;
+  const load = (url, seconds) =>
+    autocannon({
+      url,
+      connections: CONNECTIONS,
+      duration: seconds,
+      requests: [
+        {
+          setupRequest: (req) => {
+            client = (client + 1) % CLIENTS;
+            req.headers = { ...req.headers, 'x-forwarded-for': `10.${(client >> 8) & 255}.${client & 255}.7` };
+            return req;
+          },
+        },
+      ],
+    });
+
+  const load0 = loadavg();
+  const rows = [];
+  try {
+    for (const [title, ours, theirs] of pairs) {
+      const urls = { [ours]: await start(ours), [theirs]: await start(theirs) };
+      // Warm both (JIT, connection pools, Redis script cache), checking each answers 200 with its fields.
+      for (const v of [ours, theirs]) {
+        const res = await fetch(urls[v], { headers: { 'x-forwarded-for': '10.0.0.1' } });
+        const fields = [...res.headers.keys()].filter((k) => /ratelimit/.test(k));
+        if (res.status !== 200 || fields.length === 0) throw new Error(`${v}: status ${res.status}, fields ${fields}`);
+        await load(urls[v], quick ? 0.5 : 1);
+      }
+      const ratios = [];
+      const rps = { [ours]: [], [theirs]: [] };
+      let bad = 0;
+      for (let r = 0; r < ROUNDS; r++) {
+        const order = r % 2 === 0 ? [ours, theirs] : [theirs, ours];
+        const got = {};
+        for (const v of order) {
+          const result = await load(urls[v], SECONDS);
+          if (result.non2xx + result.errors + result.timeouts > 0) {
+            bad += result.non2xx + result.errors + result.timeouts;
+            console.error(`${v}: statuses ${JSON.stringify(result.statusCodeStats)}, ${result.errors} errors, ${result.timeouts} timeouts`);
+          }
+          got[v] = result.requests.average;
+          rps[v].push(got[v]);
+        }
+        ratios.push(got[ours] / got[theirs]);
+      }
+      const med = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+      rows.push({ title, ours: med(rps[ours]), theirs: med(rps[theirs]), ratio: med(ratios), ratios, bad });
+      console.log(
+        `${title}: ratewindow ${med(rps[ours]).toFixed(0)} req/s, other ${med(rps[theirs]).toFixed(0)} req/s, ` +
+          `ratio ${med(ratios).toFixed(2)} (rounds ${ratios.map((x) => x.toFixed(2)).join(' ')})${bad ? `, ${bad} non-2xx/errors` : ''}`,
+      );
+      for (const c of children.splice(0)) c.kill();
+    }
+  } finally {
+    for (const c of children) c.kill();
+  }
+  const load1 = loadavg();
+  console.log(`\nload average ${load0.map((x) => x.toFixed(2)).join(' ')} before, ${load1.map((x) => x.toFixed(2)).join(' ')} after; ${ROUNDS} rounds of ${SECONDS} s, ${CONNECTIONS} connections`);
+  console.log('\n| pair | ratewindow req/s | other req/s | ratio (median of rounds) |\n|---|---|---|---|');
+  for (const r of rows) console.log(`| ${r.title} | ${r.ours.toFixed(0)} | ${r.theirs.toFixed(0)} | ${r.ratio.toFixed(2)} |`);
+}

@@ -1,0 +1,16 @@
+// The web demo (examples/node/http-server.mjs --demo) runs and answers as its comments say: two limits
+// on GET /, a successful login free and the fourth failed one refused with the limit's own response.
+import { it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+
+import { repo } from './backend.mjs';
+
+it('examples/node/http-server.mjs --demo', () => {
+  const out = execFileSync(process.execPath, [join(repo, 'examples', 'node', 'http-server.mjs'), '--demo'], { encoding: 'utf8' });
+  const statuses = out.trim().split('\n').map((line) => /-> (\d+)/.exec(line)[1]);
+  assert.deepEqual(statuses, ['200', '200', '200', '200', '200', '429', '200', '401', '401', '401', '429', '200']);
+  assert.match(out, /POST \/login -> 429 \{"error":"too many failed logins, try again later"\}  \[retry-after: 60;/);
+  assert.match(out, /ratelimit-policy: "api.0";q=5;w=60, "api.1";q=100;w=3600/);
+});
