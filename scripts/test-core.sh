@@ -14,4 +14,5 @@ if ! scripts/redis-cluster.sh status > /dev/null 2>&1; then
 fi
 export RATEWINDOW_CLUSTER_PORTS="${RATEWINDOW_CLUSTER_PORTS:-7101 7102 7103}"
 cargo test -p ratewindow-core
+cargo test -p ratewindow-tower  # the axum layer: a real server and client on loopback
 cargo run -q -p ratewindow-core --example timeline > /dev/null

@@ -1,0 +1,458 @@
+//! The registry of named limiters ([`RateLimiter`]), its per-route [`Throttle`] layer and the service.
+
+use std::cell::OnceCell;
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use http::{Extensions, HeaderMap, Method, Request, Response, StatusCode, Uri};
+use ratewindow_core::http::{self as core_http, HeaderOptions, HttpError, HttpLimit, Trust};
+use ratewindow_core::Entry;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::limit::{Refusal, RouteLimit};
+use crate::store::Store;
+
+/// What a named limiter's callback sees of a request.
+pub struct RequestInfo<'a> {
+    method: &'a Method,
+    uri: &'a Uri,
+    headers: &'a HeaderMap,
+    extensions: &'a Extensions,
+    trust: &'a Trust,
+    ip: OnceCell<Result<String, HttpError>>,
+}
+
+impl fmt::Debug for RequestInfo<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestInfo")
+            .field("method", self.method)
+            .field("uri", self.uri)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> RequestInfo<'a> {
+    fn new<B>(req: &'a Request<B>, trust: &'a Trust) -> RequestInfo<'a> {
+        RequestInfo {
+            method: req.method(),
+            uri: req.uri(),
+            headers: req.headers(),
+            extensions: req.extensions(),
+            trust,
+            ip: OnceCell::new(),
+        }
+    }
+
+    /// The request's method.
+    pub fn method(&self) -> &Method {
+        self.method
+    }
+
+    /// The request's URI.
+    pub fn uri(&self) -> &Uri {
+        self.uri
+    }
+
+    /// The request's headers.
+    pub fn headers(&self) -> &HeaderMap {
+        self.headers
+    }
+
+    /// The request's extensions (an authenticated user put there by an earlier layer …).
+    pub fn extensions(&self) -> &Extensions {
+        self.extensions
+    }
+
+    /// The client's address ([`ratewindow_core::http::client_address`]): the peer — axum's
+    /// `ConnectInfo<SocketAddr>` (serve with `into_make_service_with_connect_info::<SocketAddr>()`) or a
+    /// `SocketAddr` extension — or, only when the limiter was given a [`Trust`] that says so, the
+    /// address its trusted proxies forwarded. No peer: [`HttpError::InvalidPeer`] (answered 500).
+    pub fn client_ip(&self) -> Result<&str, HttpError> {
+        self.ip
+            .get_or_init(|| {
+                let peer = self
+                    .extensions
+                    .get::<ConnectInfo<SocketAddr>>()
+                    .map(|c| c.0)
+                    .or_else(|| self.extensions.get::<SocketAddr>().copied())
+                    .map(|a| a.ip().to_string())
+                    .unwrap_or_default();
+                let (mut xff, mut fwd) = (None, None);
+                match self.trust.header() {
+                    Some(core_http::ProxyHeader::XForwardedFor) => {
+                        xff = joined(self.headers, "x-forwarded-for")
+                    }
+                    Some(core_http::ProxyHeader::Forwarded) => {
+                        fwd = joined(self.headers, "forwarded")
+                    }
+                    _ => {}
+                }
+                core_http::client_address(&peer, xff.as_deref(), fwd.as_deref(), self.trust)
+            })
+            .as_deref()
+            .map_err(Clone::clone)
+    }
+}
+
+/// Every line of header `name` joined by `", "` (a line that is not visible ASCII is kept as an empty,
+/// malformed entry); `None` without the header.
+fn joined(headers: &HeaderMap, name: &str) -> Option<String> {
+    let mut lines = headers.get_all(name).iter().peekable();
+    lines.peek()?;
+    Some(
+        lines
+            .map(|v| v.to_str().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}
+
+type LimiterFn = dyn Fn(&RequestInfo<'_>) -> Result<Vec<RouteLimit>, HttpError> + Send + Sync;
+type StoreErrorFn = dyn Fn(&(dyn StdError + Send + Sync + 'static)) -> Response<Body> + Send + Sync;
+
+#[derive(Clone)]
+struct Config {
+    trust: Trust,
+    headers: HeaderOptions,
+    store_error: Arc<StoreErrorFn>,
+}
+
+/// Named limiters over one store (the seed's `RateLimiter.for(name, callback)` and `throttle(name)`).
+///
+/// ```
+/// use ratewindow_core::Limit;
+/// use ratewindow_tower::{Memory, RateLimiter, RouteLimit};
+/// let five = Limit::per_minute(5)?;
+/// let limiter = RateLimiter::new(Memory::new())
+///     .limiter("login", move |req| Ok(vec![RouteLimit::new(five).by(req.client_ip()?)]));
+/// let layer = limiter.throttle("login")?; // axum: .route_layer(layer)
+/// # let _ = layer;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct RateLimiter<S> {
+    store: Arc<S>,
+    config: Config,
+    limiters: HashMap<String, Arc<LimiterFn>>,
+}
+
+impl<S> fmt::Debug for RateLimiter<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("trust", &self.config.trust)
+            .field("headers", &self.config.headers)
+            .field("limiters", &self.limiters.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why [`RateLimiter::throttle`] cannot make a layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ThrottleError {
+    /// No limiter of that name is registered.
+    Unknown(String),
+    /// The name cannot make keys ([`HttpError::InvalidName`]).
+    Invalid(HttpError),
+}
+
+impl fmt::Display for ThrottleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ThrottleError::Unknown(name) => write!(f, "no limiter named {name:?} is registered"),
+            ThrottleError::Invalid(e) => e.fmt(f),
+        }
+    }
+}
+
+impl StdError for ThrottleError {}
+
+impl<S: Store> RateLimiter<S> {
+    /// Named limiters counting in `store`, trusting the peer address alone, sending the IETF fields.
+    pub fn new(store: S) -> RateLimiter<S> {
+        RateLimiter {
+            store: Arc::new(store),
+            config: Config {
+                trust: Trust::peer(),
+                headers: HeaderOptions::default(),
+                store_error: Arc::new(|_| {
+                    plain(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error")
+                }),
+            },
+            limiters: HashMap::new(),
+        }
+    }
+
+    /// Whose forwarded address [`RequestInfo::client_ip`] believes (default: the peer's own).
+    pub fn trust(mut self, trust: Trust) -> Self {
+        self.config.trust = trust;
+        self
+    }
+
+    /// Which rate-limit fields responses carry besides `Retry-After` (default: the IETF ones).
+    pub fn headers(mut self, headers: HeaderOptions) -> Self {
+        self.config.headers = headers;
+        self
+    }
+
+    /// The response to a request whose store failed (default: an empty-handed 500). A failure policy
+    /// (allow, deny, a fallback store) is a later issue; until then this is where a store error goes.
+    pub fn on_store_error(
+        mut self,
+        f: impl Fn(&(dyn StdError + Send + Sync + 'static)) -> Response<Body> + Send + Sync + 'static,
+    ) -> Self {
+        self.config.store_error = Arc::new(f);
+        self
+    }
+
+    /// Registers the limiter `name`: `callback` returns the request's limits (several are counted as
+    /// one all-or-nothing batch; [`RouteLimit::none`] skips). An error it returns (a missing client
+    /// address …) answers with [`HttpError::status`].
+    pub fn limiter(
+        mut self,
+        name: impl Into<String>,
+        callback: impl Fn(&RequestInfo<'_>) -> Result<Vec<RouteLimit>, HttpError>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.limiters.insert(name.into(), Arc::new(callback));
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The layer that throttles a route with the limiter `name` (axum: `.route_layer(…)` or
+    /// `.layer(…)`).
+    pub fn throttle(&self, name: &str) -> Result<Throttle<S>, ThrottleError> {
+        let callback = self
+            .limiters
+            .get(name)
+            .ok_or_else(|| ThrottleError::Unknown(name.to_owned()))?;
+        core_http::request_entries(name, &[]).map_err(ThrottleError::Invalid)?;
+        Ok(Throttle {
+            shared: Arc::new(Shared {
+                name: name.into(),
+                callback: Arc::clone(callback),
+                store: Arc::clone(&self.store),
+                config: self.config.clone(),
+            }),
+        })
+    }
+}
+
+struct Shared<S> {
+    name: Arc<str>,
+    callback: Arc<LimiterFn>,
+    store: Arc<S>,
+    config: Config,
+}
+
+/// A [`Layer`] throttling every request of the service it wraps with one named limiter.
+pub struct Throttle<S> {
+    shared: Arc<Shared<S>>,
+}
+
+impl<S> Clone for Throttle<S> {
+    fn clone(&self) -> Self {
+        Throttle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S> fmt::Debug for Throttle<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Throttle")
+            .field("name", &self.shared.name)
+            .finish()
+    }
+}
+
+impl<S, I> Layer<I> for Throttle<S> {
+    type Service = ThrottleService<S, I>;
+    fn layer(&self, inner: I) -> Self::Service {
+        ThrottleService {
+            inner,
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+/// The service of a [`Throttle`] layer.
+pub struct ThrottleService<S, I> {
+    inner: I,
+    shared: Arc<Shared<S>>,
+}
+
+impl<S, I: Clone> Clone for ThrottleService<S, I> {
+    fn clone(&self) -> Self {
+        ThrottleService {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S, I: fmt::Debug> fmt::Debug for ThrottleService<S, I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThrottleService")
+            .field("name", &self.shared.name)
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+/// A request's plan: its limits (with their hooks) and the core's entries.
+struct Plan {
+    limits: Vec<RouteLimit>,
+    entries: core_http::RequestEntries,
+}
+
+impl<S: Store> Shared<S> {
+    /// The request's entries, or the error of the callback or the core that ends it.
+    fn plan<B>(&self, req: &Request<B>) -> Result<Plan, HttpError> {
+        let info = RequestInfo::new(req, &self.config.trust);
+        let limits = (self.callback)(&info)?;
+        let http_limits: Vec<HttpLimit<'_>> = limits
+            .iter()
+            .map(|l| match l.limit {
+                Some(limit) => HttpLimit::new(&l.key, limit),
+                None => HttpLimit::Unlimited,
+            })
+            .collect();
+        let entries = core_http::request_entries(&self.name, &http_limits)?;
+        Ok(Plan { limits, entries })
+    }
+}
+
+impl<S, I, B> Service<Request<B>> for ThrottleService<S, I>
+where
+    S: Store,
+    I: Service<Request<B>, Response = Response<Body>> + Clone + Send + 'static,
+    I::Future: Send + 'static,
+    I::Error: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = I::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, I::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let shared = Arc::clone(&self.shared);
+        // The inner service polled ready is the one called (tower's clone-and-swap).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(async move {
+            let plan = match shared.plan(&req) {
+                Ok(plan) => plan,
+                Err(e) => return Ok(http_error(&e)),
+            };
+            if plan.entries.entries.is_empty() {
+                return inner.call(req).await;
+            }
+            let consumed = match shared.store.consume_many(&plan.entries.entries).await {
+                Ok(consumed) => consumed,
+                Err(e) => return Ok((shared.config.store_error)(&e)),
+            };
+            let verdict = consumed.verdict;
+            let fields = core_http::response_headers(
+                &shared.name,
+                &plan.entries.limits(),
+                &verdict,
+                shared.store.now_ms(),
+                shared.config.headers,
+            );
+            if !verdict.allowed {
+                let source = verdict.blocked.map_or(0, |b| plan.entries.sources[b]);
+                let mut response = match plan.limits.get(source).and_then(|l| l.response.clone()) {
+                    Some(custom) => custom(&Refusal {
+                        name: Arc::clone(&shared.name),
+                        limit: source,
+                        retry_after_ms: verdict.retry_after_ms,
+                        headers: fields.clone(),
+                    }),
+                    None => plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests"),
+                };
+                set_fields(&mut response, &fields);
+                return Ok(response);
+            }
+            let mut response = inner.call(req).await?;
+            set_fields(&mut response, &fields);
+            let sources = &plan.entries.sources;
+            if sources.iter().any(|&s| plan.limits[s].after.is_some()) {
+                let keep: Vec<Entry> = plan
+                    .entries
+                    .entries
+                    .iter()
+                    .zip(sources)
+                    .filter(|(_, &s)| plan.limits[s].after.as_ref().is_none_or(|f| f(&response)))
+                    .map(|(e, _)| e.clone())
+                    .collect();
+                if keep.len() < sources.len() {
+                    // Give the call back, then count it again against the limits that keep it. A
+                    // store failure here changes no answer: the response is already decided.
+                    if let Some(release) = consumed.release {
+                        let _ = shared.store.release(release).await;
+                    }
+                    if !keep.is_empty() {
+                        let _ = shared.store.consume_many(&keep).await;
+                    }
+                }
+            }
+            Ok(response)
+        })
+    }
+}
+
+/// Sets the rate-limit fields on `response`, leaving alone those it already has.
+fn set_fields(response: &mut Response<Body>, fields: &[(&'static str, String)]) {
+    let headers = response.headers_mut();
+    for (name, value) in fields {
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) else {
+            continue;
+        };
+        if !headers.contains_key(&name) {
+            headers.insert(name, value);
+        }
+    }
+}
+
+fn plain(status: StatusCode, body: &'static str) -> Response<Body> {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// The answer to a request the core could not key: 400 for a key too long, 500 for the rest.
+fn http_error(e: &HttpError) -> Response<Body> {
+    match e.status() {
+        400 => plain(
+            StatusCode::BAD_REQUEST,
+            "Bad Request: rate-limit key too long",
+        ),
+        _ => plain(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
+    }
+}
