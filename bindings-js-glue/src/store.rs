@@ -70,6 +70,11 @@ impl JsStore {
         Ok(single(out, self.store.peek(key, limit, number::now(now)?)))
     }
 
+    /// How many entries the pending batch holds (the index the next pushed entry gets).
+    pub fn batch_len(&self) -> usize {
+        self.batch.len()
+    }
+
     /// Appends an entry to the pending batch; an invalid limit clears it.
     pub fn batch_push(&mut self, key: &str, uses: f64, window_ms: f64) -> Res<()> {
         match number::limit(uses, window_ms) {

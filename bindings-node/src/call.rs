@@ -20,7 +20,7 @@ use ratewindow_core::redis::Reply;
 use ratewindow_core::sql::{SqlValue, Statement};
 use ratewindow_js_glue::calls::{self, CallRecord, Calls};
 
-use crate::key::Key;
+use crate::key::{Key, Keys};
 use crate::{coded, guard, thrown, Res};
 
 /// What gives an allowed consume's call back (the core's `ReleaseToken`): keep it as it is and hand it
@@ -250,14 +250,14 @@ impl NativeCalls {
     #[napi(ts_return_type = "string | null")]
     pub fn consume(
         &mut self,
-        keys: Vec<String>,
+        keys: Keys,
         uses: Vec<f64>,
         windows: Vec<f64>,
         release: bool,
         now: Option<f64>,
     ) -> Result<Joined, String> {
         self.go(|c, out| {
-            let entries = calls::entries(keys, &uses, &windows)?;
+            let entries = calls::entries(keys.get()?, &uses, &windows)?;
             c.consume(out, entries, release, now)
         })
     }
@@ -271,20 +271,20 @@ impl NativeCalls {
         window_ms: f64,
         now: Option<f64>,
     ) -> Result<Joined, String> {
-        self.go(|c, out| c.consume_one(out, key.as_str().to_owned(), uses, window_ms, now))
+        self.go(|c, out| c.consume_one(out, key.get()?.to_owned(), uses, window_ms, now))
     }
 
     /// Starts `Op::Peek`.
     #[napi(ts_return_type = "string | null")]
     pub fn peek(
         &mut self,
-        keys: Vec<String>,
+        keys: Keys,
         uses: Vec<f64>,
         windows: Vec<f64>,
         now: Option<f64>,
     ) -> Result<Joined, String> {
         self.go(|c, out| {
-            let entries = calls::entries(keys, &uses, &windows)?;
+            let entries = calls::entries(keys.get()?, &uses, &windows)?;
             c.peek(out, entries, now)
         })
     }
@@ -307,7 +307,7 @@ impl NativeCalls {
         amount: f64,
         now: Option<f64>,
     ) -> Result<Joined, String> {
-        self.go(|c, out| c.hit(out, key.as_str().to_owned(), decay_ms, amount, now))
+        self.go(|c, out| c.hit(out, key.get()?.to_owned(), decay_ms, amount, now))
     }
 
     /// Starts `Op::Attempt`.
@@ -319,7 +319,7 @@ impl NativeCalls {
         decay_ms: f64,
         now: Option<f64>,
     ) -> Result<Joined, String> {
-        self.go(|c, out| c.attempt(out, key.as_str().to_owned(), max, decay_ms, now))
+        self.go(|c, out| c.attempt(out, key.get()?.to_owned(), max, decay_ms, now))
     }
 
     /// Starts `Op::Read` answering `query` (`attempts`, `tooManyAttempts`, `remaining`,
@@ -332,19 +332,19 @@ impl NativeCalls {
         max: f64,
         now: Option<f64>,
     ) -> Result<Joined, String> {
-        self.go(|c, out| c.read(out, key.as_str().to_owned(), &query, max, now))
+        self.go(|c, out| c.read(out, key.get()?.to_owned(), &query, max, now))
     }
 
     /// Starts `Op::ResetAttempts`.
     #[napi(ts_return_type = "string | null")]
     pub fn reset_attempts(&mut self, key: Key, now: Option<f64>) -> Result<Joined, String> {
-        self.go(|c, out| c.reset_attempts(out, key.as_str().to_owned(), now))
+        self.go(|c, out| c.reset_attempts(out, key.get()?.to_owned(), now))
     }
 
     /// Starts `Op::Clear`.
     #[napi(ts_return_type = "string | null")]
     pub fn clear(&mut self, key: Key, now: Option<f64>) -> Result<Joined, String> {
-        self.go(|c, out| c.clear(out, key.as_str().to_owned(), now))
+        self.go(|c, out| c.clear(out, key.get()?.to_owned(), now))
     }
 
     /// Call `id`'s current step again.

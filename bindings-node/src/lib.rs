@@ -109,7 +109,7 @@ impl NativeStore {
     ) -> Result<f64, String> {
         glue(|| {
             let (store, out) = self.out();
-            store.consume(key.as_str(), uses, window_ms, now, out)
+            store.consume(key.get()?, uses, window_ms, now, out)
         })
     }
 
@@ -118,14 +118,21 @@ impl NativeStore {
     pub fn peek(&mut self, key: Key, uses: f64, window_ms: f64, now: f64) -> Result<f64, String> {
         glue(|| {
             let (store, out) = self.out();
-            store.peek(key.as_str(), uses, window_ms, now, out)
+            store.peek(key.get()?, uses, window_ms, now, out)
         })
     }
 
     /// Appends an entry to the pending batch; an invalid limit clears it.
     #[napi]
     pub fn batch_push(&mut self, key: Key, uses: f64, window_ms: f64) -> Result<(), String> {
-        glue(|| self.store.batch_push(key.as_str(), uses, window_ms))
+        glue(|| match key.entry(self.store.batch_len()) {
+            Ok(key) => self.store.batch_push(key, uses, window_ms),
+            Err(e) => {
+                // Refused like an invalid limit: the batch is emptied.
+                self.store.batch_clear();
+                Err(e)
+            }
+        })
     }
 
     /// Consumes the pending batch: a release handle (> 0) or minus the retry timestamp.
@@ -179,7 +186,7 @@ impl NativeStore {
     /// Fixed window: the count after adding `amount`.
     #[napi]
     pub fn hit(&self, key: Key, decay_ms: f64, amount: f64, now: f64) -> Result<f64, String> {
-        glue(|| self.store.hit(key.as_str(), decay_ms, amount, now))
+        glue(|| self.store.hit(key.get()?, decay_ms, amount, now))
     }
 
     /// Fixed window: the count after adding `amount`; `resetAfterMs` in the record.
@@ -193,7 +200,7 @@ impl NativeStore {
     ) -> Result<f64, String> {
         glue(|| {
             let (store, out) = self.out();
-            store.hit_window(key.as_str(), decay_ms, amount, now, out)
+            store.hit_window(key.get()?, decay_ms, amount, now, out)
         })
     }
 
@@ -203,51 +210,51 @@ impl NativeStore {
     pub fn attempt(&mut self, key: Key, max: f64, decay_ms: f64, now: f64) -> Result<f64, String> {
         glue(|| {
             let (store, out) = self.out();
-            store.attempt(key.as_str(), max, decay_ms, now, out)
+            store.attempt(key.get()?, max, decay_ms, now, out)
         })
     }
 
     /// Hits in the current window.
     #[napi]
     pub fn attempts(&self, key: Key, now: f64) -> Result<f64, String> {
-        glue(|| self.store.attempts(key.as_str(), now))
+        glue(|| self.store.attempts(key.get()?, now))
     }
 
     /// Whether `max` or more hits are counted in a live window.
     #[napi]
     pub fn too_many_attempts(&self, key: Key, max: f64, now: f64) -> Result<bool, String> {
-        glue(|| self.store.too_many_attempts(key.as_str(), max, now))
+        glue(|| self.store.too_many_attempts(key.get()?, max, now))
     }
 
     /// `max` minus the hits, floored at 0.
     #[napi]
     pub fn remaining(&self, key: Key, max: f64, now: f64) -> Result<f64, String> {
-        glue(|| self.store.remaining(key.as_str(), max, now))
+        glue(|| self.store.remaining(key.get()?, max, now))
     }
 
     /// Whole seconds until the window ends, rounded up.
     #[napi]
     pub fn available_in(&self, key: Key, now: f64) -> Result<f64, String> {
-        glue(|| self.store.available_in(key.as_str(), now))
+        glue(|| self.store.available_in(key.get()?, now))
     }
 
     /// Milliseconds until the window ends.
     #[napi]
     pub fn available_in_ms(&self, key: Key, now: f64) -> Result<f64, String> {
-        glue(|| self.store.available_in_ms(key.as_str(), now))
+        glue(|| self.store.available_in_ms(key.get()?, now))
     }
 
     /// Zeroes the count, keeping the window.
     #[napi]
     pub fn reset_attempts(&self, key: Key, now: f64) -> Result<(), String> {
-        glue(|| self.store.reset_attempts(key.as_str(), now))
+        glue(|| self.store.reset_attempts(key.get()?, now))
     }
 
     /// Removes the count and the window.
     #[napi]
     pub fn clear(&self, key: Key) -> Result<(), String> {
-        guard(|| {
-            self.store.clear(key.as_str());
+        glue(|| {
+            self.store.clear(key.get()?);
             Ok(())
         })
     }

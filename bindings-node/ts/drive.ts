@@ -187,6 +187,7 @@ export function engineError(error: unknown, backend: Backend, entries?: readonly
     for (const e of entries) cooldownLimit(e.limit.uses, e.limit.windowMs, backend);
   }
   if (code === 'store_reply') return new StoreReplyError('purge', 'one row (calls, windows)', '', String((error as Error).message));
+  if (code === 'invalid_argument:key') return fromBackend(error); // a key with a lone surrogate: InvalidArgumentError
   if (typeof code === 'string' && code.startsWith('invalid_argument')) return new TypeError((error as Error).message);
   return fromBackend(error, undefined, decayMs);
 }

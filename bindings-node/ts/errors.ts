@@ -72,7 +72,9 @@ export function invalidLimit(field: LimitField, argument: string, value: unknown
 /**
  * A number that must be a whole, safe integer is not: a clock's reading (`now`, also >= 0), a
  * fixed-window `amount` or `max` (`maxAttempts` in the rate limiter), a store option such as
- * `busyTimeoutMs`. `field` is the argument's name as TypeScript spells it.
+ * `busyTimeoutMs`. `field` is the argument's name as TypeScript spells it. Also a key that is not
+ * valid Unicode (a lone surrogate): `field` is `key`, or `entries[3].key` in a batch, and the message
+ * is the engine's.
  */
 export class InvalidArgumentError extends RateWindowError {
   /** The argument's name: `now`, `amount`, `max`, `maxAttempts` ... */
@@ -80,8 +82,8 @@ export class InvalidArgumentError extends RateWindowError {
   /** The refused value, as given. */
   readonly value: unknown;
 
-  constructor(field: string, value: unknown) {
-    super('ERR_RATEWINDOW_INVALID_ARGUMENT', `invalid ${field}: ${String(value)} (expected a safe integer${field === 'now' ? ' >= 0' : ''})`);
+  constructor(field: string, value: unknown, message?: string) {
+    super('ERR_RATEWINDOW_INVALID_ARGUMENT', message ?? `invalid ${field}: ${String(value)} (expected a safe integer${field === 'now' ? ' >= 0' : ''})`);
     this.field = field;
     this.value = value;
   }
@@ -113,6 +115,11 @@ export function fromBackend(error: unknown, uses?: unknown, windowMs?: unknown):
     }
     case 'panic':
       return new InternalError(message, { cause: error });
+    case 'invalid_argument:key': {
+      // A key that is not valid Unicode; the engine's message names its position (`entries[3].key`).
+      const field = /^invalid (\S+):/.exec(message)?.[1] ?? 'key';
+      return new InvalidArgumentError(field, undefined, message);
+    }
     default:
       return error instanceof Error ? error : new InternalError(message, { cause: error });
   }

@@ -7,6 +7,39 @@ use pyo3::PyTraverseError;
 
 use crate::limit::Limit;
 
+use ratewindow_core::input::KeyPosition;
+
+/// A key argument, borrowed from the Python `str` as UTF-8. A `str` with a lone surrogate is refused
+/// with `InvalidArgumentError` naming `key` (never replaced, so two strings never share a key); any
+/// other type is a `TypeError` as for `str`.
+pub(crate) struct Key<'a>(pub(crate) &'a str);
+
+impl<'a> FromPyObject<'a, '_> for Key<'a> {
+    type Error = PyErr;
+
+    #[inline]
+    fn extract(ob: Borrowed<'a, '_, PyAny>) -> PyResult<Self> {
+        match <&'a str>::extract(ob) {
+            Ok(key) => Ok(Key(key)),
+            // A `str` that has no UTF-8 (a lone surrogate); anything else keeps its TypeError.
+            Err(e) if ob.is_instance_of::<PyString>() => {
+                Err(crate::errors::invalid_key(&ob, KeyPosition::Key, e))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// `key`'s UTF-8, or `InvalidArgumentError` naming `position` when it holds a lone surrogate.
+#[inline]
+pub(crate) fn key_str<'a>(
+    key: &'a Bound<'_, PyString>,
+    position: KeyPosition,
+) -> PyResult<&'a str> {
+    key.to_str()
+        .map_err(|e| crate::errors::invalid_key(key.as_any(), position, e))
+}
+
 /// One entry of a batch: `key` counted against `limit`. Immutable.
 #[pyclass(frozen, module = "ratewindow._ratewindow", name = "Entry")]
 pub(crate) struct Entry {

@@ -58,6 +58,36 @@ pub(crate) fn invalid_argument(field: &str, given: &Bound<'_, PyAny>, expected: 
     }
 }
 
+/// `InvalidArgumentError(message, field, value)` for a key that is not valid Unicode (a `str` holding a
+/// lone surrogate, which has no UTF-8): the message is the core's, naming the key's position (`key`, or
+/// `entries[3].key` in a batch) and the surrogate's index; the key is never replaced.
+pub(crate) fn invalid_key(
+    given: &Bound<'_, PyAny>,
+    position: ratewindow_core::input::KeyPosition,
+    encode_error: PyErr,
+) -> PyErr {
+    let py = given.py();
+    // The UnicodeEncodeError's `start`: the index of the first code point UTF-8 cannot encode.
+    let at = encode_error
+        .value(py)
+        .getattr("start")
+        .and_then(|s| s.extract::<usize>())
+        .unwrap_or(0);
+    let error = ratewindow_core::input::KeyError { position, at };
+    let message = error.to_string().replace("UTF-16 index", "index");
+    match INVALID_ARGUMENT.import(py, "ratewindow._errors", "InvalidArgumentError") {
+        Ok(class) => match class.call1((message, error.field(), given)) {
+            Ok(instance) => {
+                let err = PyErr::from_value(instance);
+                err.set_cause(py, Some(encode_error));
+                err
+            }
+            Err(e) => e,
+        },
+        Err(e) => e,
+    }
+}
+
 /// Runs an entry point's body, turning a panic into `InternalError` instead of PyO3's
 /// `PanicException` (a `BaseException` that `except Exception` would not catch).
 pub(crate) fn guard<T>(body: impl FnOnce() -> PyResult<T>) -> PyResult<T> {

@@ -6,11 +6,13 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
+use pyo3::types::{PyBool, PyString, PyTuple};
 use pyo3::PyTraverseError;
+use ratewindow_core::input::{check_now, KeyPosition, NOW_RANGE};
 use ratewindow_core::{Clock, Entry, SystemClock};
 
-use crate::errors::guard;
+use crate::entry::{key_str, Key};
+use crate::errors::{guard, invalid_argument};
 use crate::limit::{hit_args, whole, Limit};
 use crate::verdict::{AttemptResult, HitResult, Verdict};
 
@@ -48,11 +50,15 @@ pub(crate) fn read_clock(py: Python<'_>, clock: Option<&Py<PyAny>>) -> PyResult<
         None => Ok(SystemClock.now_ms()),
         Some(clock) => {
             let reading = clock.bind(py).call0()?;
-            reading.extract::<u64>().map_err(|_| {
-                PyValueError::new_err(format!(
-                    "the clock must return whole Unix milliseconds as a non-negative int, got {reading:?}"
-                ))
-            })
+            // An int from 0 to 2^53 - 1 (the core's range for `now`); anything else, a wrapped or
+            // negative clock included, is `InvalidArgumentError` naming `now`, and the store is not
+            // touched.
+            match reading.extract::<u64>() {
+                Ok(now) if !reading.is_instance_of::<PyBool>() => {
+                    check_now(now).map_err(|_| invalid_argument("now", &reading, NOW_RANGE))
+                }
+                _ => Err(invalid_argument("now", &reading, NOW_RANGE)),
+            }
         }
     }
 }
@@ -72,12 +78,13 @@ pub(crate) struct MemoryStore {
 pub(crate) fn entries(items: &Bound<'_, PyAny>) -> PyResult<Vec<Entry>> {
     let py = items.py();
     let mut out = Vec::with_capacity(items.len().unwrap_or(0));
-    for item in items.try_iter()? {
+    for (index, item) in items.try_iter()?.enumerate() {
         let item = item?;
+        let position = KeyPosition::Entry(index);
         if let Ok(entry) = item.cast::<crate::entry::Entry>() {
             let entry = entry.get();
             out.push(Entry::new(
-                entry.key.bind(py).to_str()?,
+                key_str(entry.key.bind(py), position)?,
                 entry.limit.bind(py).get().inner,
             ));
             continue;
@@ -102,7 +109,7 @@ pub(crate) fn entries(items: &Bound<'_, PyAny>) -> PyResult<Vec<Entry>> {
         let limit = limit
             .cast::<Limit>()
             .map_err(|_| PyTypeError::new_err("an entry's limit must be a ratewindow.Limit"))?;
-        out.push(Entry::new(key.to_str()?, limit.get().inner));
+        out.push(Entry::new(key_str(&key, position)?, limit.get().inner));
     }
     Ok(out)
 }
@@ -135,11 +142,11 @@ impl MemoryStore {
     }
 
     /// Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait.
-    fn consume(&self, py: Python<'_>, key: &str, limit: &Bound<'_, Limit>) -> PyResult<Verdict> {
+    fn consume(&self, py: Python<'_>, key: Key<'_>, limit: &Bound<'_, Limit>) -> PyResult<Verdict> {
         guard(|| {
             let now = self.shared.now(py)?;
             Ok(Verdict::single(self.shared.store.consume(
-                key,
+                key.0,
                 limit.get().inner,
                 now,
             )))
@@ -147,11 +154,11 @@ impl MemoryStore {
     }
 
     /// The verdict `consume` would give, recording nothing.
-    fn peek(&self, py: Python<'_>, key: &str, limit: &Bound<'_, Limit>) -> PyResult<Verdict> {
+    fn peek(&self, py: Python<'_>, key: Key<'_>, limit: &Bound<'_, Limit>) -> PyResult<Verdict> {
         guard(|| {
             let now = self.shared.now(py)?;
             Ok(Verdict::single(self.shared.store.peek(
-                key,
+                key.0,
                 limit.get().inner,
                 now,
             )))
@@ -189,14 +196,14 @@ impl MemoryStore {
     fn hit(
         &self,
         py: Python<'_>,
-        key: &str,
+        key: Key<'_>,
         decay_ms: &Bound<'_, PyAny>,
         amount: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<i64> {
         guard(|| {
             let (decay, amount) = hit_args(decay_ms, amount)?;
             let now = self.shared.now(py)?;
-            Ok(self.shared.store.hit(key, decay, amount, now))
+            Ok(self.shared.store.hit(key.0, decay, amount, now))
         })
     }
 
@@ -205,14 +212,14 @@ impl MemoryStore {
     fn hit_window(
         &self,
         py: Python<'_>,
-        key: &str,
+        key: Key<'_>,
         decay_ms: &Bound<'_, PyAny>,
         amount: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<HitResult> {
         guard(|| {
             let (decay, amount) = hit_args(decay_ms, amount)?;
             let now = self.shared.now(py)?;
-            let (count, ms) = self.shared.store.hit_window(key, decay, amount, now);
+            let (count, ms) = self.shared.store.hit_window(key.0, decay, amount, now);
             Ok(HitResult::new(count, ms))
         })
     }
@@ -222,7 +229,7 @@ impl MemoryStore {
     fn attempt(
         &self,
         py: Python<'_>,
-        key: &str,
+        key: Key<'_>,
         max: &Bound<'_, PyAny>,
         decay_ms: &Bound<'_, PyAny>,
     ) -> PyResult<AttemptResult> {
@@ -230,21 +237,21 @@ impl MemoryStore {
             let max = whole("max", max)?;
             let (decay, _) = hit_args(decay_ms, None)?;
             let now = self.shared.now(py)?;
-            let (allowed, count, ms) = self.shared.store.attempt(key, max, decay, now);
+            let (allowed, count, ms) = self.shared.store.attempt(key.0, max, decay, now);
             Ok(AttemptResult::new(allowed, count, ms))
         })
     }
 
     /// Hits in `key`'s current window; 0 when none runs.
-    fn attempts(&self, py: Python<'_>, key: &str) -> PyResult<i64> {
-        guard(|| Ok(self.shared.store.attempts(key, self.shared.now(py)?)))
+    fn attempts(&self, py: Python<'_>, key: Key<'_>) -> PyResult<i64> {
+        guard(|| Ok(self.shared.store.attempts(key.0, self.shared.now(py)?)))
     }
 
     /// Whether `key` has `max` or more hits in a window that still runs.
     fn too_many_attempts(
         &self,
         py: Python<'_>,
-        key: &str,
+        key: Key<'_>,
         max: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         guard(|| {
@@ -252,40 +259,50 @@ impl MemoryStore {
             Ok(self
                 .shared
                 .store
-                .too_many_attempts(key, max, self.shared.now(py)?))
+                .too_many_attempts(key.0, max, self.shared.now(py)?))
         })
     }
 
     /// `max` minus the hits in `key`'s current window, floored at 0.
-    fn remaining(&self, py: Python<'_>, key: &str, max: &Bound<'_, PyAny>) -> PyResult<i64> {
+    fn remaining(&self, py: Python<'_>, key: Key<'_>, max: &Bound<'_, PyAny>) -> PyResult<i64> {
         guard(|| {
             let max = whole("max", max)?;
-            Ok(self.shared.store.remaining(key, max, self.shared.now(py)?))
+            Ok(self
+                .shared
+                .store
+                .remaining(key.0, max, self.shared.now(py)?))
         })
     }
 
     /// Whole seconds until `key`'s window ends, rounded up; 0 when none runs.
-    fn available_in(&self, py: Python<'_>, key: &str) -> PyResult<u64> {
-        guard(|| Ok(self.shared.store.available_in(key, self.shared.now(py)?)))
+    fn available_in(&self, py: Python<'_>, key: Key<'_>) -> PyResult<u64> {
+        guard(|| Ok(self.shared.store.available_in(key.0, self.shared.now(py)?)))
     }
 
     /// Milliseconds until `key`'s window ends; 0 when none runs.
-    fn available_in_ms(&self, py: Python<'_>, key: &str) -> PyResult<u64> {
-        guard(|| Ok(self.shared.store.available_in_ms(key, self.shared.now(py)?)))
+    fn available_in_ms(&self, py: Python<'_>, key: Key<'_>) -> PyResult<u64> {
+        guard(|| {
+            Ok(self
+                .shared
+                .store
+                .available_in_ms(key.0, self.shared.now(py)?))
+        })
     }
 
     /// Sets `key`'s count to zero, keeping its window running.
-    fn reset_attempts(&self, py: Python<'_>, key: &str) -> PyResult<()> {
+    fn reset_attempts(&self, py: Python<'_>, key: Key<'_>) -> PyResult<()> {
         guard(|| {
-            self.shared.store.reset_attempts(key, self.shared.now(py)?);
+            self.shared
+                .store
+                .reset_attempts(key.0, self.shared.now(py)?);
             Ok(())
         })
     }
 
     /// Removes `key`'s count and window.
-    fn clear(&self, key: &str) -> PyResult<()> {
+    fn clear(&self, key: Key<'_>) -> PyResult<()> {
         guard(|| {
-            self.shared.store.clear(key);
+            self.shared.store.clear(key.0);
             Ok(())
         })
     }

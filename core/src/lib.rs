@@ -48,6 +48,7 @@ mod clock;
 mod error;
 pub mod fixed;
 pub mod http;
+pub mod input;
 mod limit;
 mod memory;
 pub mod redis;

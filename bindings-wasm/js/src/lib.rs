@@ -42,15 +42,6 @@ fn thrown(f: Failure) -> JsValue {
     error.into()
 }
 
-/// An unreadable key: past the buffer or not UTF-8 (the wrapper never writes one).
-#[cold]
-fn unreadable_key() -> JsValue {
-    thrown(Failure::new(
-        "invalid_argument:key",
-        "ratewindow (wasm): the engine could not read the key",
-    ))
-}
-
 thread_local! {
     /// Where the wrapper writes each call's key (UTF-8).
     static KEY: RefCell<KeyBuffer> = RefCell::new(KeyBuffer::default());
@@ -60,15 +51,30 @@ thread_local! {
     static PANIC_MESSAGE: RefCell<Option<String>> = const { RefCell::new(None) };
 }
 
-/// Runs `f` on the key the wrapper wrote (its first `len` bytes) and the record.
+/// Runs `f` on the key the wrapper wrote (its first `len` bytes) and the record; a key that is not
+/// valid Unicode (the wrapper flags it and writes its UTF-16) is refused naming `key`.
 #[inline(always)]
 fn with_key<T>(
     len: u32,
     f: impl FnOnce(&str, &mut Record) -> ratewindow_js_glue::Res<T>,
 ) -> Result<T, JsValue> {
+    with_key_at(len, KeyPosition::Key, f)
+}
+
+/// [`with_key`] for the key at `position` (a batch's entry).
+#[inline(always)]
+fn with_key_at<T>(
+    len: u32,
+    position: KeyPosition,
+    f: impl FnOnce(&str, &mut Record) -> ratewindow_js_glue::Res<T>,
+) -> Result<T, JsValue> {
     KEY.with(|buffer| {
-        let buffer = buffer.try_borrow().map_err(|_| unreadable_key())?;
-        let key = buffer.key(len).ok_or_else(unreadable_key)?;
+        let buffer = buffer
+            .try_borrow()
+            .map_err(|_| thrown(KeyIssue::Unreadable.failure(position)))?;
+        let key = buffer
+            .key(len)
+            .map_err(|issue| thrown(issue.failure(position)))?;
         RECORD.with(|r| f(key, &mut r.borrow_mut()).map_err(thrown))
     })
 }
@@ -164,7 +170,10 @@ impl WasmStore {
     /// Appends an entry to the pending batch (an invalid limit clears it).
     #[wasm_bindgen(js_name = batchPush)]
     pub fn batch_push(&mut self, key_len: u32, uses: f64, window_ms: f64) -> Result<(), JsValue> {
-        let pushed = with_key(key_len, |key, _| self.0.batch_push(key, uses, window_ms));
+        let entry = KeyPosition::Entry(self.0.batch_len());
+        let pushed = with_key_at(key_len, entry, |key, _| {
+            self.0.batch_push(key, uses, window_ms)
+        });
         if pushed.is_err() {
             self.0.batch_clear();
         }

@@ -114,7 +114,26 @@ pub fn run_case<E: Engine>(engine: &mut E, case: &Case) -> Vec<String> {
     let mut releases: std::collections::HashMap<String, Option<E::Release>> = Default::default();
     let mut failures = Vec::new();
     for (i, op) in case.ops.iter().enumerate() {
-        let now = op["now"].as_u64().expect("now: a whole number");
+        // A negative time is passed wrapped, as a host with only unsigned integers (jco) passes it.
+        let raw_now = op["now"]
+            .as_u64()
+            .or_else(|| op["now"].as_i64().map(|t| t as u64))
+            .expect("now: a whole number");
+        // The check every binding makes before it calls the store (`invalid_time.json`).
+        let now = match ratewindow_core::input::check_now(raw_now) {
+            Ok(now) => now,
+            Err(_) => {
+                let got = json!({ "error": "invalid_argument", "field": "now" });
+                let want = op.get("expect").cloned().unwrap_or(Value::Null);
+                if got != want {
+                    failures.push(format!(
+                        "{} / {} / op {i} {}:\n    want {want}\n    got  {got}",
+                        case.file, case.name, op["op"]
+                    ));
+                }
+                continue;
+            }
+        };
         let key = || op["key"].as_str().expect("key");
         let max = || op["max"].as_i64().expect("max");
         let result: Result<Value, LimitError> = (|| {

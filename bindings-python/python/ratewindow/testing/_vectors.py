@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._errors import InvalidLimitError
+from .._errors import InvalidArgumentError, InvalidLimitError
 from .._limits import Entry, Limit
 from .._memory import MemoryStore
 from .._store import Verdict
@@ -126,6 +126,10 @@ def run_vector_case(case: Mapping[str, Any]) -> None:
             got = _apply(store, op, consumed)
         except InvalidLimitError as error:
             got = {"error": "invalid_limit", "field": error.field}
+        except InvalidArgumentError as error:
+            if error.field != "now":
+                raise
+            got = {"error": "invalid_argument", "field": "now"}
         expected = op.get("expect")
         if not _same(got, expected):
             raise VectorMismatch(

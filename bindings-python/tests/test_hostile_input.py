@@ -1,0 +1,71 @@
+"""Hostile input at the boundary (issue 11): keys are bytes-exact — a ``str`` with a lone surrogate is
+refused with ``InvalidArgumentError`` naming its position, not a bare ``UnicodeEncodeError`` — and a
+clock reading outside 0 .. 2**53 - 1 is refused without touching the store."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ratewindow import Entry, InvalidArgumentError, Limit, MemoryStore
+from ratewindow.testing import ManualClock
+
+ONE = Limit(1, 60_000)
+
+
+def refused_key(field: str, at: int) -> "pytest.RaisesContext[InvalidArgumentError]":
+    pattern = rf"^invalid {re.escape(field)}: not valid Unicode \(a lone surrogate at index {at}\)"
+    return pytest.raises(InvalidArgumentError, match=pattern)
+
+
+def test_three_users_differing_in_a_lone_surrogate_never_share_a_cooldown() -> None:
+    store = MemoryStore()
+    assert store.consume("s\ufffd", ONE).allowed
+    for key in ["s\ud800", "s\udc00"]:
+        with refused_key("key", 1) as info:
+            store.consume(key, ONE)
+        assert info.value.field == "key"
+        assert info.value.value == key
+        assert isinstance(info.value.__cause__, UnicodeEncodeError)
+    with refused_key("key", 0):
+        store.peek("\udc00s", ONE)
+    with refused_key("key", 1):
+        store.hit("s\ud800", 1000)
+    with refused_key("key", 1):
+        store.attempts("s\ud800")
+    with refused_key("key", 1):
+        store.clear("s\ud800")
+    assert not store.consume("s\ufffd", ONE).allowed
+    assert store.consume("s\U0001f600", ONE).allowed
+
+
+def test_a_batch_names_the_entry_and_records_nothing() -> None:
+    store = MemoryStore()
+    with refused_key("entries[2].key", 1) as info:
+        store.consume_many([Entry("ok", ONE), ("fine", ONE), Entry("x\udbff", ONE)])
+    assert info.value.field == "entries[2].key"
+    assert store.consume("ok", ONE).allowed, "the refused batch recorded nothing"
+    with refused_key("entries[0].key", 0):
+        store.peek_many([("\ud800", ONE)])
+
+
+@pytest.mark.parametrize("bad", [-1, 2**53, 2**64, 2**64 - 1, True, 1.5])
+def test_a_clock_outside_the_range_is_refused_and_cannot_expire_the_store(bad: object) -> None:
+    clock = ManualClock(1_000)
+    store = MemoryStore(clock)
+    assert store.consume("alice", ONE).allowed
+    clock.set(bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=r"^invalid now: ") as info:
+        store.consume("other", ONE)
+    assert info.value.field == "now"
+    with pytest.raises(InvalidArgumentError):
+        store.hit("w", 1000)
+    clock.set(1_001)
+    assert not store.consume("alice", ONE).allowed
+    assert store.consume("other", ONE).allowed
+
+
+def test_the_last_valid_time_is_accepted() -> None:
+    clock = ManualClock(2**53 - 1)
+    assert MemoryStore(clock).consume("k", ONE).allowed
