@@ -31,11 +31,13 @@ export type PostgresQuery = (sql: string, params: unknown[]) => PromiseLike<read
 
 /**
  * A node-postgres `Pool` or `Client` (or anything with the same `query`): it is called as
- * `query({ text, values, rowMode: 'array' })`. Statements without parameters (the schema) are sent
- * without `values`, so several statements may run in one.
+ * `query({ name, text, values, rowMode: 'array' })`, a named (prepared) statement per text. Statements
+ * without parameters (the schema) are sent without `name` and `values`, so several statements may run
+ * in one. Behind a pooler that cannot keep prepared statements (PgBouncer in transaction mode before
+ * 1.21), pass a {@link PostgresQuery} function instead.
  */
 export interface PgQueryable {
-  query(config: { text: string; values?: unknown[]; rowMode: 'array' }): PromiseLike<{ rows: unknown }>;
+  query(config: { name?: string; text: string; values?: unknown[]; rowMode: 'array' }): PromiseLike<{ rows: unknown }>;
 }
 
 /** Options of a {@link PostgresStore}. */
@@ -66,13 +68,23 @@ export interface PurgeResult {
   readonly windows: number;
 }
 
+/** A name per statement text, process-wide: node-postgres prepares a named statement once per connection. */
+const statementNames = new Map<string, string>();
+function statementName(text: string): string {
+  let name = statementNames.get(text);
+  if (name === undefined) statementNames.set(text, (name = `ratewindow_${statementNames.size + 1}`));
+  return name;
+}
+
 function runner(client: PostgresQuery | PgQueryable): PostgresQuery {
   if (typeof client === 'function') return client;
   if (typeof client === 'object' && client !== null && typeof (client as PgQueryable).query === 'function') {
     const q = client as PgQueryable;
+    // Statements with parameters run as named (prepared) statements: parsed and planned once per
+    // connection. The engine plans a few fixed texts per prefix, so the names stay few.
     return (text, values) =>
       Promise.resolve(
-        q.query(values.length > 0 ? { text, values, rowMode: 'array' } : { text, rowMode: 'array' }),
+        q.query(values.length > 0 ? { name: statementName(text), text, values, rowMode: 'array' } : { text, rowMode: 'array' }),
       ).then((result) => (Array.isArray(result) ? [] : ((result?.rows as unknown[]) ?? [])));
   }
   throw typeError('PostgresStore.using takes a pg Pool or Client, or a query(sql, params) function', client);

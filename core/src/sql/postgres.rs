@@ -262,8 +262,8 @@ impl Postgres {
 /// Decodes the row of a consume or peek of `entries` entries. With `limits` (the machine knows them)
 /// the quota is checked against the call too: its limit is an entry's (the blocked one's on a
 /// refusal), its times within that entry's window, and an allowed consume (`consumed`) has used one.
-/// (A time beyond its window takes a server clock that stepped back: such rows are a reply error
-/// until the clock has caught up with the calls recorded before the step.)
+/// (The functions take a call's time as the later of the server's clock and the newest call they
+/// read, so no time they answer exceeds its window, even after the clock stepped back.)
 pub(crate) fn decode_sliding(
     rows: &[Vec<SqlValue>],
     entries: usize,

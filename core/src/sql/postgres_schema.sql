@@ -78,6 +78,7 @@ DECLARE
   v_taken bigint := CASE WHEN p_mode = 'c' THEN 1 ELSE 0 END;
   v_locked boolean := false;
   v_found boolean;
+  v_newest bigint;
   v_setting text;
 BEGIN
   IF p_mode IS NULL OR p_mode NOT IN ('c', 'p') THEN
@@ -92,10 +93,12 @@ BEGIN
   -- inserts it if there was none, and otherwise reads again.
   IF n = 1 THEN
     LOOP
-      v_now := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
       SELECT l.ats, l.ids INTO v_ats, v_ids FROM {p}_log l WHERE l.key = p_keys[1];
       v_found := FOUND;
       v_len := coalesce(cardinality(v_ats), 0);
+      -- The clock read after the row, and never before the newest call in it (a clock that stepped
+      -- back): every time the call answers lies within the window.
+      v_now := greatest(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, v_ats[v_len]);
       v_cut := v_now - p_windows[1];
       v_first := v_len + 1;
       WHILE v_first > 1 AND v_ats[v_first - 1] > v_cut LOOP
@@ -117,9 +120,8 @@ BEGIN
       IF p_relaxed THEN
         v_setting := set_config('synchronous_commit', 'off', true);
       END IF;
-      -- Times outside the window leave; the call is recorded at the newest of now and the key's calls
-      -- (a clock that stepped back keeps the log in order).
-      v_at := greatest(v_now, v_ats[v_len]);
+      -- Times outside the window leave; the call is recorded at now, after every call of the key.
+      v_at := v_now;
       IF v_found THEN
         UPDATE {p}_log l SET ats = v_ats[v_first:] || v_at, ids = v_ids[v_first:] || p_id,
           expires_at = greatest(l.expires_at, v_at + p_windows[1])
@@ -138,13 +140,15 @@ BEGIN
   -- A batch, in two passes: the first reads without locks and answers refusals and peeks (a refusal writes
   -- nothing, so what a snapshot saw is what the call answers); a consume it would allow locks its keys'
   -- rows, in ascending key order (two batches never deadlock), reads again and records.
+  v_now := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
   LOOP
-    v_now := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
     v_until := -1;
     v_blocked := -1;
+    v_newest := NULL;
     FOR i IN 1 .. n LOOP
       SELECT l.ats INTO v_ats FROM {p}_log l WHERE l.key = p_keys[i];
       v_len := coalesce(cardinality(v_ats), 0);
+      v_newest := greatest(v_newest, v_ats[v_len]);
       v_cut := v_now - p_windows[i];
       -- The times are ascending: the calls inside the window (at > now - window) are a suffix.
       v_first := v_len + 1;
@@ -165,6 +169,12 @@ BEGIN
         END IF;
       END IF;
     END LOOP;
+    -- A call newer than the clock read (recorded meanwhile, or a clock that stepped back): the pass
+    -- again at that time, so every time the call answers lies within the window.
+    IF v_newest > v_now THEN
+      v_now := v_newest;
+      CONTINUE;
+    END IF;
     EXIT WHEN v_blocked >= 0 OR p_mode = 'p' OR v_locked;
     -- Relaxed (the planner's default): a rate limit's last moments may be lost in a crash, so this
     -- call's own transaction need not wait for the WAL flush. Planned only for a statement that is its
@@ -183,6 +193,8 @@ BEGIN
       END LOOP;
     END LOOP;
     v_locked := true;
+    -- Under the locks: the clock again (later than every call the rows can hold but a stepped-back one).
+    v_now := greatest(v_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
   END LOOP;
 
   IF v_blocked >= 0 THEN
