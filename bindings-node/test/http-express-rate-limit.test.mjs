@@ -69,14 +69,16 @@ describe('express-rate-limit with a ratewindow store', { concurrency: true }, ()
       it(`${expressName}, ${storeName}: 100 concurrent requests against 10 → 10 × 200, 90 × 429`, async () => {
         const server = await serveLimited(express, make());
         try {
+          const start = Date.now();
           const responses = await burst(server.url, 100);
+          const low = 60 - Math.ceil((Date.now() - start) / 1000) - 1; // express-rate-limit rounds its own way
           assert.deepEqual(tally(responses), { 200: 10, 429: 90 });
           // draft-7: `RateLimit: limit=10, remaining=N, reset=S`, computed by express-rate-limit from our totalHits and resetTime.
           const remaining = responses.filter((r) => r.status === 200).map((r) => Number(/remaining=(\d+)/.exec(r.headers.get('ratelimit'))[1]));
           assert.deepEqual(remaining.sort((a, b) => a - b), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
           for (const r of responses) {
             const reset = Number(/reset=(\d+)/.exec(r.headers.get('ratelimit'))[1]);
-            assert.ok(reset >= 55 && reset <= 60, `reset=${reset}`);
+            assert.ok(reset >= low && reset <= 60, `reset=${reset}, at least ${low}`);
           }
           assert.deepEqual(server.logs, []);
         } finally {

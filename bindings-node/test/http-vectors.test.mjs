@@ -46,10 +46,10 @@ function outcome(f) {
   }
 }
 
-/** `[name, value, ...]` as `[[name, value], ...]`. */
-function pairs(flat) {
+/** The response fields as `[[name, value], ...]`, as the middleware sets them. */
+function fields(name, entries, verdict, flags, now) {
   const out = [];
-  for (let i = 0; i < flat.length; i += 2) out.push([flat[i], flat[i + 1]]);
+  headers(name, { entries }, verdict, flags, (n, v) => out.push([n, v]), now);
   return out;
 }
 
@@ -74,8 +74,8 @@ describe('http.json', () => {
   it(`response_headers (${doc.response_headers.length} cases)`, () => {
     for (const c of doc.response_headers) {
       const verdict = verdictOf(c.verdict);
-      const fields = headers(c.limiter, { uses: c.limits.map((l) => l.uses), windowMs: c.limits.map((l) => l.window_ms) }, verdict, flagsOf(c), c.now_ms);
-      assert.deepEqual({ status: verdict.allowed ? null : 429, headers: pairs(fields) }, c.expect, c.name);
+      const entries = c.limits.map((l) => ({ limit: { uses: l.uses, windowMs: l.window_ms } }));
+      assert.deepEqual({ status: verdict.allowed ? null : 429, headers: fields(c.limiter, entries, verdict, flagsOf(c), c.now_ms) }, c.expect, c.name);
     }
   });
 
@@ -88,11 +88,10 @@ describe('http.json', () => {
         now = request.now_ms;
         const p = plan(c.limiter, limits);
         const verdict = p === undefined ? { allowed: true, retryAfterMs: 0 } : store.consumeMany(p.entries);
-        const fields = p === undefined ? [] : headers(c.limiter, p, verdict, flagsOf(c), now);
         const got = {
           status: verdict.allowed ? null : 429,
           blocked: verdict.blocked === undefined ? null : p.sources[verdict.blocked],
-          headers: pairs(fields),
+          headers: p === undefined ? [] : fields(c.limiter, p.entries, verdict, flagsOf(c), now),
         };
         assert.deepEqual(got, request.expect, `${c.name} #${i}`);
       });

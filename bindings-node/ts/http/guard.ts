@@ -10,7 +10,7 @@ import { typeError } from '../errors';
 import { Limit } from '../limit';
 import { RateLimiter } from '../rate-limiter';
 import type { CooldownStore } from '../store';
-import type { BatchVerdict } from '../types';
+import type { Awaitable, BatchVerdict } from '../types';
 import { ClientAddress, headers, IETF, LEGACY, plan, type Plan, type TrustOptions } from './native';
 
 /** What a request's limits come from: a registered limiter's name, a limit (or several), or a callback. */
@@ -73,6 +73,29 @@ export type Outcome =
 
 const PASS: Outcome = Object.freeze({ allowed: true, finish: undefined });
 const NONE: readonly Limit[] = Object.freeze([]);
+
+/** The {@link RequestInfo} of one request: the client address, worked out on first read. */
+class Info implements RequestInfo {
+  private address: string | undefined;
+
+  constructor(
+    private readonly trust: ClientAddress,
+    private readonly peer: string | undefined,
+    private readonly header: (name: string) => string | undefined,
+  ) {}
+
+  get ip(): string {
+    if (this.address === undefined) {
+      const name = this.trust.header;
+      this.address = this.trust.of(this.peer, name === null ? undefined : this.header(name));
+    }
+    return this.address;
+  }
+}
+
+function isPromise<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
+  return typeof (value as PromiseLike<T> | null)?.then === 'function';
+}
 
 /** A callback's answer as a list. */
 function asList(got: Limit | readonly Limit[] | undefined | null): readonly Limit[] {
@@ -140,7 +163,7 @@ export class Guard {
   /**
    * Counts `request` against its limits and sets the response fields with `setHeader`. `peer` is the
    * socket's remote address; `header(name)` reads a request header (lower-case name, several lines
-   * joined by `, `).
+   * joined by `, `). Awaits only what is a promise (a `MemoryStore` answers at once).
    */
   async check(
     request: unknown,
@@ -148,14 +171,9 @@ export class Guard {
     header: (name: string) => string | undefined,
     setHeader: (name: string, value: string) => void,
   ): Promise<Outcome> {
-    let ip: string | undefined;
-    const address = this.address;
-    const info: RequestInfo = {
-      get ip() {
-        return (ip ??= address.of(peer, address.header === null ? undefined : header(address.header)));
-      },
-    };
-    const limits = await this.limits(request, info);
+    const info = new Info(this.address, peer, header);
+    let limits = this.limits(request, info);
+    if (isPromise(limits)) limits = await limits;
     if (limits.length === 0) return PASS;
     const p = plan(this.name, limits);
     if (p === undefined) return PASS; // every limit unlimited: not counted
@@ -164,17 +182,20 @@ export class Guard {
     // One entry and nothing to give back: `consume` is the same call as a batch of one, without the
     // batch's release handle.
     const entry = p.entries[0]!;
-    const verdict: BatchVerdict =
-      p.entries.length === 1 && !hooks ? await this.store.consume(entry.key, entry.limit) : await this.store.consumeMany(p.entries);
-    const fields = headers(this.name, p, verdict, this.flags);
-    for (let i = 0; i < fields.length; i += 2) setHeader(fields[i]!, fields[i + 1]!);
-    if (!verdict.allowed) {
-      const pairs: [string, string][] = [];
-      for (let i = 0; i < fields.length; i += 2) pairs.push([fields[i]!, fields[i + 1]!]);
-      const limit = limits[p.sources[verdict.blocked ?? 0]!]!;
-      return { allowed: false, refusal: Object.freeze({ limit, verdict, headers: pairs }) };
+    let verdict: Awaitable<BatchVerdict> =
+      p.entries.length === 1 && !hooks ? this.store.consume(entry.key, entry.limit) : this.store.consumeMany(p.entries);
+    if (isPromise(verdict)) verdict = await verdict;
+    if (verdict.allowed) {
+      headers(this.name, p, verdict, this.flags, setHeader);
+      return hooks ? { allowed: true, finish: (response) => this.after(p, limits, verdict as BatchVerdict, response) } : PASS;
     }
-    return { allowed: true, finish: hooks ? (response) => this.after(p, limits, verdict, response) : undefined };
+    const pairs: [string, string][] = [];
+    headers(this.name, p, verdict, this.flags, (name, value) => {
+      setHeader(name, value);
+      pairs.push([name, value]);
+    });
+    const limit = limits[p.sources[verdict.blocked ?? 0]!]!;
+    return { allowed: false, refusal: Object.freeze({ limit, verdict, headers: pairs }) };
   }
 
   /**

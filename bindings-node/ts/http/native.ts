@@ -9,7 +9,7 @@ import { join } from 'node:path';
 
 import { fromBackend, RateWindowError, typeError } from '../errors';
 import { Limit, Unlimited } from '../limit';
-import type { BatchVerdict, Entry } from '../types';
+import type { BatchVerdict, CooldownLimit, Entry } from '../types';
 
 /** The addon's HTTP exports. */
 interface NativeHttp {
@@ -145,14 +145,13 @@ export class ClientAddress {
 
 /** What one request counts: its entries and, for each, the limit it is from. */
 export interface Plan {
-  /** The entries of the one `consumeMany`. */
+  /** The entries of the one `consumeMany`; each entry's `limit` is the request's `Limit` it counts. */
   readonly entries: Entry[];
   /** `sources[i]`: the index among the request's limits of the limit `entries[i]` counts against. */
-  readonly sources: number[];
-  /** The limits of the entries, in their order. */
-  readonly uses: number[];
-  readonly windowMs: number[];
+  readonly sources: readonly number[];
 }
+
+const FIRST: readonly number[] = Object.freeze([0]);
 
 /**
  * The entries of a request to the limiter `name` with `limits` (`Unlimited` ones skipped by the
@@ -163,15 +162,13 @@ export function plan(name: string, limits: readonly Limit[]): Plan | undefined {
   const first = limits[0];
   if (n === 1 && first instanceof Limit && !(first instanceof Unlimited)) {
     // The common request, one limit: its store key alone crosses back.
-    const uses = first.maxAttempts;
-    const windowMs = first.windowMs;
     let key: string;
     try {
-      key = native().httpEntry(name, first.key, uses, windowMs);
+      key = native().httpEntry(name, first.key, first.maxAttempts, first.windowMs);
     } catch (e) {
       throw mapped(e);
     }
-    return { entries: [{ key, limit: first }], sources: [0], uses: [uses], windowMs: [windowMs] };
+    return { entries: [{ key, limit: first }], sources: FIRST };
   }
   const keys: (string | null)[] = new Array(n);
   const uses: number[] = new Array(n);
@@ -193,33 +190,33 @@ export function plan(name: string, limits: readonly Limit[]): Plan | undefined {
   const m = got.keys.length;
   if (m === 0) return undefined;
   const entries: Entry[] = new Array(m);
-  const entryUses: number[] = new Array(m);
-  const entryWindows: number[] = new Array(m);
-  for (let i = 0; i < m; i++) {
-    const limit = limits[got.sources[i]!]!;
-    entries[i] = { key: got.keys[i]!, limit };
-    entryUses[i] = uses[got.sources[i]!]!;
-    entryWindows[i] = windows[got.sources[i]!]!;
-  }
-  return { entries, sources: got.sources, uses: entryUses, windowMs: entryWindows };
+  for (let i = 0; i < m; i++) entries[i] = { key: got.keys[i]!, limit: limits[got.sources[i]!]! };
+  return { entries, sources: got.sources };
 }
 
 /** Header flags: the IETF fields, the legacy ones. */
 export const IETF = 1;
 export const LEGACY = 2;
 
+/** The limits of a plan's entries, as the core reads them: `uses` and `windowMs`. */
+export interface EntryLimits {
+  readonly entries: readonly { readonly limit: CooldownLimit }[];
+}
+
 /**
- * The response fields of `verdict` for the entries of `plan`, as `[name, value, name, value, ...]`;
- * `nowMs` is when (for `X-RateLimit-Reset`).
+ * Sets the response fields of `verdict` for the entries of `plan` with `set(name, value)`, in the
+ * core's order; `nowMs` is when (for `X-RateLimit-Reset`).
  */
-export function headers(name: string, plan: Pick<Plan, 'uses' | 'windowMs'>, verdict: BatchVerdict, flags: number, nowMs = Date.now()): string[] {
+export function headers(name: string, plan: EntryLimits, verdict: BatchVerdict, flags: number, set: (name: string, value: string) => void, nowMs = Date.now()): void {
+  const entries = plan.entries;
   try {
-    if (plan.uses.length === 1) {
+    if (entries.length === 1) {
       // One entry: the fields come back as one string of `name: value` lines.
+      const { uses, windowMs } = entries[0]!.limit;
       const lines = native().httpHeaders1(
         name,
-        plan.uses[0]!,
-        plan.windowMs[0]!,
+        uses,
+        windowMs,
         verdict.allowed,
         verdict.retryAfterMs,
         verdict.limit ?? 0,
@@ -229,18 +226,20 @@ export function headers(name: string, plan: Pick<Plan, 'uses' | 'windowMs'>, ver
         nowMs,
         flags,
       );
-      const out: string[] = [];
-      if (lines.length === 0) return out;
-      for (const line of lines.split('\n')) {
-        const colon = line.indexOf(': ');
-        out.push(line.slice(0, colon), line.slice(colon + 2));
+      let at = 0;
+      while (at < lines.length) {
+        let end = lines.indexOf('\n', at);
+        if (end === -1) end = lines.length;
+        const colon = lines.indexOf(': ', at);
+        set(lines.slice(at, colon), lines.slice(colon + 2, end));
+        at = end + 1;
       }
-      return out;
+      return;
     }
-    return native().httpHeaders(
+    const flat = native().httpHeaders(
       name,
-      plan.uses,
-      plan.windowMs,
+      entries.map((e) => e.limit.uses),
+      entries.map((e) => e.limit.windowMs),
       verdict.allowed,
       verdict.retryAfterMs,
       verdict.blocked ?? -1,
@@ -251,6 +250,7 @@ export function headers(name: string, plan: Pick<Plan, 'uses' | 'windowMs'>, ver
       nowMs,
       flags,
     );
+    for (let i = 0; i < flat.length; i += 2) set(flat[i]!, flat[i + 1]!);
   } catch (e) {
     throw mapped(e);
   }
