@@ -5,7 +5,7 @@
 //
 //   git worktree add /tmp/before <commit> && (build its bindings-node: napi build --release + tsc)
 //   RATEWINDOW_BEFORE=/tmp/before/bindings-node node bench/node/before-after.mjs
-//   BENCH_QUICK=1 …   a smoke run
+//   BENCH_QUICK=1 …   a smoke run;  BENCH_SKIP_PG=1 …   without the PostgreSQL rows
 //
 // Contenders: MemoryStore.consume; RedisStore.consume on node-redis and ioredis (1 and 64 in flight);
 // PostgresStore.consume on pg (1 and 16 in flight). Each side has its own key prefix (and SQL name
@@ -123,6 +123,27 @@ const redisClients = {
     evalsha: (sha, keys, args) => io.evalsha(sha, keys.length, ...keys, ...args),
   },
 };
+// The host side alone (no I/O): one RedisStore.consume whose client answers at once with the reply the
+// server gave that side's script for the same call (captured once, refused and allowed), so the row
+// is the JS layer plus the crossings. Reported as µs per call too.
+for (const variant of ['refused', 'allowed']) {
+  const row = await compare(`redis host side, no I/O (${variant})`, async (pkg, side) => {
+    const prefix = `${run}:${side}:host:${variant}:`;
+    let captured;
+    const real = pkg.RedisStore.using(async (s, keys, args) => (captured = await nr.eval(s, { keys, arguments: args })), {
+      evalsha: async (sha, keys, args) => (captured = await nr.evalSha(sha, { keys, arguments: args })),
+      prefix,
+    });
+    const limit = limitOf(variant);
+    for (let i = 0; i <= LIMIT.uses; i++) await real.consume('k', limit);
+    const reply = captured;
+    const answer = () => reply;
+    const store = pkg.RedisStore.using(answer, { evalsha: answer, prefix });
+    return (i) => store.consume(KEYS[i % N], limit);
+  }, 1);
+  console.log(`  µs per call: before ${(1e6 / row.before).toFixed(2)}, after ${(1e6 / row.after).toFixed(2)}`);
+}
+
 for (const [client, c] of Object.entries(redisClients)) {
   for (const variant of ['refused', 'allowed']) {
     for (const inflight of [1, 64]) {
@@ -138,6 +159,7 @@ for (const [client, c] of Object.entries(redisClients)) {
 await nr.destroy();
 io.disconnect();
 
+if (process.env.BENCH_SKIP_PG === '1') process.exit(0);
 const pool = new pg.Pool({ host: '/var/run/postgresql', user: 'postgres', database: 'test', max: 16 });
 for (const variant of ['refused', 'allowed']) {
   for (const inflight of [1, 16]) {

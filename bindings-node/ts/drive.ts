@@ -226,7 +226,9 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
 
   /** Where a failed give-back goes (Redis Cluster only). */
   protected giveBackFailed(error: GiveBackError): void {
-    process.emitWarning(error);
+    // `process` is Node's (the wasm build runs where there is none: the console is the warning there).
+    if (typeof process !== 'undefined' && typeof process.emitWarning === 'function') process.emitWarning(error);
+    else console.warn(error);
   }
 
   /** Starts a call (`begin` checks the arguments too), drives it, reads its outcome (`then`), frees it. */
@@ -241,10 +243,13 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     };
     const run: RunCommand = (kind, id, command) => this.runCommand(kind, id, command);
     if (this.sync) return driveSync(this.calls, this.record, start(), run, then) as Answer<S, T>;
-    return (async () => {
-      const first = start();
-      return drive(this.calls, this.record, first, run, then, this.reportsGiveBacks ? (e) => this.giveBackFailed(e) : undefined);
-    })() as Answer<S, T>;
+    let first: string | null;
+    try {
+      first = start();
+    } catch (e) {
+      return Promise.reject(e) as Answer<S, T>;
+    }
+    return drive(this.calls, this.record, first, run, then, this.reportsGiveBacks ? (e) => this.giveBackFailed(e) : undefined) as Answer<S, T>;
   }
 
   /** An allowed consume's `release`: the engine's release call with its token, once (again after a failure). */
