@@ -1,6 +1,7 @@
 // Benchmark: HTTP servers guarded by ratewindow's middleware against the same servers guarded by the
 // libraries users have installed for it, in requests per second (autocannon, the same settings on both
-// sides, one interleaved run: a, b, b, a, a, b ... with the median of the per-round ratios reported).
+// sides, one interleaved run: a, b, b, a, a, b ... with the median of the per-round ratios reported),
+// and the server process's CPU time per request (steadier than req/s on a shared machine).
 //
 //   Express 4 + ratewindow/express (MemoryStore)       vs express-rate-limit 8 (its MemoryStore)
 //   Express 4 + ratewindow/express (RedisStore, node-redis) vs express-rate-limit + rate-limit-redis (node-redis)
@@ -105,7 +106,10 @@ async function serve(variant, run) {
 
 if (process.argv[2] === '--serve') {
   const port = await serve(process.argv[3], process.argv[4]);
-  process.stdout.write(`port ${port}\n`);
+  // The driver asks for the server's CPU time around each load (robust where req/s is not: the
+  // machine is shared).
+  process.on('message', () => process.send?.(process.cpuUsage()));
+  process.send?.({ port });
 } else {
   await main();
 }
@@ -131,16 +135,21 @@ async function main() {
   const only = process.env.BENCH_ONLY;
   if (only) pairs.splice(0, pairs.length, ...pairs.filter(([title]) => title.toLowerCase().includes(only.toLowerCase())));
   const children = [];
+  const servers = new Map();
   const start = async (variant) => {
-    const child = spawn(process.execPath, [here, '--serve', variant, run], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, [here, '--serve', variant, run], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     children.push(child);
-    let out = '';
-    for await (const chunk of child.stdout) {
-      out += chunk;
-      const m = /port (\d+)/.exec(out);
-      if (m) return `http://127.0.0.1:${m[1]}/`;
-    }
-    throw new Error(`${variant} exited before listening`);
+    const [{ port }] = await once(child, 'message');
+    const url = `http://127.0.0.1:${port}/`;
+    servers.set(url, child);
+    return url;
+  };
+  /** The server's CPU time so far, in µs. */
+  const cpu = async (url) => {
+    const child = servers.get(url);
+    child.send('cpu');
+    const [{ user, system }] = await once(child, 'message');
+    return user + system;
   };
 
   let client = 0;
@@ -174,12 +183,17 @@ async function main() {
       }
       const ratios = [];
       const rps = { [ours]: [], [theirs]: [] };
+      const cpus = { [ours]: [], [theirs]: [] };
+      const totals = { [ours]: [], [theirs]: [] };
       let bad = 0;
       for (let r = 0; r < ROUNDS; r++) {
         const order = r % 2 === 0 ? [ours, theirs] : [theirs, ours];
         const got = {};
         for (const v of order) {
+          const cpu0 = await cpu(urls[v]);
           const result = await load(urls[v], SECONDS);
+          cpus[v].push((await cpu(urls[v])) - cpu0);
+          totals[v].push(result.requests.total);
           if (result.non2xx + result.errors + result.timeouts > 0) {
             bad += result.non2xx + result.errors + result.timeouts;
             console.error(`${v}: statuses ${JSON.stringify(result.statusCodeStats)}, ${result.errors} errors, ${result.timeouts} timeouts`);
@@ -190,10 +204,16 @@ async function main() {
         ratios.push(got[ours] / got[theirs]);
       }
       const med = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-      rows.push({ title, ours: med(rps[ours]), theirs: med(rps[theirs]), ratio: med(ratios), ratios, bad });
+      // Server CPU per request, each round; the ratio other/ours (above 1: ratewindow spends less).
+      const perReq = (v, r) => cpus[v][r] / totals[v][r];
+      const cpuRatios = ratios.map((_, r) => perReq(theirs, r) / perReq(ours, r));
+      const cpuOf = (v) => med(ratios.map((_, r) => perReq(v, r)));
+      rows.push({ title, ours: med(rps[ours]), theirs: med(rps[theirs]), ratio: med(ratios), cpuOurs: cpuOf(ours), cpuTheirs: cpuOf(theirs), cpuRatio: med(cpuRatios), bad });
       console.log(
         `${title}: ratewindow ${med(rps[ours]).toFixed(0)} req/s, other ${med(rps[theirs]).toFixed(0)} req/s, ` +
-          `ratio ${med(ratios).toFixed(2)} (rounds ${ratios.map((x) => x.toFixed(2)).join(' ')})${bad ? `, ${bad} non-2xx/errors` : ''}`,
+          `ratio ${med(ratios).toFixed(2)} (rounds ${ratios.map((x) => x.toFixed(2)).join(' ')}); server CPU µs/request ` +
+          `${cpuOf(ours).toFixed(0)} vs ${cpuOf(theirs).toFixed(0)}, ratio ${med(cpuRatios).toFixed(2)} (rounds ${cpuRatios.map((x) => x.toFixed(2)).join(' ')})` +
+          `${bad ? `, ${bad} non-2xx/errors` : ''}`,
       );
       for (const c of children.splice(0)) c.kill();
     }
@@ -202,6 +222,12 @@ async function main() {
   }
   const load1 = loadavg();
   console.log(`\nload average ${load0.map((x) => x.toFixed(2)).join(' ')} before, ${load1.map((x) => x.toFixed(2)).join(' ')} after; ${ROUNDS} rounds of ${SECONDS} s, ${CONNECTIONS} connections`);
-  console.log('\n| pair | ratewindow req/s | other req/s | ratio (median of rounds) |\n|---|---|---|---|');
-  for (const r of rows) console.log(`| ${r.title} | ${r.ours.toFixed(0)} | ${r.theirs.toFixed(0)} | ${r.ratio.toFixed(2)} |`);
+  console.log(
+    '\n| pair | req/s ratewindow | req/s other | req/s ratio | server CPU µs/req ratewindow | other | CPU ratio (other/ours) |\n|---|---|---|---|---|---|---|',
+  );
+  for (const r of rows) {
+    console.log(
+      `| ${r.title} | ${r.ours.toFixed(0)} | ${r.theirs.toFixed(0)} | ${r.ratio.toFixed(2)} | ${r.cpuOurs.toFixed(0)} | ${r.cpuTheirs.toFixed(0)} | ${r.cpuRatio.toFixed(2)} |`,
+    );
+  }
 }
