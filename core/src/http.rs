@@ -44,6 +44,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::{BatchVerdict, Entry, Limit};
@@ -389,26 +390,32 @@ pub fn response_headers(
     }
     let tightest = tightest(limits, verdict);
     let quota = verdict.quota;
+    // Written with `write!` into one buffer a field: this runs on every request.
+    let count = limits.len();
     if options.ietf {
-        let mut policy = String::new();
+        let mut policy = String::with_capacity(count * (name.len() + 24));
         for (i, limit) in limits.iter().enumerate() {
             if i > 0 {
                 policy.push_str(", ");
             }
-            push_sf_string(&mut policy, &policy_name(name, i, limits.len()));
-            policy.push_str(";q=");
-            policy.push_str(&limit.uses().to_string());
-            policy.push_str(";w=");
-            policy.push_str(&ceil_seconds(limit.window_ms()).max(1).to_string());
+            push_policy_name(&mut policy, name, i, count);
+            let _ = write!(
+                policy,
+                ";q={};w={}",
+                limit.uses(),
+                ceil_seconds(limit.window_ms()).max(1)
+            );
         }
         out.push(("RateLimit-Policy", policy));
         if let Some(i) = tightest {
-            let mut field = String::new();
-            push_sf_string(&mut field, &policy_name(name, i, limits.len()));
-            field.push_str(";r=");
-            field.push_str(&quota.remaining.to_string());
-            field.push_str(";t=");
-            field.push_str(&ceil_seconds(quota.reset_after_ms).to_string());
+            let mut field = String::with_capacity(name.len() + 32);
+            push_policy_name(&mut field, name, i, count);
+            let _ = write!(
+                field,
+                ";r={};t={}",
+                quota.remaining,
+                ceil_seconds(quota.reset_after_ms)
+            );
             out.push(("RateLimit", field));
         }
     }
@@ -444,9 +451,14 @@ const fn ceil_seconds(ms: u64) -> u64 {
     ms / 1000 + (ms % 1000 != 0) as u64
 }
 
-/// `s` as a structured-field string (RFC 9651 §3.3.3): quoted, `"` and `\` escaped; a character
-/// outside printable ASCII (which a checked name never holds) becomes `?`.
-fn push_sf_string(out: &mut String, s: &str) {
+/// [`policy_name`] as a structured-field string, appended.
+fn push_policy_name(out: &mut String, name: &str, index: usize, count: usize) {
+    push_sf_string(out, name, if count == 1 { None } else { Some(index) });
+}
+
+/// `s` (then `.index`) as a structured-field string (RFC 9651 §3.3.3): quoted, `"` and `\` escaped; a
+/// character outside printable ASCII (which a checked name never holds) becomes `?`.
+fn push_sf_string(out: &mut String, s: &str, index: Option<usize>) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -457,6 +469,9 @@ fn push_sf_string(out: &mut String, s: &str) {
             ' '..='~' => out.push(c),
             _ => out.push('?'),
         }
+    }
+    if let Some(i) = index {
+        let _ = write!(out, ".{i}");
     }
     out.push('"');
 }

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Extensions, HeaderMap, Method, Request, Response, StatusCode, Uri};
 use ratewindow_core::http::{self as core_http, HeaderOptions, HttpError, HttpLimit, Trust};
 use ratewindow_core::Entry;
@@ -424,10 +424,20 @@ where
 fn set_fields(response: &mut Response<Body>, fields: &[(&'static str, String)]) {
     let headers = response.headers_mut();
     for (name, value) in fields {
-        let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(value),
-        ) else {
+        let name = match *name {
+            // The names the core writes, parsed once.
+            "Retry-After" => RETRY_AFTER,
+            "RateLimit-Policy" => HeaderName::from_static("ratelimit-policy"),
+            "RateLimit" => HeaderName::from_static("ratelimit"),
+            "X-RateLimit-Limit" => HeaderName::from_static("x-ratelimit-limit"),
+            "X-RateLimit-Remaining" => HeaderName::from_static("x-ratelimit-remaining"),
+            "X-RateLimit-Reset" => HeaderName::from_static("x-ratelimit-reset"),
+            other => match HeaderName::from_bytes(other.as_bytes()) {
+                Ok(name) => name,
+                Err(_) => continue,
+            },
+        };
+        let Ok(value) = HeaderValue::from_str(value) else {
             continue;
         };
         if !headers.contains_key(&name) {
