@@ -59,3 +59,8 @@ pub use layer::{RateLimiter, RequestInfo, Throttle, ThrottleError, ThrottleServi
 pub use limit::{Refusal, RouteLimit};
 pub use ratewindow_core::http::{HeaderOptions, HttpError, ProxyHeader, Trust};
 pub use store::{Consumed, Memory, Store};
+
+/// The README's example compiles as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
