@@ -27,6 +27,7 @@ pub struct Postgres {
     names: SqlNames,
     durable: bool,
     consume: String,
+    consume_one: String,
     window: String,
     attempt: String,
     release: String,
@@ -53,6 +54,11 @@ impl Postgres {
                 "SELECT allowed, retry_after_ms, retry_timestamp, blocked, now_ms, \
                  quota_limit, remaining, refill_after_ms, reset_after_ms \
                  FROM {p}_sliding($1, $2, $3::text[], $4::bigint[], $5::bigint[], $6::boolean)",
+            ),
+            consume_one: names.apply(
+                "SELECT allowed, retry_after_ms, retry_timestamp, blocked, now_ms, \
+                 quota_limit, remaining, refill_after_ms, reset_after_ms \
+                 FROM {p}_sliding1($1, $2, $3, $4::bigint, $5::bigint, $6::boolean)",
             ),
             window: names.apply("SELECT hits, ms_left FROM {p}_window($1, $2, $3::bigint, $4::bigint, $5::boolean)"),
             attempt: names.apply(
@@ -94,6 +100,20 @@ impl Postgres {
     }
 
     fn sliding(&self, mode: &str, entries: &[Entry], call_id: &str) -> Statement {
+        // One entry, the usual call: scalar parameters, a function of one row.
+        if let [entry] = entries {
+            return Statement::new(
+                self.consume_one.clone(),
+                vec![
+                    SqlValue::Text(mode.to_owned()),
+                    SqlValue::Text(call_id.to_owned()),
+                    SqlValue::Text(entry.key.clone()),
+                    SqlValue::Int(entry.limit.uses() as i64),
+                    SqlValue::Int(entry.limit.window_ms() as i64),
+                    SqlValue::Bool(!self.durable),
+                ],
+            );
+        }
         Statement::new(
             self.consume.clone(),
             vec![

@@ -43,6 +43,85 @@ CREATE TABLE IF NOT EXISTS {p}_windows (
   ends_at bigint NOT NULL
 );
 
+-- One entry, the usual call (what {p}_sliding runs for one): scalar parameters, one row of OUT
+-- parameters. The key's row is read without a lock; a refusal (or a peek) answers from what it read and
+-- writes nothing; an allowed consume writes the row back only if it is still what was read (compared
+-- under the row's lock: a concurrent writer's change fails the comparison), or inserts it if there
+-- was none, and otherwise reads again.
+CREATE OR REPLACE FUNCTION {p}_sliding1(p_mode text, p_id text, p_key text, p_uses bigint, p_window bigint,
+  p_relaxed boolean, OUT allowed boolean, OUT retry_after_ms bigint, OUT retry_timestamp bigint,
+  OUT blocked integer, OUT now_ms bigint, OUT quota_limit bigint, OUT remaining bigint,
+  OUT refill_after_ms bigint, OUT reset_after_ms bigint)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+  v_now bigint;
+  v_ats bigint[];
+  v_ids text[];
+  v_len integer;
+  v_first integer;
+  v_cut bigint;
+  v_count bigint;
+  v_until bigint;
+  v_at bigint;
+  v_wait bigint;
+  v_found boolean;
+  v_setting text;
+BEGIN
+  IF p_mode IS NULL OR p_mode NOT IN ('c', 'p') THEN
+    RAISE EXCEPTION 'ratewindow: unknown mode %', p_mode;
+  END IF;
+  LOOP
+    SELECT l.ats, l.ids INTO v_ats, v_ids FROM {p}_log l WHERE l.key = p_key;
+    v_found := FOUND;
+    v_len := coalesce(cardinality(v_ats), 0);
+    -- The clock read after the row, and never before the newest call in it (a clock that stepped
+    -- back): every time the call answers lies within the window.
+    v_now := greatest(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, v_ats[v_len]);
+    v_cut := v_now - p_window;
+    v_first := v_len + 1;
+    WHILE v_first > 1 AND v_ats[v_first - 1] > v_cut LOOP
+      v_first := v_first - 1;
+    END LOOP;
+    v_count := v_len - v_first + 1;
+    IF v_count >= p_uses THEN
+      v_until := v_ats[v_len - p_uses + 1] + p_window;
+      v_wait := greatest(1, v_until - v_now);
+      allowed := false; retry_after_ms := v_wait; retry_timestamp := v_until; blocked := 0; now_ms := v_now;
+      quota_limit := p_uses; remaining := 0; refill_after_ms := v_wait;
+      reset_after_ms := v_ats[v_len] + p_window - v_now;
+      RETURN;
+    END IF;
+    IF p_mode = 'p' THEN
+      allowed := true; retry_after_ms := 0; retry_timestamp := -1; blocked := -1; now_ms := v_now;
+      quota_limit := p_uses; remaining := p_uses - v_count;
+      refill_after_ms := coalesce(v_ats[v_first] + p_window - v_now, 0);
+      reset_after_ms := coalesce(v_ats[v_len] + p_window - v_now, 0);
+      RETURN;
+    END IF;
+    IF p_relaxed THEN
+      v_setting := set_config('synchronous_commit', 'off', true);
+    END IF;
+    -- Times outside the window leave; the call is recorded at now, after every call of the key.
+    v_at := v_now;
+    IF v_found THEN
+      UPDATE {p}_log l SET ats = v_ats[v_first:] || v_at, ids = v_ids[v_first:] || p_id,
+        expires_at = greatest(l.expires_at, v_at + p_window)
+        WHERE l.key = p_key AND l.ats = v_ats AND l.ids = v_ids;
+    ELSE
+      INSERT INTO {p}_log (key, ats, ids, expires_at) VALUES (p_key, ARRAY[v_at], ARRAY[p_id], v_at + p_window)
+        ON CONFLICT (key) DO NOTHING;
+    END IF;
+    EXIT WHEN FOUND;
+  END LOOP;
+  allowed := true; retry_after_ms := 0; retry_timestamp := -1; blocked := -1; now_ms := v_now;
+  quota_limit := p_uses; remaining := p_uses - v_count - 1;
+  refill_after_ms := coalesce(v_ats[v_first], v_at) + p_window - v_now;
+  reset_after_ms := v_at + p_window - v_now;
+  RETURN;
+END
+$fn$;
+
 -- The sliding log for every entry of one call, in one statement and one transaction: 'c' consumes
 -- (trims, checks every entry, records against all or none), 'p' peeks (writes nothing). Besides the
 -- verdict, the quota of the call's tightest entry (fewest uses left, ties the longer window, then the
@@ -87,53 +166,9 @@ BEGIN
   IF n <> coalesce(cardinality(p_uses), 0) OR n <> coalesce(cardinality(p_windows), 0) THEN
     RAISE EXCEPTION 'ratewindow: keys, uses and windows differ in length';
   END IF;
-  -- One entry, the usual call: read the key's row without a lock; a refusal (or a peek) answers from
-  -- what it read and writes nothing; an allowed consume writes the row back only if it is still what
-  -- was read (compared under the row's lock: a concurrent writer's change fails the comparison), or
-  -- inserts it if there was none, and otherwise reads again.
+  -- One entry, the usual call: {p}_sliding1.
   IF n = 1 THEN
-    LOOP
-      SELECT l.ats, l.ids INTO v_ats, v_ids FROM {p}_log l WHERE l.key = p_keys[1];
-      v_found := FOUND;
-      v_len := coalesce(cardinality(v_ats), 0);
-      -- The clock read after the row, and never before the newest call in it (a clock that stepped
-      -- back): every time the call answers lies within the window.
-      v_now := greatest(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, v_ats[v_len]);
-      v_cut := v_now - p_windows[1];
-      v_first := v_len + 1;
-      WHILE v_first > 1 AND v_ats[v_first - 1] > v_cut LOOP
-        v_first := v_first - 1;
-      END LOOP;
-      v_count := v_len - v_first + 1;
-      IF v_count >= p_uses[1] THEN
-        v_until := v_ats[v_len - p_uses[1] + 1] + p_windows[1];
-        v_wait := greatest(1, v_until - v_now);
-        RETURN QUERY SELECT false, v_wait, v_until, 0, v_now, p_uses[1], 0::bigint, v_wait,
-          v_ats[v_len] + p_windows[1] - v_now;
-        RETURN;
-      END IF;
-      IF p_mode = 'p' THEN
-        RETURN QUERY SELECT true, 0::bigint, -1::bigint, -1, v_now, p_uses[1], p_uses[1] - v_count,
-          coalesce(v_ats[v_first] + p_windows[1] - v_now, 0), coalesce(v_ats[v_len] + p_windows[1] - v_now, 0);
-        RETURN;
-      END IF;
-      IF p_relaxed THEN
-        v_setting := set_config('synchronous_commit', 'off', true);
-      END IF;
-      -- Times outside the window leave; the call is recorded at now, after every call of the key.
-      v_at := v_now;
-      IF v_found THEN
-        UPDATE {p}_log l SET ats = v_ats[v_first:] || v_at, ids = v_ids[v_first:] || p_id,
-          expires_at = greatest(l.expires_at, v_at + p_windows[1])
-          WHERE l.key = p_keys[1] AND l.ats = v_ats AND l.ids = v_ids;
-      ELSE
-        INSERT INTO {p}_log (key, ats, ids, expires_at) VALUES (p_keys[1], ARRAY[v_at], ARRAY[p_id], v_at + p_windows[1])
-          ON CONFLICT (key) DO NOTHING;
-      END IF;
-      EXIT WHEN FOUND;
-    END LOOP;
-    RETURN QUERY SELECT true, 0::bigint, -1::bigint, -1, v_now, p_uses[1], p_uses[1] - v_count - 1,
-      coalesce(v_ats[v_first], v_at) + p_windows[1] - v_now, v_at + p_windows[1] - v_now;
+    RETURN QUERY SELECT * FROM {p}_sliding1(p_mode, p_id, p_keys[1], p_uses[1], p_windows[1], p_relaxed);
     RETURN;
   END IF;
 
