@@ -231,6 +231,9 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     else console.warn(error);
   }
 
+  /** {@link runCommand} as a function made once (a call's driver gets it). */
+  private readonly runner: RunCommand = (kind, id, command) => this.runCommand(kind, id, command);
+
   /** Starts a call (`begin` checks the arguments too), drives it, reads its outcome (`then`), frees it. */
   protected go<T>(begin: () => string | null, then: (record: Float64Array, id: number) => T, entries?: readonly Entry[], decayMs?: number): Answer<S, T> {
     const start = () => {
@@ -241,7 +244,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         throw typeof code === 'string' && !code.startsWith('ERR_') ? engineError(e, this.backend, entries, decayMs) : e;
       }
     };
-    const run: RunCommand = (kind, id, command) => this.runCommand(kind, id, command);
+    const run = this.runner;
     if (this.sync) return driveSync(this.calls, this.record, start(), run, then) as Answer<S, T>;
     let first: string | null;
     try {
