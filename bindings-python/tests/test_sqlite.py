@@ -15,6 +15,7 @@ import sql_support as sq
 
 from ratewindow import (
     Entry,
+    InvalidArgumentError,
     InvalidLimitError,
     Limit,
     RateLimiter,
@@ -72,6 +73,8 @@ def test_vector(path: Path, case: dict[str, Any]) -> None:
                 got = _apply(store, op, consumed)  # type: ignore[arg-type]
             except InvalidLimitError as error:
                 got = {"error": "invalid_limit", "field": error.field}
+            except InvalidArgumentError as error:
+                got = {"error": "invalid_argument", "field": error.field}
             if not _same(got, op.get("expect")):
                 raise VectorMismatch(f"op {index} ({op['op']}): expected {op.get('expect')!r}, got {got!r}")
     conn.close()
