@@ -150,6 +150,34 @@ describe("a limit's response() and after()", { concurrency: true }, () => {
     });
   });
 
+  it('after() on Redis: the give-back (release) reaches the server', async () => {
+    sharedRedisUp();
+    const redis = await nodeRedis();
+    const store = RedisStore.using(redis.run, { evalsha: redis.evalsha, backend: redisBackend, prefix: `rwtest:http-after:${process.pid}:${Date.now()}:` });
+    const limit = () => Limit.perMinute(2).by('client').after((res) => res.statusCode >= 400);
+    const server = await serve('express5', (req) => limit(), { store, name: 'login' });
+    // The give-back runs after the response is sent: wait until the store has it back.
+    const remaining = async (want) => {
+      for (let t = 0; t < 500; t++) {
+        if ((await store.peek('throttle:login:client', limit())).remaining === want) return want;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      return (await store.peek('throttle:login:client', limit())).remaining;
+    };
+    try {
+      const got = [];
+      for (let i = 0; i < 3; i++) {
+        got.push((await get(server.url)).status);
+        assert.equal(await remaining(2), 2); // a success costs nothing
+      }
+      got.push((await get(`${server.url}?status=401`)).status, (await get(`${server.url}?status=401`)).status, (await get(server.url)).status);
+      assert.deepEqual(got, [200, 200, 200, 401, 401, 429]);
+    } finally {
+      await server.close();
+      await redis.close();
+    }
+  });
+
   it('after() with several limits: the one that does not count is given back, the others stay counted', async () => {
     const make = (req, ip) => [
       Limit.perMinute(3).by(ip), // every request
