@@ -38,12 +38,16 @@ echo "== mypy --strict"
 (cd "$root/bindings-python/python" && "$py" -m mypy --strict -p ratewindow)
 (cd "$root/bindings-python" && "$py" -m mypy --strict tests)
 "$py" -m mypy --strict "$root/examples/python/service.py" "$root/bench/python/bench.py" \
-  "$root/bench/python/bench_redis.py" "$root/bench/python/bench_sql.py"
+  "$root/bench/python/bench_redis.py" "$root/bench/python/bench_sql.py" \
+  "$root/examples/python/http_fastapi.py" "$root/examples/python/http_flask.py" "$root/bench/python/bench_http.py"
 
 echo "== stubtest (installed module against its stubs)"
 (cd /tmp && "$py" -m mypy.stubtest ratewindow)
 echo "== demo and benchmark (smoke runs)"
 "$py" "$root/examples/python/service.py" > /dev/null
+"$py" "$root/examples/python/http_fastapi.py" > /dev/null
+"$py" "$root/examples/python/http_flask.py" > /dev/null
+"$py" "$root/bench/python/bench_http.py" --check > /dev/null
 "$py" "$root/bench/python/bench.py" --rounds 1 --ops 2000 > /dev/null
 "$py" "$root/bench/python/bench_redis.py" --rounds 1 --ops 200 > /dev/null
 "$py" "$root/bench/python/bench_sql.py" --rounds 1 --ops 50 > /dev/null

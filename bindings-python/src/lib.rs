@@ -10,6 +10,7 @@
 mod call;
 mod entry;
 mod errors;
+mod http;
 mod limit;
 mod redis;
 mod sql;
@@ -41,6 +42,8 @@ fn _ratewindow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<call::Call>()?;
     m.add_class::<call::Script>()?;
     m.add_class::<call::Sql>()?;
+    m.add_class::<http::HttpPlan>()?;
+    m.add_class::<http::Trust>()?;
     m.add_function(wrap_pyfunction!(redis::redis_scripts, m)?)?;
     m.add_function(wrap_pyfunction!(limit::check_window, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;

@@ -88,6 +88,17 @@ impl Verdict {
         }
     }
 
+    /// The core's view of this verdict (for `http::response_headers`).
+    pub(crate) fn to_core(&self) -> BatchVerdict {
+        BatchVerdict {
+            allowed: self.allowed,
+            retry_after_ms: self.retry_after_ms,
+            retry_timestamp: self.retry_timestamp,
+            blocked: self.blocked,
+            quota: self.quota,
+        }
+    }
+
     fn key(&self) -> (bool, u64, Option<u64>, Option<usize>, Quota) {
         (
             self.allowed,

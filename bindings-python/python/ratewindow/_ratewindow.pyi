@@ -7,7 +7,7 @@ from typing_extensions import disjoint_base
 
 from ratewindow._limits import Limit as _PublicLimit
 
-__all__ = ["Limit", "Entry", "Verdict", "HitResult", "AttemptResult", "ReleaseToken", "MemoryStore", "Machine", "Call", "Script", "Sql", "redis_scripts", "check_window", "_panic_for_tests", "MAX_WINDOW_MS", "MAX_USES"]
+__all__ = ["Limit", "Entry", "Verdict", "HitResult", "AttemptResult", "ReleaseToken", "MemoryStore", "Machine", "Call", "Script", "Sql", "HttpPlan", "Trust", "redis_scripts", "check_window", "_panic_for_tests", "MAX_WINDOW_MS", "MAX_USES"]
 
 MAX_WINDOW_MS: Final[int]
 MAX_USES: Final[int]
@@ -221,3 +221,27 @@ class Machine:
     def clear(self, key: str) -> Call[None]: ...
 
 def redis_scripts() -> list[tuple[str, str, str]]: ...
+
+# HTTP middleware (ratewindow_core::http): a request's entries and fields, the client's address.
+@final
+class HttpPlan:
+    """The entries of one request to a named limiter, and the response fields of its verdict."""
+
+    def __new__(cls, name: str, limits: Iterable[_PublicLimit]) -> HttpPlan: ...
+    @property
+    def entries(self) -> list[Entry]: ...
+    def source(self, index: int) -> int: ...
+    def headers(
+        self, verdict: Verdict, ietf: bool = True, legacy: bool = False, now_ms: int | None = None
+    ) -> list[tuple[str, str]]: ...
+
+@final
+class Trust:
+    """Whom ``client_address`` believes: the peer alone, ``hops`` proxies, or the ``proxies`` listed."""
+
+    def __new__(
+        cls, *, hops: int = 0, proxies: Iterable[str] | None = None, header: str = "x-forwarded-for", ipv6_prefix: int = 128
+    ) -> Trust: ...
+    @property
+    def header(self) -> str | None: ...
+    def client_address(self, peer: str | None, forwarded_for: str | None = None, forwarded: str | None = None) -> str: ...
