@@ -168,7 +168,8 @@ venv="$work/venv"
 "$py" -c 'import sys; print(sys.base_prefix)' > /dev/null
 "$(readlink -f "$ROOT/.venv/bin/python")" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-  "$wheel[redis,postgres]" pytest==9.2.0 'psycopg[binary]==3.3.9' psycopg-pool==3.3.3
+  "$wheel[redis,postgres,fastapi,flask]" pytest==9.2.0 'psycopg[binary]==3.3.9' psycopg-pool==3.3.3 \
+  fastapi==0.163.2 flask==3.1.3 httpx==0.28.1 uvicorn==0.54.0  # the HTTP tests' frameworks, server, client
 mkdir -p "$work/pytree/bindings-python" "$work/pytree/tests"
 cp -r "$PY_PKG/tests" "$work/pytree/bindings-python/tests"
 cp "$PY_PKG/pyproject.toml" "$work/pytree/bindings-python/"   # pytest's options (filterwarnings = error)
