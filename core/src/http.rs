@@ -44,7 +44,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::{BatchVerdict, Entry, Limit};
@@ -382,7 +381,7 @@ pub fn response_headers(
     if !verdict.allowed {
         out.push((
             "Retry-After",
-            ceil_seconds(verdict.retry_after_ms).max(1).to_string(),
+            decimal_string(ceil_seconds(verdict.retry_after_ms).max(1)),
         ));
     }
     if limits.is_empty() {
@@ -399,32 +398,31 @@ pub fn response_headers(
                 policy.push_str(", ");
             }
             push_policy_name(&mut policy, name, i, count);
-            let _ = write!(
-                policy,
-                ";q={};w={}",
-                limit.uses(),
-                ceil_seconds(limit.window_ms()).max(1)
-            );
+            policy.push_str(";q=");
+            push_u64(&mut policy, u64::from(limit.uses()));
+            policy.push_str(";w=");
+            push_u64(&mut policy, ceil_seconds(limit.window_ms()).max(1));
         }
         out.push(("RateLimit-Policy", policy));
         if let Some(i) = tightest {
             let mut field = String::with_capacity(name.len() + 32);
             push_policy_name(&mut field, name, i, count);
-            let _ = write!(
-                field,
-                ";r={};t={}",
-                quota.remaining,
-                ceil_seconds(quota.reset_after_ms)
-            );
+            field.push_str(";r=");
+            push_u64(&mut field, u64::from(quota.remaining));
+            field.push_str(";t=");
+            push_u64(&mut field, ceil_seconds(quota.reset_after_ms));
             out.push(("RateLimit", field));
         }
     }
     if options.legacy && tightest.is_some() {
-        out.push(("X-RateLimit-Limit", quota.limit.to_string()));
-        out.push(("X-RateLimit-Remaining", quota.remaining.to_string()));
+        out.push(("X-RateLimit-Limit", decimal_string(u64::from(quota.limit))));
+        out.push((
+            "X-RateLimit-Remaining",
+            decimal_string(u64::from(quota.remaining)),
+        ));
         out.push((
             "X-RateLimit-Reset",
-            ceil_seconds(now_ms.saturating_add(quota.reset_after_ms)).to_string(),
+            decimal_string(ceil_seconds(now_ms.saturating_add(quota.reset_after_ms))),
         ));
     }
     out
@@ -444,6 +442,29 @@ fn tightest(limits: &[Limit], verdict: &BatchVerdict) -> Option<usize> {
         }
     }
     best
+}
+
+/// Appends `n` in decimal (by hand: `write!` is most of this module's cost per request).
+fn push_u64(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // ASCII digits: always UTF-8.
+    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+}
+
+/// `n` in decimal.
+fn decimal_string(n: u64) -> String {
+    let mut out = String::with_capacity(20);
+    push_u64(&mut out, n);
+    out
 }
 
 /// `ms` in whole seconds, rounded up.
@@ -471,7 +492,8 @@ fn push_sf_string(out: &mut String, s: &str, index: Option<usize>) {
         }
     }
     if let Some(i) = index {
-        let _ = write!(out, ".{i}");
+        out.push('.');
+        push_u64(out, i as u64);
     }
     out.push('"');
 }
@@ -655,8 +677,22 @@ pub fn client_address(
     forwarded: Option<&str>,
     trust: &Trust,
 ) -> Result<String, HttpError> {
-    let mut current =
-        parse_address(peer).ok_or_else(|| HttpError::InvalidPeer { peer: clip(peer) })?;
+    let peer = parse_address(peer).ok_or_else(|| HttpError::InvalidPeer { peer: clip(peer) })?;
+    Ok(client_address_of(peer, forwarded_for, forwarded, trust))
+}
+
+/// [`client_address`] for a peer the host already holds as an [`IpAddr`] (a Rust server's
+/// `SocketAddr::ip()`): the same answer, without spelling the peer out and reading it back.
+pub fn client_address_of(
+    peer: IpAddr,
+    forwarded_for: Option<&str>,
+    forwarded: Option<&str>,
+    trust: &Trust,
+) -> String {
+    let mut current = match peer {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, IpAddr::V4),
+        v4 => v4,
+    };
     let header = match trust.header {
         ProxyHeader::XForwardedFor => forwarded_for,
         ProxyHeader::Forwarded => forwarded,
@@ -685,7 +721,7 @@ pub fn client_address(
             walked += 1;
         }
     }
-    Ok(render_address(current, trust.ipv6_prefix))
+    render_address(current, trust.ipv6_prefix)
 }
 
 fn render_address(ip: IpAddr, ipv6_prefix: u8) -> String {
@@ -695,6 +731,17 @@ fn render_address(ip: IpAddr, ipv6_prefix: u8) -> String {
                 .checked_shl(128 - u32::from(ipv6_prefix))
                 .unwrap_or(0);
             format!("{}/{ipv6_prefix}", Ipv6Addr::from(u128::from(v6) & mask))
+        }
+        IpAddr::V4(v4) => {
+            // By hand: the standard formatter is most of a request's cost in the tower layer.
+            let mut out = String::with_capacity(15);
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                push_u64(&mut out, u64::from(octet));
+            }
+            out
         }
         ip => ip.to_string(),
     }

@@ -85,8 +85,9 @@ impl<'a> RequestInfo<'a> {
                     .get::<ConnectInfo<SocketAddr>>()
                     .map(|c| c.0)
                     .or_else(|| self.extensions.get::<SocketAddr>().copied())
-                    .map(|a| a.ip().to_string())
-                    .unwrap_or_default();
+                    .ok_or_else(|| HttpError::InvalidPeer {
+                        peer: String::new(),
+                    })?;
                 let (mut xff, mut fwd) = (None, None);
                 match self.trust.header() {
                     Some(core_http::ProxyHeader::XForwardedFor) => {
@@ -97,7 +98,12 @@ impl<'a> RequestInfo<'a> {
                     }
                     _ => {}
                 }
-                core_http::client_address(&peer, xff.as_deref(), fwd.as_deref(), self.trust)
+                Ok(core_http::client_address_of(
+                    peer.ip(),
+                    xff.as_deref(),
+                    fwd.as_deref(),
+                    self.trust,
+                ))
             })
             .as_deref()
             .map_err(Clone::clone)
@@ -389,11 +395,11 @@ where
                     }),
                     None => plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests"),
                 };
-                set_fields(&mut response, &fields);
+                set_fields(&mut response, fields);
                 return Ok(response);
             }
             let mut response = inner.call(req).await?;
-            set_fields(&mut response, &fields);
+            set_fields(&mut response, fields);
             let sources = &plan.entries.sources;
             if sources.iter().any(|&s| plan.limits[s].after.is_some()) {
                 let keep: Vec<Entry> = plan
@@ -421,10 +427,10 @@ where
 }
 
 /// Sets the rate-limit fields on `response`, leaving alone those it already has.
-fn set_fields(response: &mut Response<Body>, fields: &[(&'static str, String)]) {
+fn set_fields(response: &mut Response<Body>, fields: Vec<(&'static str, String)>) {
     let headers = response.headers_mut();
     for (name, value) in fields {
-        let name = match *name {
+        let name = match name {
             // The names the core writes, parsed once.
             "Retry-After" => RETRY_AFTER,
             "RateLimit-Policy" => HeaderName::from_static("ratelimit-policy"),
@@ -437,7 +443,8 @@ fn set_fields(response: &mut Response<Body>, fields: &[(&'static str, String)]) 
                 Err(_) => continue,
             },
         };
-        let Ok(value) = HeaderValue::from_str(value) else {
+        // From the String itself: no copy.
+        let Ok(value) = HeaderValue::try_from(value) else {
             continue;
         };
         if !headers.contains_key(&name) {
