@@ -1,28 +1,35 @@
-"""ratewindow's RedisStore against bare redis-py EVALSHA and `limits`' moving-window Redis storage.
+"""ratewindow's RedisStore against `limits`' moving window, a plain sliding-log script and bare EVALSHA.
 
-Workload: 10,000 keys hit round-robin, each limited to 5 uses per 10 s, one thread, one redis-py client
-on the local server (``REDIS_URL``, default ``redis://127.0.0.1:6379/0``). The contenders run
-interleaved: every round times one batch of each, in a rotating order; the table gives the median
-round's ops/s and the ratios.
+The peers' workload: 10,000 keys round-robin, 5 uses a key, one thread, one redis-py client on the
+local server (``REDIS_URL``, default ``redis://127.0.0.1:6379/0``), in two variants:
 
-- ratewindow: ``RedisStore.from_client(r).consume(key, Limit(5, 10_000))`` (EVALSHA of the sliding-log
-  script: trim, count, record, PEXPIRE, on the server's clock), and ``consume_many`` of 3 entries.
-- bare EVALSHA: ``r.evalsha(sha, 1, key, "c", id, "1", "5", "10000")`` of a trivial script
-  (``return {1, 0, -1, -1, 0}``): the round trip with the same key and arguments and no work — the
-  floor any Redis store pays through redis-py. Target: ratewindow at least 0.9x of it.
-- bare EVALSHA of ratewindow's own sliding-log script with the same arguments, no ratewindow code: the
-  difference to ``RedisStore.consume`` is the Python layer alone (plan, call id, decode, driver).
-- limits: ``MovingWindowRateLimiter(RedisStorage(url)).hit(RateLimitItemPerSecond(5, 10), key)``.
+- ``refused`` (abuse traffic): every key is first filled with its 5 uses (untimed, through the
+  contender itself), then the timed calls are all refusals. The window is 600 s here so the fill
+  outlasts the timed rounds (the window's length costs nothing).
+- ``allowed``: fresh keys, 5 uses per 10 s, each key reached at most 5 times: every timed call is
+  allowed and recorded.
 
-The last line gives ratewindow's own cost per call without I/O (the client reply canned), which is
-what separates it from the bare round trip besides the script's work on the server.
+Contenders, interleaved (every round times one batch of each, in a rotating order; the table gives
+the median round and the median of per-round ratios):
 
-Run: ``.venv/bin/python bench/python/bench_redis.py [--rounds N] [--ops N]``.
+- ratewindow: ``RedisStore.from_client(r).consume(key, Limit(5, window))`` (EVALSHA of the
+  sliding-log script on the server's clock), and ``consume_many`` of 3 entries.
+- limits: ``MovingWindowRateLimiter(RedisStorage(url)).hit(item, key)`` (a list per key, the
+  client's clock).
+- plain script: redis-py ``evalsha`` of a plain sliding-log script (``TIME``, ``ZREMRANGEBYSCORE``,
+  ``ZCARD``, then ``ZADD`` + ``PEXPIRE`` or the oldest call's ``ZRANGE``), no library around it.
+- bare: redis-py ``evalsha`` of a trivial script with the same key and arguments: the floor.
+
+The last line gives ratewindow's own cost per call without I/O (the client reply canned). Server time
+per script call: ``bench/redis_commandstats.py``.
+
+Run: ``.venv/bin/python bench/python/bench_redis.py [--rounds N] [--ops N] [--variant refused|allowed|both]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import secrets
 import statistics
@@ -34,50 +41,54 @@ from limits import RateLimitItemPerSecond
 from limits.storage import RedisStorage
 from limits.strategies import MovingWindowRateLimiter
 
-from ratewindow import Entry, Limit, RedisStore, _ratewindow
+from ratewindow import Entry, Limit, RedisStore
 
 KEYS = 10_000
-USES, WINDOW_S = 5, 10
+USES = 5
+WINDOW_S = {"refused": 600, "allowed": 10}
 URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 TRIVIAL = "return {1, 0, -1, -1, 0}"
+PLAIN = """local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local key, limit, window = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+local count = redis.call('ZCARD', key)
+if count >= limit then
+  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  return {0, tonumber(oldest[2]) + window - now}
+end
+redis.call('ZADD', key, now, ARGV[3])
+redis.call('PEXPIRE', key, window)
+return {1, limit - count - 1}
+"""
 
 Runner = Callable[[list[str]], int]
+Maker = Callable[[redis.Redis, str, int], Runner]
 
 
-def bare_evalsha(client: redis.Redis, prefix: str) -> Runner:
+def bare_evalsha(client: redis.Redis, prefix: str, window_s: int) -> Runner:
     sha = client.script_load(TRIVIAL)
-    evalsha = client.evalsha
+    evalsha, window = client.evalsha, str(window_s * 1000)
 
     def run(keys: list[str]) -> int:
-        allowed = 0
-        for key in keys:
-            reply = evalsha(sha, 1, prefix + key, "c", secrets.token_hex(16), "1", str(USES), str(WINDOW_S * 1000))
-            allowed += reply[0]
-        return allowed
+        return sum(evalsha(sha, 1, prefix + key, "c", "id", "1", str(USES), window)[0] for key in keys)
 
     return run
 
 
-def bare_evalsha_sliding(client: redis.Redis, prefix: str) -> Runner:
-    """redis-py EVALSHA of ratewindow's own sliding-log script, no ratewindow code around it."""
-    (_, sha, source), = [script for script in _ratewindow.redis_scripts() if script[0] == "sliding"]
-    client.script_load(source)
-    evalsha = client.evalsha
+def plain_script(client: redis.Redis, prefix: str, window_s: int) -> Runner:
+    sha = client.script_load(PLAIN)
+    evalsha, window, ids = client.evalsha, str(window_s * 1000), itertools.count()
+    base = secrets.token_hex(8)
 
     def run(keys: list[str]) -> int:
-        allowed = 0
-        for key in keys:
-            reply = evalsha(
-                sha, 1, prefix + "log:" + key, "c", secrets.token_hex(16), "1", str(USES), str(WINDOW_S * 1000)
-            )
-            allowed += reply[0]
-        return allowed
+        return sum(evalsha(sha, 1, prefix + key, USES, window, f"{base}{next(ids):x}")[0] for key in keys)
 
     return run
 
 
-def ratewindow_consume(client: redis.Redis, prefix: str) -> Runner:
-    store, limit = RedisStore.from_client(client, prefix=prefix), Limit(USES, WINDOW_S * 1000)
+def ratewindow_consume(client: redis.Redis, prefix: str, window_s: int) -> Runner:
+    store, limit = RedisStore.from_client(client, prefix=prefix), Limit(USES, window_s * 1000)
     consume = store.consume
 
     def run(keys: list[str]) -> int:
@@ -86,9 +97,9 @@ def ratewindow_consume(client: redis.Redis, prefix: str) -> Runner:
     return run
 
 
-def ratewindow_batch_of_3(client: redis.Redis, prefix: str) -> Runner:
-    store, limit = RedisStore.from_client(client, prefix=prefix), Limit(USES, WINDOW_S * 1000)
-    everyone, per_route = Limit(1_000_000, WINDOW_S * 1000), Limit(100_000, WINDOW_S * 1000)
+def ratewindow_batch_of_3(client: redis.Redis, prefix: str, window_s: int) -> Runner:
+    store, limit = RedisStore.from_client(client, prefix=prefix), Limit(USES, window_s * 1000)
+    everyone, per_route = Limit(1_000_000, window_s * 1000), Limit(100_000, window_s * 1000)
     consume_many = store.consume_many
 
     def run(keys: list[str]) -> int:
@@ -100,9 +111,9 @@ def ratewindow_batch_of_3(client: redis.Redis, prefix: str) -> Runner:
     return run
 
 
-def limits_moving_window(client: redis.Redis, prefix: str) -> Runner:
+def limits_moving_window(client: redis.Redis, prefix: str, window_s: int) -> Runner:
     limiter = MovingWindowRateLimiter(RedisStorage(URL, key_prefix=prefix + "limits"))
-    item = RateLimitItemPerSecond(USES, WINDOW_S)
+    item = RateLimitItemPerSecond(USES, window_s)
     hit = limiter.hit
 
     def run(keys: list[str]) -> int:
@@ -111,65 +122,87 @@ def limits_moving_window(client: redis.Redis, prefix: str) -> Runner:
     return run
 
 
-CONTENDERS: dict[str, Callable[[redis.Redis, str], Runner]] = {
-    "bare redis-py evalsha (trivial script)": bare_evalsha,
-    "bare redis-py evalsha (ratewindow's script)": bare_evalsha_sliding,
-    "ratewindow RedisStore.consume": ratewindow_consume,
-    "ratewindow RedisStore.consume_many (3 entries)": ratewindow_batch_of_3,
-    "limits MovingWindowRateLimiter(RedisStorage)": limits_moving_window,
-}
-BARE = "bare redis-py evalsha (trivial script)"
+OURS = "ratewindow RedisStore.consume"
 LIMITS = "limits MovingWindowRateLimiter(RedisStorage)"
+PLAIN_NAME = "plain sliding-log script (redis-py evalsha)"
+BARE = "bare redis-py evalsha (trivial script)"
+CONTENDERS: dict[str, Maker] = {
+    OURS: ratewindow_consume,
+    "ratewindow RedisStore.consume_many (3 entries)": ratewindow_batch_of_3,
+    LIMITS: limits_moving_window,
+    PLAIN_NAME: plain_script,
+    BARE: bare_evalsha,
+}
 
 
 def client_side_us(calls: int = 20_000) -> float:
     """ratewindow's own cost per consume, without I/O: the call machine and its driver (a canned reply)."""
     # allowed; server time; the tightest entry (0) with USES - 1 left, refilling and resetting in a window
-    reply = [1, 0, -1, -1, 1_700_000_000_000, 0, USES - 1, WINDOW_S * 1000, WINDOW_S * 1000]
+    reply = [1, 0, -1, -1, 1_700_000_000_000, 0, USES - 1, 10_000, 10_000]
     store = RedisStore.using(lambda *_: reply, evalsha=lambda *_: reply)
-    limit, keys = Limit(USES, WINDOW_S * 1000), [f"user:{i % KEYS}" for i in range(calls)]
+    limit, keys = Limit(USES, 10_000), [f"user:{i % KEYS}" for i in range(calls)]
     start = time.perf_counter()
     for key in keys:
         store.consume(key, limit)
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=25, help="timed rounds per contender (default 25)")
-    parser.add_argument("--ops", type=int, default=1_000, help="ops per contender per round (default 1000)")
-    args = parser.parse_args()
-
-    client = redis.Redis.from_url(URL)
-    run_id = secrets.token_hex(4)
+def run_variant(client: redis.Redis, variant: str, rounds: int, ops: int) -> None:
+    window_s, run_id = WINDOW_S[variant], secrets.token_hex(4)
     keys = [f"user:{i}" for i in range(KEYS)]
-    # Round r takes the next `ops` keys of the round-robin, so 10,000 keys cycle across the rounds.
-    batches = [[keys[(r * args.ops + i) % KEYS] for i in range(args.ops)] for r in range(args.rounds)]
-    runners = {name: make(client, f"rwbench:{run_id}:{n}:") for n, (name, make) in enumerate(CONTENDERS.items())}
-    for run in runners.values():  # warm-up: scripts loaded, connections open
-        run(keys[:500])
+    runners = {
+        name: make(client, f"rwbench:{run_id}:{n}:", window_s) for n, (name, make) in enumerate(CONTENDERS.items())
+    }
+    if variant == "refused":
+        # Every key filled with its uses (the batch's shared keys too), through each contender itself.
+        for run in runners.values():
+            for _ in range(USES):
+                run(keys)
+        batches = [[keys[(r * ops + i) % KEYS] for i in range(ops)] for r in range(rounds)]
+    else:
+        # Each key reached at most USES times over the whole run: every timed call is allowed.
+        if rounds * ops > USES * KEYS:
+            raise SystemExit(f"allowed: rounds x ops must stay within {USES * KEYS:,}")
+        batches = [[keys[(r * ops + i) % KEYS] for i in range(ops)] for r in range(rounds)]
+        for run in runners.values():  # warm-up on keys of its own
+            run([f"warm:{i}" for i in range(200)])
 
     rates: dict[str, list[float]] = {name: [] for name in runners}
     allowed: dict[str, int] = {name: 0 for name in runners}
     names = list(runners)
-    for r in range(args.rounds):
+    for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             start = time.perf_counter()
             allowed[name] += runners[name](batches[r])
-            rates[name].append(args.ops / (time.perf_counter() - start))
+            rates[name].append(ops / (time.perf_counter() - start))
 
-    bare, peer = statistics.median(rates[BARE]), statistics.median(rates[LIMITS])
-    print(f"{KEYS:,} keys round-robin, {USES} uses per {WINDOW_S} s, {args.rounds} interleaved rounds of {args.ops:,} ops")
-    print(f"{'contender':<48} {'ops/s (median)':>15} {'min':>10} {'max':>10} {'allowed':>8} {'vs bare':>8} {'vs limits':>10}")
+    def ratio(a: str, b: str) -> float:
+        return statistics.median(x / y for x, y in zip(rates[a], rates[b]))
+
+    load = os.getloadavg()
+    print(f"\n{variant}: {KEYS:,} keys round-robin, {USES} uses per {window_s} s, {rounds} interleaved rounds "
+          f"of {ops:,} ops; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"{'contender':<48} {'ops/s (median)':>15} {'allowed':>8} {'vs limits':>10} {'vs plain':>9} {'vs bare':>8}")
     for name in names:
-        median = statistics.median(rates[name])
-        share = allowed[name] / (args.rounds * args.ops)
+        share = allowed[name] / (rounds * ops)
         print(
-            f"{name:<48} {median:>15,.0f} {min(rates[name]):>10,.0f} {max(rates[name]):>10,.0f} "
-            f"{share:>7.1%} {median / bare:>7.2f}x {median / peer:>9.2f}x"
+            f"{name:<48} {statistics.median(rates[name]):>15,.0f} {share:>7.1%} "
+            f"{ratio(name, LIMITS):>9.2f}x {ratio(name, PLAIN_NAME):>8.2f}x {ratio(name, BARE):>7.2f}x"
         )
-    print(f"ratewindow's own cost per consume without I/O (plan, call id, decode): {client_side_us():.1f} us; "
-          f"a round trip here: {1e6 / bare:.0f} us")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15, help="timed rounds per contender (default 15)")
+    parser.add_argument("--ops", type=int, default=1_000, help="ops per contender per round (default 1000)")
+    parser.add_argument("--variant", choices=["refused", "allowed", "both"], default="both")
+    args = parser.parse_args()
+
+    client = redis.Redis.from_url(URL)
+    for variant in ("refused", "allowed"):
+        if args.variant in (variant, "both"):
+            run_variant(client, variant, args.rounds, args.ops)
+    print(f"\nratewindow's own cost per consume without I/O (plan, call id, decode): {client_side_us():.1f} us")
 
 
 if __name__ == "__main__":
