@@ -7,7 +7,8 @@ in-process memory store and with its default response fields (ratewindow sends t
 ``RateLimit-Policy`` / ``RateLimit`` fields; slowapi and flask-limiter send none by default).
 
 - FastAPI: uvicorn (one worker, asyncio loop, h11), the route guarded by
-  ``Depends(ratewindow.fastapi.throttle(limiter, "api"))`` vs slowapi's ``@limiter.limit(...)``;
+  ``Depends(ratewindow.fastapi.throttle(limiter, "api"))`` — or the app by ``ratewindow.asgi``'s
+  ``RateLimitMiddleware`` — vs slowapi's ``@limiter.limit(...)``;
 - Flask: werkzeug's threaded server, ``@ratewindow.flask.throttle(limiter, "api")`` vs flask-limiter's
   ``@limiter.limit(...)``;
 - "none": the same app unguarded, the ceiling.
@@ -42,8 +43,9 @@ from typing import Any
 from fastapi import Request  # at module level: FastAPI resolves the routes' string annotations here
 
 RATE = "1000000/minute"
+# Each group: ratewindow's contenders, then the peer, then the unguarded app.
 PAIRS = {
-    "fastapi": ("fastapi-ratewindow", "fastapi-slowapi", "fastapi-none"),
+    "fastapi": ("fastapi-ratewindow", "fastapi-ratewindow-asgi", "fastapi-slowapi", "fastapi-none"),
     "flask": ("flask-ratewindow", "flask-limiter", "flask-none"),
 }
 
@@ -86,6 +88,14 @@ def fastapi_app(kind: str) -> Any:
         @app.get("/")
         async def open_() -> dict[str, str]:
             return {"hello": "world"}
+
+        if kind == "fastapi-ratewindow-asgi":  # the same route, guarded by the ASGI middleware instead
+            from ratewindow import AsyncRateLimiter, Limit
+            from ratewindow.asgi import RateLimitMiddleware
+
+            limiter = AsyncRateLimiter()
+            limiter.for_("api", lambda request: Limit.per_minute(1_000_000).by(request.ip))
+            app.add_middleware(RateLimitMiddleware, limiter=limiter, name="api")
 
     return app
 
@@ -219,17 +229,18 @@ def run_pair(kinds: tuple[str, ...], rounds: int, seconds: int, connections: int
                 rate, cpu_rate = measure(server, seconds, connections)
                 rates[server.kind].append(rate)
                 per_cpu[server.kind].append(cpu_rate)
-        ours, peer, none = kinds
-        print(f"\n{ours} vs {peer} ({rounds} rounds of {seconds} s, {connections} connections)")
+        *ours, peer, none = kinds
+        print(f"\n{' and '.join(ours)} vs {peer} ({rounds} rounds of {seconds} s, {connections} connections)")
         print("| contender | requests/s (median) | requests per CPU-second of the server (median) |")
         print("|---|---:|---:|")
         for kind in kinds:
             print(f"| {kind} | {statistics.median(rates[kind]):,.0f} | {statistics.median(per_cpu[kind]):,.0f} |")
         for label, table in (("requests/s", rates), ("per CPU-second", per_cpu)):
-            ratios = [a / b for a, b in zip(table[ours], table[peer])]
-            ceiling = [a / b for a, b in zip(table[ours], table[none])]
-            print(f"{label}: {ours} / {peer} {statistics.median(ratios):.2f}x (rounds: "
-                  + ", ".join(f"{x:.2f}" for x in ratios) + f"); / unguarded {statistics.median(ceiling):.2f}x")
+            for one in ours:
+                ratios = [a / b for a, b in zip(table[one], table[peer])]
+                ceiling = [a / b for a, b in zip(table[one], table[none])]
+                print(f"{label}: {one} / {peer} {statistics.median(ratios):.2f}x (rounds: "
+                      + ", ".join(f"{x:.2f}" for x in ratios) + f"); / unguarded {statistics.median(ceiling):.2f}x")
     finally:
         for server in servers:
             server.stop()
