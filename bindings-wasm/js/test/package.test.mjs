@@ -152,9 +152,12 @@ test('initSync takes a compiled WebAssembly.Module (as Cloudflare Workers give i
   assert.equal(child.stdout.trim(), '3');
 });
 
-test('the .wasm stays within its size budget (128 KiB)', () => {
+// 128 KiB with the memory store alone; the networked stores' call machines (Redis, PostgreSQL and
+// SQLite planners, their scripts and SQL text, the reply decoders: src/calls.rs) took it to 315 KiB
+// (322,851 bytes, opt-level 3, fat LTO, 2026-12-01).
+test('the .wasm stays within its size budget (352 KiB)', () => {
   const size = statSync(wasmFile).size;
-  assert.ok(size < 128 * 1024, `${size} bytes`);
+  assert.ok(size < 352 * 1024, `${size} bytes`);
   assert.ok(WebAssembly.validate(readFileSync(wasmFile)));
 });
 

@@ -19,12 +19,13 @@
  */
 import initGlue, { initSync as initGlueSync, type InitInput } from '../pkg/ratewindow_wasm.js';
 import type { Backend } from './layer/backend.js';
+import type { RedisBackend } from './layer/redis-backend.js';
+import type { SqlBackend } from './layer/sql-backend.js';
 import { setDefaultBackend } from './layer/store.js';
 import { createWasmBackend, type WasmExports } from './wasm.js';
 
-// The Node package's API for the embedded store and the rate limiter. Its networked stores are not
-// re-exported: they drive the core's call machines through the napi addon's call boundary, which this
-// build does not carry yet (see README.md).
+// The Node package's API: the embedded store, the rate limiter, and the networked stores, which drive
+// the core's call machines through this module's call boundary (src/calls.rs) as they do the addon's.
 export type { AttemptResult, Awaitable, BatchVerdict, Clock, CooldownLimit, Entry, Verdict } from './layer/types.js';
 export { CooldownStore, MemoryStore, cooldownLimit } from './layer/store.js';
 export type { MemoryStoreOptions } from './layer/store.js';
@@ -35,6 +36,14 @@ export type { FixedWindowStore, LimiterCallback } from './layer/rate-limiter.js'
 export { InternalError, InvalidArgumentError, InvalidLimitError, RateWindowError } from './layer/errors.js';
 export type { RateWindowErrorCode } from './layer/errors.js';
 export type { Backend, BackendStore } from './layer/backend.js';
+export { RedisStore } from './layer/redis.js';
+export type { RedisEvalSha, RedisRun, RedisStoreOptions } from './layer/redis.js';
+export { GiveBackError, StoreError, StoreReplyError } from './layer/store-errors.js';
+export type { StoreErrorCode } from './layer/store-errors.js';
+export { PostgresStore } from './layer/postgres.js';
+export type { PgQueryable, PostgresQuery, PostgresStoreOptions, PurgeResult } from './layer/postgres.js';
+export { SqliteStore } from './layer/sqlite.js';
+export type { SqliteDatabaseLike, SqlitePurgeResult, SqliteStatementLike, SqliteStoreOptions } from './layer/sqlite.js';
 
 let ready: Backend | undefined;
 
@@ -45,6 +54,11 @@ function backend(): Backend {
   return ready;
 }
 
+/** The engine's call boundary (every wasm build has it). */
+function networked(): RedisBackend & SqlBackend {
+  return backend() as Backend & RedisBackend & SqlBackend;
+}
+
 /** Stands for the engine until it is instantiated; each store then comes straight from it. */
 const lazy: Backend = Object.freeze({
   kind: 'wasm',
@@ -53,7 +67,12 @@ const lazy: Backend = Object.freeze({
   checkLimit: (uses: number, windowMs: number) => backend().checkLimit(uses, windowMs),
   noop: () => backend().noop(),
   panicForTest: (message: string) => backend().panicForTest(message),
-});
+  createRedis: (record: Float64Array, prefix: string, hashTagBefore: string | null, evalsha?: boolean) =>
+    networked().createRedis(record, prefix, hashTagBefore, evalsha),
+  redisScripts: () => networked().redisScripts(),
+  createPostgres: (record: Float64Array, prefix: string, durable?: boolean) => networked().createPostgres(record, prefix, durable),
+  createSqlite: (record: Float64Array, prefix: string) => networked().createSqlite(record, prefix),
+} satisfies Backend & RedisBackend & SqlBackend);
 setDefaultBackend(lazy);
 
 /**

@@ -30,6 +30,18 @@
  * @module
  */
 import type { Backend, BackendError, BackendStore } from './layer/backend.js';
+import {
+  CALL_RECORD_LAYOUT,
+  CALL_RECORD_LENGTH,
+  type BackendCalls,
+  type BackendRelease,
+  type CallErrorInfo,
+  type GiveBackFailure,
+  type RedisBackend,
+  type SqlStatement,
+  type WindowQuery,
+} from './layer/redis-backend.js';
+import type { SqlBackend } from './layer/sql-backend.js';
 import * as glue from '../pkg/ratewindow_wasm.js';
 
 /** The raw exports of an instantiated module, as `initSync` / `init` return them. */
@@ -336,8 +348,137 @@ export function createWasmBackend(exports: WasmExports): Backend {
     }
   }
 
+  if (glue.callRecordLayout().join() !== CALL_RECORD_LAYOUT.join()) {
+    throw new Error(`@ratewindow/wasm: the module's call record (${glue.callRecordLayout().join()}) is not this package's`);
+  }
+
+  /**
+   * One networked store's call machines (`WasmCalls` of `src/calls.rs`) as the Node layer's
+   * `BackendCalls`: the store's call record crosses as a `&mut [f64]` (copied in and back out), so the
+   * Node package's `RedisStore`, `PostgresStore` and `SqliteStore` run on it unchanged. A trap turns
+   * into code `panic` as everywhere here.
+   */
+  class WasmBackendCalls implements BackendCalls {
+    readonly #inner: glue.WasmCalls;
+    readonly #r: Float64Array;
+
+    constructor(inner: glue.WasmCalls, record: Float64Array) {
+      this.#inner = inner;
+      this.#r = record;
+    }
+
+    #go(f: (c: glue.WasmCalls, r: Float64Array) => string | null | undefined): string | null {
+      try {
+        return f(this.#inner, this.#r) ?? null;
+      } catch (e) {
+        return fail(e);
+      }
+    }
+    #get<T>(f: (c: glue.WasmCalls) => T): T {
+      try {
+        return f(this.#inner);
+      } catch (e) {
+        return fail(e);
+      }
+    }
+
+    consume(keys: string[], uses: number[], windows: number[], release: boolean, now?: number | null): string | null {
+      return this.#go((c, r) => c.consume(r, keys, new Float64Array(uses), new Float64Array(windows), release, now ?? undefined));
+    }
+    consumeOne(key: string, uses: number, windowMs: number, now?: number | null): string | null {
+      return this.#go((c, r) => c.consumeOne(r, key, uses, windowMs, now ?? undefined));
+    }
+    peek(keys: string[], uses: number[], windows: number[], now?: number | null): string | null {
+      return this.#go((c, r) => c.peek(r, keys, new Float64Array(uses), new Float64Array(windows), now ?? undefined));
+    }
+    release(token: BackendRelease, now?: number | null): string | null {
+      return this.#go((c, r) => c.release(r, token, now ?? undefined));
+    }
+    hit(key: string, decayMs: number, amount: number, now?: number | null): string | null {
+      return this.#go((c, r) => c.hit(r, key, decayMs, amount, now ?? undefined));
+    }
+    attempt(key: string, max: number, decayMs: number, now?: number | null): string | null {
+      return this.#go((c, r) => c.attempt(r, key, max, decayMs, now ?? undefined));
+    }
+    read(key: string, query: WindowQuery, max: number, now?: number | null): string | null {
+      return this.#go((c, r) => c.read(r, key, query, max, now ?? undefined));
+    }
+    resetAttempts(key: string, now?: number | null): string | null {
+      return this.#go((c, r) => c.resetAttempts(r, key, now ?? undefined));
+    }
+    clear(key: string, now?: number | null): string | null {
+      return this.#go((c, r) => c.clear(r, key, now ?? undefined));
+    }
+    feed(id: number, reply: unknown): string | null {
+      return this.#go((c, r) => c.feed(r, id, reply));
+    }
+    feedNumbers(id: number, len: number, ...n: number[]): string | null {
+      return this.#go((c, r) => c.feedNumbers(r, id, new Float64Array(n.slice(0, len))));
+    }
+    feedRows(id: number, rows: unknown): string | null {
+      return this.#go((c, r) => c.feedRows(r, id, rows));
+    }
+    fail(id: number, message: string): string | null {
+      return this.#go((c, r) => c.fail(r, id, message));
+    }
+    keys(id: number): string[] {
+      return this.#get((c) => c.keys(id));
+    }
+    args(id: number): string[] {
+      return this.#get((c) => c.args(id));
+    }
+    statements(id: number): SqlStatement[] {
+      return this.#get((c) => c.statements(id) as SqlStatement[]);
+    }
+    releaseToken(id: number): BackendRelease | null {
+      return this.#get((c) => c.releaseToken(id) as BackendRelease | null);
+    }
+    error(id: number): CallErrorInfo {
+      return this.#get((c) => c.error(id) as CallErrorInfo);
+    }
+    giveBackFailures(id: number): GiveBackFailure[] {
+      return this.#get((c) => c.giveBackFailures(id) as GiveBackFailure[]);
+    }
+    end(id: number): void {
+      this.#get((c) => c.end(id));
+    }
+    inProgress(): number {
+      return this.#get((c) => c.inProgress());
+    }
+    schema(): string {
+      return this.#get((c) => c.schema());
+    }
+    connectionSetup(busyTimeoutMs?: number | null): string {
+      return this.#get((c) => c.connectionSetup(busyTimeoutMs ?? undefined));
+    }
+    purge(now?: number | null): SqlStatement[] {
+      return this.#get((c) => c.purge(now ?? undefined) as SqlStatement[]);
+    }
+    purged(rows: unknown): { calls: number; windows: number } {
+      return this.#get((c) => c.purged(rows) as { calls: number; windows: number });
+    }
+  }
+
+  const callsOf = (record: Float64Array, make: () => glue.WasmCalls): BackendCalls => {
+    if (!(record instanceof Float64Array) || record.length !== CALL_RECORD_LENGTH) {
+      throw coded('invalid_argument:record', `a store's call record is a Float64Array of ${CALL_RECORD_LENGTH} numbers`);
+    }
+    try {
+      return new WasmBackendCalls(make(), record);
+    } catch (e) {
+      return fail(e);
+    }
+  };
+  const networked: RedisBackend & SqlBackend = {
+    createRedis: (record, prefix, hashTagBefore, evalsha) => callsOf(record, () => glue.WasmCalls.redis(prefix, hashTagBefore ?? undefined, evalsha)),
+    redisScripts: () => glue.redisScripts(),
+    createPostgres: (record, prefix, durable) => callsOf(record, () => glue.WasmCalls.postgres(prefix, durable)),
+    createSqlite: (record, prefix) => callsOf(record, () => glue.WasmCalls.sqlite(prefix)),
+  };
+
   return Object.freeze({
     kind: 'wasm',
+    ...networked,
     createStore: (record: Float64Array): BackendStore => {
       if (!(record instanceof Float64Array) || record.length !== layout.length) {
         throw coded('invalid_argument:record', `a store's record is a Float64Array of ${layout.length} numbers`);
