@@ -29,6 +29,9 @@ use ratewindow_js_glue::key::KeyBuffer;
 use ratewindow_js_glue::{record, store, Failure, JsStore, Record};
 use wasm_bindgen::prelude::*;
 
+/// The networked stores' call boundary (Redis, PostgreSQL, SQLite), shared with the napi addon.
+pub mod calls;
+
 /// The glue's failure as a JS `Error` with `code` set.
 #[cold]
 fn thrown(f: Failure) -> JsValue {
