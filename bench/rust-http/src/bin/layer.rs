@@ -1,0 +1,61 @@
+//! The layers alone, in process: ns per request through `Service::call` on an inner service that
+//! answers at once, interleaved rounds. No HTTP, so it isolates what each layer adds.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{Request, Response};
+use ratewindow_core::Limit;
+use ratewindow_tower::{Memory, RateLimiter, RouteLimit};
+use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::GovernorLayer;
+
+const CALLS: u32 = 200_000;
+
+async fn run<S>(svc: &mut S) -> f64
+where
+    S: Service<Request<Body>, Response = Response<Body>>,
+    S::Error: std::fmt::Debug,
+{
+    let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+    let start = Instant::now();
+    for _ in 0..CALLS {
+        let mut req = Request::new(Body::empty());
+        req.extensions_mut().insert(ConnectInfo(peer));
+        let res = svc.ready().await.unwrap().call(req).await.unwrap();
+        assert!(res.status().is_success());
+    }
+    start.elapsed().as_nanos() as f64 / CALLS as f64
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let inner = service_fn(|_req: Request<Body>| async {
+        Ok::<_, Infallible>(Response::new(Body::empty()))
+    });
+    let limit = Limit::new(u32::MAX as u64, 1_000).unwrap();
+    let limiter = RateLimiter::new(Memory::new()).limiter("bench", move |req| {
+        Ok(vec![RouteLimit::new(limit).by(req.client_ip()?)])
+    });
+    let mut ours = limiter.throttle("bench").unwrap().layer(inner);
+    let config = GovernorConfigBuilder::default()
+        .per_nanosecond(1)
+        .burst_size(u32::MAX)
+        .use_headers()
+        .finish()
+        .unwrap();
+    let mut theirs = GovernorLayer::new(config).layer(inner);
+    let mut ratios = Vec::new();
+    for round in 0..7 {
+        let a = run(&mut ours).await;
+        let b = run(&mut theirs).await;
+        ratios.push(a / b);
+        println!("round {round}: ratewindow-tower {a:.0} ns/request, tower-governor {b:.0} ns/request");
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!("median time ratio ratewindow/governor: {:.2}", ratios[ratios.len() / 2]);
+}
