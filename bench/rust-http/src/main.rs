@@ -56,7 +56,9 @@ fn app(guard: &str, scenario: &str) -> Router {
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let [_, guard, scenario, port] = &args[..] else {
-        eprintln!("usage: ratewindow-bench-rust-http <ratewindow|governor> <allowed|refused> <port>");
+        eprintln!(
+            "usage: ratewindow-bench-rust-http <ratewindow|governor> <allowed|refused> <port>"
+        );
         std::process::exit(2);
     };
     let app = app(guard, scenario);

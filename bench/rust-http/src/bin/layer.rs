@@ -54,8 +54,13 @@ async fn main() {
         let a = run(&mut ours).await;
         let b = run(&mut theirs).await;
         ratios.push(a / b);
-        println!("round {round}: ratewindow-tower {a:.0} ns/request, tower-governor {b:.0} ns/request");
+        println!(
+            "round {round}: ratewindow-tower {a:.0} ns/request, tower-governor {b:.0} ns/request"
+        );
     }
     ratios.sort_by(f64::total_cmp);
-    println!("median time ratio ratewindow/governor: {:.2}", ratios[ratios.len() / 2]);
+    println!(
+        "median time ratio ratewindow/governor: {:.2}",
+        ratios[ratios.len() / 2]
+    );
 }
