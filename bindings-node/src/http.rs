@@ -4,14 +4,16 @@
 //!
 //! Errors: a [`HttpError`] is thrown with code `http:<kind>` (`http:key_too_long`, ...) and the core's
 //! message; [`http_error_status`] gives the status the core answers it with. A limit the core refuses
-//! is `invalid_limit:<field>`, as everywhere in the addon.
+//! is `invalid_limit:<field>`, a key that is not valid Unicode (a lone surrogate) `invalid_argument:key`,
+//! as everywhere in the addon (keys are read by [`Key`], bytes-exact).
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use ratewindow_core::http::{self, HeaderOptions, HttpError, HttpLimit, ProxyHeader, Trust};
 use ratewindow_core::{BatchVerdict, Limit, Quota};
 
-use crate::{guard, limit};
+use crate::key::Key;
+use crate::{guard, limit, thrown};
 
 /// A core HTTP error as a JS error coded `http:<kind>`.
 fn http_error(e: HttpError) -> Error<String> {
@@ -46,7 +48,7 @@ pub struct HttpEntries {
 #[napi]
 pub fn http_entries(
     name: String,
-    keys: Vec<Option<String>>,
+    keys: Vec<Option<Key>>,
     uses: Vec<f64>,
     window_ms: Vec<f64>,
 ) -> Result<HttpEntries, String> {
@@ -61,7 +63,9 @@ pub fn http_entries(
         for (i, key) in keys.iter().enumerate() {
             given.push(match key {
                 None => HttpLimit::Unlimited,
-                Some(key) => HttpLimit::new(key, limit(uses[i], window_ms[i])?),
+                Some(key) => {
+                    HttpLimit::new(key.get().map_err(thrown)?, limit(uses[i], window_ms[i])?)
+                }
             });
         }
         let plan = http::request_entries(&name, &given).map_err(http_error)?;
@@ -75,9 +79,12 @@ pub fn http_entries(
 /// [`http_entries`] for the common request: one limit, `uses` per `window_ms` under `key`. Answers its
 /// store key (no array crosses).
 #[napi]
-pub fn http_entry(name: String, key: String, uses: f64, window_ms: f64) -> Result<String, String> {
+pub fn http_entry(name: String, key: Key, uses: f64, window_ms: f64) -> Result<String, String> {
     guard(|| {
-        let given = [HttpLimit::new(&key, limit(uses, window_ms)?)];
+        let given = [HttpLimit::new(
+            key.get().map_err(thrown)?,
+            limit(uses, window_ms)?,
+        )];
         let mut plan = http::request_entries(&name, &given).map_err(http_error)?;
         Ok(plan.entries.pop().map(|e| e.key).unwrap_or_default())
     })

@@ -97,6 +97,20 @@ describe('huge keys', { concurrency: true }, () => {
   }
 });
 
+describe('keys that are not valid Unicode', () => {
+  it('a lone surrogate in a limit key reaches the error handler as InvalidArgumentError (never merged with U+FFFD)', async () => {
+    const make = (req) => [Limit.perMinute(5).by(req.headers['x-two'] ? 'x' : 'a\uD800'), ...(req.headers['x-two'] ? [Limit.perHour(9).by('b\uDFFF')] : [])];
+    await withServer('express5', make, {}, async (server) => {
+      for (const headers of [{}, { 'X-Two': '1' }]) {
+        const r = await get(server.url, { headers });
+        assert.equal(r.status, 500);
+        const body = JSON.parse(r.body);
+        assert.deepEqual([body.error, body.code], ['InvalidArgumentError', 'ERR_RATEWINDOW_INVALID_ARGUMENT']);
+      }
+    });
+  });
+});
+
 describe("a limit's response() and after()", { concurrency: true }, () => {
   for (const kind of FRAMEWORKS) {
     it(`${kind}: response() answers a refusal; its return value is sent with 429 and the fields`, async () => {

@@ -86,7 +86,8 @@ function mapped(e: unknown): Error {
     const reason = code.slice(5);
     return new HttpInputError(reason, (e as Error).message, native().httpErrorStatus(reason));
   }
-  if (typeof code === 'string' && code.startsWith('invalid_argument:')) {
+  // This module's own arguments (a key that is not valid Unicode is the addon's `invalid_argument:key`).
+  if (code === 'invalid_argument:trustProxy' || code === 'invalid_argument:proxyHeader' || code === 'invalid_argument:limits') {
     return new TypeError((e as Error).message);
   }
   return fromBackend(e);
