@@ -100,7 +100,7 @@ else
   rm -rf "$out/python"
   # From /tmp, so pdoc imports the installed package (with its native module), not the source tree.
   (cd /tmp && "$py" -m pdoc --docformat restructuredtext --footer-text "ratewindow (Python)" \
-    -o "$out/python" ratewindow ratewindow.testing)
+    -o "$out/python" ratewindow ratewindow.testing ratewindow.asgi ratewindow.fastapi ratewindow.wsgi ratewindow.flask)
   done_ python
 fi
 
