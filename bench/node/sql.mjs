@@ -25,7 +25,7 @@
 //   - rlf:     RateLimiterSQLite.consume with storeType 'better-sqlite3'
 //
 //   node bench/node/sql.mjs               full run (~2 min)
-//   BENCH_QUICK=1 node bench/node/sql.mjs a smoke run (~15 s)
+//   BENCH_QUICK=1 node bench/node/sql.mjs a smoke run (1,000 keys, ~6 s)
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -42,7 +42,7 @@ const Database = require('better-sqlite3');
 const quick = process.env.BENCH_QUICK === '1';
 const ROUNDS = quick ? 1 : 5;
 const RUN_MS = quick ? 80 : 400;
-const N = 10_000;
+const N = quick ? 1_000 : 10_000; // the smoke run fills fewer keys
 const KEYS = Array.from({ length: N }, (_, i) => `user:${i}`);
 const LIMIT = { uses: 5, windowMs: 10_000 };
 const FULL = { uses: 5, windowMs: 600_000 };

@@ -143,7 +143,7 @@ def main() -> None:
                 "PostgresStore.consume (not autocommit)": consume(PostgresStore.using(tx_conn, prefix=prefix)),
                 "PostgresStore.consume (durable=True)": consume(durable),
                 "PostgresStore.consume (refusals: every key full)": refusals(
-                    PostgresStore.using(conn, prefix=f"{prefix}_f"), keys
+                    PostgresStore.using(conn, prefix=f"{prefix}_f"), keys[: args.ops]  # the keys the rounds use
                 ),
             }
             trips = {
