@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the API docs site into target/docs/ (open target/docs/index.html):
 #   target/docs/rust/     rustdoc of ratewindow-core            (cargo doc -p ratewindow-core --no-deps)
-#   target/docs/node/     TypeDoc of the npm package            (entry points ts/index.ts, ts/testing.ts)
+#   target/docs/node/     TypeDoc of the npm package            (entry points ts/index.ts, ts/testing.ts, ts/http/*)
 #   target/docs/python/   pdoc of the Python package            (the package built into .venv)
 #   target/docs/index.html, architecture.html (ARCHITECTURE.md rendered), wit/ (the WIT package as text)
 # Installs what it needs (the pinned typedoc and pdoc) and skips each part whose inputs have not
@@ -59,7 +59,8 @@ else
   fi
   # --skipErrorChecking: the docs describe the sources as they are; type errors are the node part's job.
   (cd "$node_dir" && node_modules/.bin/typedoc \
-    --entryPoints ts/index.ts --entryPoints ts/testing.ts --tsconfig tsconfig.json \
+    --entryPoints ts/index.ts --entryPoints ts/testing.ts --entryPoints ts/http/express.ts \
+    --entryPoints ts/http/fastify.ts --entryPoints ts/http/express-rate-limit.ts --tsconfig tsconfig.json \
     --name "ratewindow (Node)" --readme README.md --disableSources --skipErrorChecking \
     --logLevel Error --out "$out/node")
   done_ node

@@ -112,6 +112,7 @@ check index index.html ratewindow "rust/ratewindow_core/index.html" "node/index.
 check rust rust/ratewindow_core/struct.MemoryStore.html MemoryStore consume consume_many
 check node-modules node/modules/index.html MemoryStore RedisStore PostgresStore SqliteStore
 check node node/classes/index.MemoryStore.html MemoryStore consume consumeMany
+check node-http node/modules/http_express.html throttle
 check python python/ratewindow.html MemoryStore RedisStore PostgresStore consume
 echo "docs: screenshots in ${shots#"$root/"}"
 echo "docs: the index and the Rust, Node and Python references render in Chromium"
