@@ -348,9 +348,30 @@ fn purge_removes_exactly_what_left_its_window() {
         &plans.plan_hit("w", Window::from_ms(1).unwrap(), 1),
     ))
     .unwrap();
+    consume(&mut client, plans, &[Entry::new("held", limit(5, 1))]);
     std::thread::sleep(std::time::Duration::from_millis(5));
+    // A call holding a row (here a transaction that locked it): the purge skips it without waiting
+    // (a wait could deadlock with a batch taking its rows in key order), and takes it next time.
+    let mut holder = connect();
+    let mut held = holder.transaction().unwrap();
+    held.execute(
+        &format!(
+            "SELECT 1 FROM {}_log WHERE key = 'held' FOR UPDATE",
+            plans.names().prefix()
+        ),
+        &[],
+    )
+    .unwrap();
+    client
+        .batch_execute("SET statement_timeout = 5000")
+        .unwrap();
     let (calls, windows) = Postgres::decode_purge(&run(&mut client, &plans.plan_purge())).unwrap();
     assert_eq!((calls, windows), (1, 1));
+    held.commit().unwrap();
+    assert_eq!(
+        Postgres::decode_purge(&run(&mut client, &plans.plan_purge())).unwrap(),
+        (1, 0)
+    );
     let left: Vec<String> = client
         .query(
             &format!("SELECT key FROM {}_log", plans.names().prefix()),

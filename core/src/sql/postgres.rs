@@ -71,7 +71,11 @@ impl Postgres {
                  ids = array_remove(l.ids, $2::text) FROM locked WHERE l.key = locked.key AND $2::text = ANY(l.ids)",
             ),
             purge: names.apply(&format!(
-                "WITH calls AS (DELETE FROM {{p}}_log WHERE expires_at <= {NOW_MS} RETURNING cardinality(ats) AS n), \
+                // Rows a call holds are skipped (they are in use): the purge never waits on a call,
+                // so it cannot deadlock with a batch taking its rows in key order.
+                "WITH calls AS (DELETE FROM {{p}}_log WHERE key IN (SELECT key FROM {{p}}_log \
+                 WHERE expires_at <= {NOW_MS} FOR UPDATE SKIP LOCKED) \
+                 RETURNING cardinality(ats) AS n), \
                  windows AS (DELETE FROM {{p}}_windows WHERE ends_at <= {NOW_MS} RETURNING 1) \
                  SELECT (SELECT coalesce(sum(n), 0) FROM calls)::bigint AS calls, \
                  (SELECT count(*) FROM windows) AS windows"
