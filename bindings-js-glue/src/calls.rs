@@ -224,6 +224,9 @@ impl Calls {
         evalsha: bool,
         seed: u64,
     ) -> Res<Calls> {
+        // No prefix may name another prefix's keys (`ratewindow_core::input::check_redis_prefix`).
+        ratewindow_core::input::check_redis_prefix(&prefix)
+            .map_err(|e| coded("invalid_argument:prefix", e.to_string()))?;
         let mut options = RedisOptions::default().with_prefix(prefix);
         if let Some(separator) = hash_tag_before {
             options = options
@@ -653,6 +656,14 @@ fn write_outcome(
         Ok(Outcome::Unit) => StepKind::Unit,
         Err(_) => StepKind::Error,
     }
+}
+
+/// The two Redis scripts: `[sliding sha1, sliding source, fixed sha1, fixed source]`.
+pub fn redis_scripts() -> Vec<String> {
+    use ratewindow_core::redis::{FIXED, SLIDING};
+    [SLIDING.sha1, SLIDING.source, FIXED.sha1, FIXED.source]
+        .map(str::to_owned)
+        .to_vec()
 }
 
 // ---- Values: the op arguments in, the outcome's parts out ------------------------------------------

@@ -247,7 +247,10 @@ impl NativeCalls {
 
     /// Starts `Op::Consume` of the entries (three parallel arrays); with `release` false its verdict
     /// keeps no release token. `now`: SQLite's clock (ms). Answers the first step (see the module).
-    #[napi(ts_return_type = "string | null")]
+    #[napi(
+        ts_args_type = "keys: Array<string>, uses: Array<number>, windows: Array<number>, release: boolean, now?: number | undefined | null",
+        ts_return_type = "string | null"
+    )]
     pub fn consume(
         &mut self,
         keys: Keys,
@@ -275,7 +278,10 @@ impl NativeCalls {
     }
 
     /// Starts `Op::Peek`.
-    #[napi(ts_return_type = "string | null")]
+    #[napi(
+        ts_args_type = "keys: Array<string>, uses: Array<number>, windows: Array<number>, now?: number | undefined | null",
+        ts_return_type = "string | null"
+    )]
     pub fn peek(
         &mut self,
         keys: Keys,

@@ -2,15 +2,9 @@
 //! The calls themselves are `NativeCalls::redis` (`src/call.rs`).
 
 use napi_derive::napi;
-use ratewindow_core::redis::{FIXED, SLIDING};
 
 /// The two scripts: `[sliding sha1, sliding source, fixed sha1, fixed source]`.
 #[napi]
 pub fn redis_scripts() -> Vec<String> {
-    vec![
-        SLIDING.sha1.to_owned(),
-        SLIDING.source.to_owned(),
-        FIXED.sha1.to_owned(),
-        FIXED.source.to_owned(),
-    ]
+    ratewindow_js_glue::calls::redis_scripts()
 }

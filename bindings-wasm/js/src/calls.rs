@@ -484,11 +484,5 @@ fn rows_of(value: &JsValue) -> Vec<Vec<SqlValue>> {
 /// The two Redis scripts: `[sliding sha1, sliding source, fixed sha1, fixed source]`.
 #[wasm_bindgen(js_name = redisScripts)]
 pub fn redis_scripts() -> Vec<String> {
-    use ratewindow_core::redis::{FIXED, SLIDING};
-    vec![
-        SLIDING.sha1.to_owned(),
-        SLIDING.source.to_owned(),
-        FIXED.sha1.to_owned(),
-        FIXED.source.to_owned(),
-    ]
+    calls::redis_scripts()
 }
