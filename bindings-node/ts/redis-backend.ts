@@ -1,7 +1,8 @@
 /**
  * The call boundary of the stores that talk to a server through the user's client, and its Redis part:
- * **optional** interfaces next to {@link Backend}, so an engine build without them (the wasm-bindgen
- * package, for now) still satisfies the core one. `RedisStore` checks for them and says so when missing.
+ * **optional** interfaces next to {@link Backend}, so an engine build without them (a user's own) still
+ * satisfies the core one; the napi addon and the wasm-bindgen package both have them. `RedisStore`
+ * checks for them and says so when missing.
  *
  * A planner starts a call (the engine's call machine, `ratewindow_core::call`) for each
  * operation; `ts/drive.ts` drives it. Each crossing answers the most it can: a start or a feed gives the
