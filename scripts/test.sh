@@ -2,13 +2,13 @@
 # Runs every test of ratewindow, installing what each part needs first (safe to run twice).
 #
 #   scripts/test.sh                 every part
-#   scripts/test.sh core node       only these parts (core, node, python, wasm-component, wasm-js, packaging, docs)
+#   scripts/test.sh core node       only these parts (core, fuzz, node, python, wasm-component, wasm-js, packaging, docs)
 #
 # Each part is scripts/test-<part>.sh and can be run alone for a quick inner loop.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all=(core node python wasm-component wasm-js packaging docs)
+all=(core fuzz node python wasm-component wasm-js packaging docs)
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=("${all[@]}")
 

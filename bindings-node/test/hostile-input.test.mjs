@@ -71,3 +71,23 @@ describe('times', () => {
     });
   }
 });
+
+describe('prefixes', () => {
+  it('a Redis prefix that could name another prefix\'s keys is refused', () => {
+    const run = async () => null;
+    // `p:` + `log:x` and `p:log:` + `x` would be one Redis key.
+    for (const prefix of ['p:log:', 'plog:', 'a:win:']) {
+      assert.throws(() => new api.RedisStore(run, { prefix }), /must not contain "log:" or "win:"/);
+    }
+    for (const prefix of ['p:', 'p:lo', '', 'ratewindow:']) new api.RedisStore(run, { prefix });
+  });
+
+  it('a batch of a Redis store names the entry whose key is refused', async () => {
+    const store = new api.RedisStore(async () => { throw new Error('not reached'); }, { prefix: 'hostile:' });
+    await assert.rejects(
+      store.consumeMany([{ key: 'ok', limit: one() }, { key: '\uDFFF', limit: one() }]),
+      (e) => e instanceof api.InvalidArgumentError && e.field === 'entries[1].key',
+    );
+    await assert.rejects(store.consume('s\uD800', one()), (e) => e instanceof api.InvalidArgumentError && e.field === 'key');
+  });
+});

@@ -399,6 +399,7 @@ impl Machine {
     #[staticmethod]
     #[pyo3(signature = (prefix = None, hash_tag = None, evalsha = true, *, release = None, report = None))]
     fn redis_store(
+        py: Python<'_>,
         prefix: Option<&str>,
         hash_tag: Option<&str>,
         evalsha: bool,
@@ -408,6 +409,14 @@ impl Machine {
         guard(|| {
             let mut options = RedisOptions::default();
             if let Some(prefix) = prefix {
+                // No prefix may name another prefix's keys: InvalidArgumentError naming `prefix`.
+                if let Err(e) = ratewindow_core::input::check_redis_prefix(prefix) {
+                    return Err(crate::errors::invalid_argument(
+                        "prefix",
+                        pyo3::types::PyString::new(py, prefix).as_any(),
+                        &e.to_string(),
+                    ));
+                }
                 options = options.with_prefix(prefix);
             }
             if let Some(separator) = hash_tag {

@@ -5,6 +5,7 @@ clock reading outside 0 .. 2**53 - 1 is refused without touching the store."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from ratewindow.testing import ManualClock
 ONE = Limit(1, 60_000)
 
 
-def refused_key(field: str, at: int) -> "pytest.RaisesContext[InvalidArgumentError]":
+def refused_key(field: str, at: int) -> Any:
     pattern = rf"^invalid {re.escape(field)}: not valid Unicode \(a lone surrogate at index {at}\)"
     return pytest.raises(InvalidArgumentError, match=pattern)
 
@@ -69,3 +70,15 @@ def test_a_clock_outside_the_range_is_refused_and_cannot_expire_the_store(bad: o
 def test_the_last_valid_time_is_accepted() -> None:
     clock = ManualClock(2**53 - 1)
     assert MemoryStore(clock).consume("k", ONE).allowed
+
+
+def test_a_redis_prefix_that_could_name_another_prefixs_keys_is_refused() -> None:
+    from ratewindow import RedisStore
+
+    def run(*_: Any) -> Any:
+        raise AssertionError("not reached")
+
+    for prefix in ["p:log:", "plog:", "a:win:"]:
+        with pytest.raises(InvalidArgumentError, match='must not contain "log:" or "win:"'):
+            RedisStore(run, prefix=prefix)
+    RedisStore(run, prefix="p:lo")

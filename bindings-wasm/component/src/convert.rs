@@ -3,7 +3,7 @@
 use ratewindow_core as core;
 
 use crate::bindings::exports::ratewindow::engine::{
-    errors::{Error, InvalidLimit, LimitField},
+    errors::{Error, InvalidArgument, InvalidLimit, LimitField},
     types::{AttemptResult, BatchVerdict, Entry, HitWindow, Limit, Verdict},
 };
 
@@ -48,6 +48,18 @@ impl From<core::BatchVerdict> for BatchVerdict {
             reset_after_ms: v.quota.reset_after_ms,
         }
     }
+}
+
+/// A checked `now` (0 to 2^53 - 1): a wrapped clock's `-1`, which jco lowers to 2^64 - 1, is refused
+/// before the store sees it, so it can never move the store's horizon.
+#[inline]
+pub fn now(now: u64) -> Result<u64, Error> {
+    core::input::check_now(now).map_err(|e| {
+        Error::InvalidArgument(InvalidArgument {
+            field: "now".to_owned(),
+            value: e.value,
+        })
+    })
 }
 
 /// A checked limit, or the error naming the refused field (`uses` first).

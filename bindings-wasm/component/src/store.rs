@@ -42,11 +42,13 @@ impl Store {
     }
 
     pub fn consume(&self, key: &str, limit: &Limit, now: u64) -> Result<Verdict, Error> {
-        Ok(self.inner.consume(key, convert::limit(limit)?, now).into())
+        let limit = convert::limit(limit)?;
+        Ok(self.inner.consume(key, limit, convert::now(now)?).into())
     }
 
     pub fn peek(&self, key: &str, limit: &Limit, now: u64) -> Result<Verdict, Error> {
-        Ok(self.inner.peek(key, convert::limit(limit)?, now).into())
+        let limit = convert::limit(limit)?;
+        Ok(self.inner.peek(key, limit, convert::now(now)?).into())
     }
 
     /// The verdict, and the token when it is allowed.
@@ -55,7 +57,8 @@ impl Store {
         entries: Vec<Entry>,
         now: u64,
     ) -> Result<(BatchVerdict, Option<Token>), Error> {
-        let consumed = self.inner.consume_many(&convert::entries(entries)?, now);
+        let entries = convert::entries(entries)?;
+        let consumed = self.inner.consume_many(&entries, convert::now(now)?);
         let token = consumed.release.map(|r| Token {
             store: self.id,
             release: RefCell::new(Some(r)),
@@ -64,10 +67,8 @@ impl Store {
     }
 
     pub fn peek_many(&self, entries: Vec<Entry>, now: u64) -> Result<BatchVerdict, Error> {
-        Ok(self
-            .inner
-            .peek_many(&convert::entries(entries)?, now)
-            .into())
+        let entries = convert::entries(entries)?;
+        Ok(self.inner.peek_many(&entries, convert::now(now)?).into())
     }
 
     pub fn release(&self, token: &Token, now: u64) {
@@ -86,7 +87,8 @@ impl Store {
     }
 
     pub fn hit(&self, key: &str, decay_ms: f64, amount: i64, now: u64) -> Result<i64, Error> {
-        Ok(self.inner.hit(key, convert::window(decay_ms)?, amount, now))
+        let decay = convert::window(decay_ms)?;
+        Ok(self.inner.hit(key, decay, amount, convert::now(now)?))
     }
 
     pub fn hit_window(
@@ -97,9 +99,12 @@ impl Store {
         now: u64,
     ) -> Result<HitWindow, Error> {
         let decay = convert::window(decay_ms)?;
-        Ok(convert::hit_window(
-            self.inner.hit_window(key, decay, amount, now),
-        ))
+        Ok(convert::hit_window(self.inner.hit_window(
+            key,
+            decay,
+            amount,
+            convert::now(now)?,
+        )))
     }
 
     pub fn attempt(
@@ -110,6 +115,7 @@ impl Store {
         now: u64,
     ) -> Result<AttemptResult, Error> {
         let decay = convert::window(decay_ms)?;
+        let now = convert::now(now)?;
         Ok(convert::attempt(self.inner.attempt(key, max, decay, now)))
     }
 

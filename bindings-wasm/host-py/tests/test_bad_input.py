@@ -71,12 +71,26 @@ def test_odd_but_valid_input(world: Any) -> None:
     big = limit(2**32 - 1, 4320000000000000)
     for key in ["", "ключ:🔑", "x" * 100_000]:
         assert ok(world.consume(key, big, 0)).allowed
-        assert ok(world.consume(key, limit(1, 1), 2**64 - 1)).allowed
-        assert ok(world.hit(key, 1, 2**63 - 1, 2**64 - 2)) == 2**63 - 1
-        assert ok(world.hit(key, 1, 2**63 - 1, 2**64 - 2)) == 2**63 - 1  # saturates
+        assert ok(world.consume(key, limit(1, 1), 2**53 - 1)).allowed
+        assert ok(world.hit(key, 1, 2**63 - 1, 2**53 - 2)) == 2**63 - 1
+        assert ok(world.hit(key, 1, 2**63 - 1, 2**53 - 2)) == 2**63 - 1  # saturates
     assert ok(world.consume_many([], 0, "e")).allowed
     world.release("e", 0)
     world.release("e", 0)
+
+
+def test_a_time_past_2_53_is_the_invalid_argument_error_and_changes_nothing(world: Any) -> None:
+    # A wrapped clock (-1 stored as 2**64 - 1 by ctypes) used to move the horizon to the end of time and
+    # expire every key: now it is refused, naming `now`, and the refused key stays refused.
+    assert ok(world.consume("alice", limit(1, 60_000), 1_000)).allowed
+    for bad in [2**64 - 1, 2**53, 2**60]:
+        with pytest.raises(ComponentError) as info:
+            ok(world.consume("other", limit(1, 60_000), bad))
+        assert info.value.tag == "invalid-argument"
+        assert (info.value.payload.field, info.value.payload.value) == ("now", str(bad))
+        with pytest.raises(ComponentError):
+            ok(world.hit("w", 1000, 1, bad))
+    assert not ok(world.consume("alice", limit(1, 60_000), 1_001)).allowed
 
 
 def test_hosted_store_reads_the_host_clock() -> None:

@@ -26,6 +26,8 @@ def entries(op: dict[str, Any]) -> list[wc.Record]:
 
 def result(r: Any, ok: Callable[[Any], Any]) -> Any:
     if isinstance(r, wc.Variant):
+        if r.tag == "invalid-argument":
+            return {"error": "invalid_argument", "field": r.payload.field}
         assert r.tag == "invalid-limit", f"unexpected error {r.tag}: {r.payload!r}"
         payload: Any = r.payload
         return {"error": "invalid_limit", "field": payload.field.replace("-", "_")}
@@ -33,7 +35,8 @@ def result(r: Any, ok: Callable[[Any], Any]) -> Any:
 
 
 def run(w: Any, op: dict[str, Any]) -> Any:
-    now = op["now"]
+    # A negative time (a wrapped clock) crosses as wasmtime-py's ctypes would store it: -1 as 2^64 - 1.
+    now = op["now"] % 2**64
     name = op["op"]
     if name == "limit":
         return result(w.check_limit(lim(op)), lambda _: {"ok": True})

@@ -89,6 +89,13 @@ pub enum Error {
         /// The refused value, as the component rendered it.
         value: String,
     },
+    /// `invalid-argument`: the argument (`now`) and the value as text.
+    InvalidArgument {
+        /// The refused argument's name.
+        field: String,
+        /// The refused value, as the component rendered it.
+        value: String,
+    },
     /// `malformed-reply`.
     MalformedReply {
         /// What was expected.
@@ -109,6 +116,7 @@ impl Error {
     pub fn kind(&self) -> &'static str {
         match self {
             Error::InvalidLimit { .. } => "invalid_limit",
+            Error::InvalidArgument { .. } => "invalid_argument",
             Error::MalformedReply { .. } => "reply",
             Error::StoreFailed(_) => "store",
             Error::Protocol(_) => "protocol",
@@ -381,6 +389,10 @@ macro_rules! convert_types {
                         e::LimitField::WindowMs => "window_ms",
                     },
                     value: i.value,
+                },
+                e::Error::InvalidArgument(a) => crate::Error::InvalidArgument {
+                    field: a.field,
+                    value: a.value,
                 },
                 e::Error::MalformedReply(m) => crate::Error::MalformedReply {
                     expected: m.expected,

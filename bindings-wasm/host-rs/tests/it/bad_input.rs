@@ -132,21 +132,21 @@ fn odd_but_valid_input_does_not_trap() {
         assert!(world.consume(key, max, 0).unwrap().unwrap().allowed);
         assert!(
             world
-                .consume(key, lim(1.0, 1.0), u64::MAX)
+                .consume(key, lim(1.0, 1.0), (1 << 53) - 1)
                 .unwrap()
                 .unwrap()
                 .allowed
         );
         assert_eq!(
-            world.hit(key, 1.0, i64::MAX, u64::MAX - 1).unwrap(),
+            world.hit(key, 1.0, i64::MAX, (1 << 53) - 2).unwrap(),
             Ok(i64::MAX)
         );
         assert_eq!(
-            world.hit(key, 1.0, i64::MAX, u64::MAX - 1).unwrap(),
+            world.hit(key, 1.0, i64::MAX, (1 << 53) - 2).unwrap(),
             Ok(i64::MAX),
             "saturates"
         );
-        assert_eq!(world.remaining(key, i64::MIN, u64::MAX - 1).unwrap(), 0);
+        assert_eq!(world.remaining(key, i64::MIN, u64::MAX - 1).unwrap(), 0); // a read: any time
     }
     let empty = world.consume_many(&[], 0, Some("e")).unwrap().unwrap();
     assert!(empty.allowed);
@@ -225,4 +225,29 @@ fn entry(
         key: key.to_owned(),
         limit: limit_wit(l),
     }
+}
+
+/// A wrapped clock (jco lowers -1 to `u64::MAX`) used to move the store's horizon to the end of time and
+/// expire every key: now every call that can fail refuses it, naming `now`, in both worlds' memory store.
+#[test]
+fn a_time_past_2_53_is_refused_and_changes_nothing() {
+    let mut world = EngineWorld::new().unwrap();
+    world.fresh_store().unwrap();
+    let one = lim(1.0, 60_000.0);
+    assert!(world.consume("alice", one, 1_000).unwrap().unwrap().allowed);
+    for bad in [u64::MAX, 1 << 53, 1 << 60] {
+        let refused = Error::InvalidArgument {
+            field: "now".to_owned(),
+            value: bad.to_string(),
+        };
+        assert_eq!(
+            world.consume("other", one, bad).unwrap().unwrap_err(),
+            refused
+        );
+        assert_eq!(
+            world.hit("w", 1000.0, 1, bad).unwrap().unwrap_err(),
+            refused
+        );
+    }
+    assert!(!world.consume("alice", one, 1_001).unwrap().unwrap().allowed);
 }

@@ -83,6 +83,9 @@ pub fn verdict(v: Verdict, batch: bool) -> Value {
 fn error(e: Error) -> Value {
     match e {
         Error::InvalidLimit { field, .. } => json!({ "error": "invalid_limit", "field": field }),
+        Error::InvalidArgument { field, .. } => {
+            json!({ "error": "invalid_argument", "field": field })
+        }
         other => panic!("unexpected error {other:?}"),
     }
 }
@@ -93,7 +96,11 @@ fn result<T>(r: Result<T, Error>, ok: impl FnOnce(T) -> Value) -> Value {
 
 /// Runs one op; a trap or host failure panics (fails the test).
 pub fn run(ops: &mut dyn Ops, op: &Value) -> Value {
-    let now = uint(op, "now");
+    // A negative time (a wrapped clock) is passed as its wrapping, the u64 jco lowers -1 to.
+    let now = op["now"]
+        .as_i64()
+        .map(|t| t as u64)
+        .unwrap_or_else(|| uint(op, "now"));
     let name = op["op"].as_str().expect("op");
     let host = |r: wasmtime::Result<Value>| r.unwrap_or_else(|e| panic!("{name} trapped: {e:?}"));
     host((|| -> wasmtime::Result<Value> {

@@ -65,7 +65,13 @@ fn every_store_call_reads_the_imported_clock_once() {
             .unwrap()
             .allowed
     );
+    // A clock past 2^53 - 1 (a wrapped one reads 2^64 - 1) is refused, naming `now`.
     store.data_mut().clock_ms = u64::MAX;
+    assert!(clocked
+        .call_consume(&mut *store, s, "k", wit_limit)
+        .unwrap()
+        .is_err());
+    store.data_mut().clock_ms = (1 << 53) - 1;
     assert!(
         clocked
             .call_consume(&mut *store, s, "k", wit_limit)
