@@ -271,8 +271,9 @@ pub(crate) fn sliding_plan(
         // The entry each distinct key first appears at, in order.
         let mut firsts: Vec<usize> = Vec::new();
         {
-            let mut index_of: std::collections::HashMap<&str, usize> =
-                std::collections::HashMap::with_capacity(all.len());
+            // foldhash, as the memory store: no SipHash in the wasm builds, still seeded per process.
+            let mut index_of: std::collections::HashMap<&str, usize, foldhash::fast::RandomState> =
+                std::collections::HashMap::with_capacity_and_hasher(all.len(), Default::default());
             for (i, (entry, key)) in entries.iter().zip(&all).enumerate() {
                 let next = firsts.len();
                 let index = *index_of.entry(key.as_str()).or_insert(next);
