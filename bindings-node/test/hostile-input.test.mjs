@@ -6,6 +6,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { api } from './backend.mjs';
+import { InvalidArgumentError, RedisStore } from '../dist/index.js';
 
 const one = () => api.cooldownLimit(1, 60_000);
 
@@ -77,17 +78,17 @@ describe('prefixes', () => {
     const run = async () => null;
     // `p:` + `log:x` and `p:log:` + `x` would be one Redis key.
     for (const prefix of ['p:log:', 'plog:', 'a:win:']) {
-      assert.throws(() => new api.RedisStore(run, { prefix }), /must not contain "log:" or "win:"/);
+      assert.throws(() => new RedisStore(run, { prefix }), /must not contain "log:" or "win:"/);
     }
-    for (const prefix of ['p:', 'p:lo', '', 'ratewindow:']) new api.RedisStore(run, { prefix });
+    for (const prefix of ['p:', 'p:lo', '', 'ratewindow:']) new RedisStore(run, { prefix });
   });
 
   it('a batch of a Redis store names the entry whose key is refused', async () => {
-    const store = new api.RedisStore(async () => { throw new Error('not reached'); }, { prefix: 'hostile:' });
+    const store = new RedisStore(async () => { throw new Error('not reached'); }, { prefix: 'hostile:' });
     await assert.rejects(
       store.consumeMany([{ key: 'ok', limit: one() }, { key: '\uDFFF', limit: one() }]),
-      (e) => e instanceof api.InvalidArgumentError && e.field === 'entries[1].key',
+      (e) => e instanceof InvalidArgumentError && e.field === 'entries[1].key',
     );
-    await assert.rejects(store.consume('s\uD800', one()), (e) => e instanceof api.InvalidArgumentError && e.field === 'key');
+    await assert.rejects(store.consume('s\uD800', one()), (e) => e instanceof InvalidArgumentError && e.field === 'key');
   });
 });
