@@ -658,6 +658,15 @@ fn write_outcome(
     }
 }
 
+/// The first `len` numbers from the [`PIECES`] slot on (a reply the host wrote there), copied out
+/// (at most `LEN - PIECES`): the numbers and how many.
+pub fn numbers_in(out: &CallRecord, len: u32) -> ([f64; LEN - PIECES], usize) {
+    let len = (len as usize).min(LEN - PIECES);
+    let mut numbers = [0.0; LEN - PIECES];
+    numbers[..len].copy_from_slice(&out[PIECES..PIECES + len]);
+    (numbers, len)
+}
+
 /// The two Redis scripts: `[sliding sha1, sliding source, fixed sha1, fixed source]`.
 pub fn redis_scripts() -> Vec<String> {
     use ratewindow_core::redis::{FIXED, SLIDING};

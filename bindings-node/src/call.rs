@@ -369,27 +369,15 @@ impl NativeCalls {
         self.go(|c, out| c.feed(out, id, Fed::Reply(reply)))
     }
 
-    /// The fast path of [`Self::feed`]: a reply that is an array of `len` (at most 9) numbers, given
-    /// one by one (the shape every ratewindow script answers; no array crosses).
+    /// The fast path of [`Self::feed`]: a reply that is an array of `len` numbers (at most
+    /// `LEN - PIECES`), written by JS into the call record from the `pieces` slot (no array and no
+    /// argument per number crosses).
     #[napi(ts_return_type = "string | null")]
-    #[allow(clippy::too_many_arguments)]
-    pub fn feed_numbers(
-        &mut self,
-        id: u32,
-        len: u32,
-        n0: f64,
-        n1: f64,
-        n2: f64,
-        n3: f64,
-        n4: f64,
-        n5: f64,
-        n6: f64,
-        n7: f64,
-        n8: f64,
-    ) -> Result<Joined, String> {
-        let all = [n0, n1, n2, n3, n4, n5, n6, n7, n8];
-        let numbers = all.get(..len as usize).unwrap_or(&all);
-        self.go(|c, out| c.feed_numbers(out, id, numbers))
+    pub fn feed_record(&mut self, id: u32, len: u32) -> Result<Joined, String> {
+        self.go(|c, out| {
+            let numbers = calls::numbers_in(out, len);
+            c.feed_numbers(out, id, &numbers.0[..numbers.1])
+        })
     }
 
     /// Feeds call `id` the rows of its SQL command's last statement (an array of rows, each an array

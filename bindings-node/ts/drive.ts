@@ -12,7 +12,7 @@
 import type { Backend } from './backend';
 import { checkEntries, checkInteger, checkKey, checkLimitShape } from './check';
 import { fromBackend, InternalError, typeError } from './errors';
-import { CallSlot, StepKind, type BackendCalls, type BackendRelease, type CallErrorInfo, type WindowQuery } from './redis-backend';
+import { CALL_RECORD_NUMBERS, CallSlot, StepKind, type BackendCalls, type BackendRelease, type CallErrorInfo, type WindowQuery } from './redis-backend';
 import { cooldownLimit, CooldownStore } from './store';
 import { GiveBackError, StoreError, StoreReplyError } from './store-errors';
 import type { AttemptResult, Awaitable, HitResult, BatchVerdict, CooldownLimit, Entry, Verdict } from './types';
@@ -33,16 +33,19 @@ function message(error: unknown): string {
 /** The errors a client threw during one call, by message (a failure's `cause`). */
 type Thrown = Map<string, unknown>;
 
-/** Feeds what the client answered (an array of up to nine numbers crosses as numbers). */
-function feed(calls: BackendCalls, id: number, kind: StepKind, answer: unknown): string | null {
+/**
+ * Feeds what the client answered: an array of numbers (what ratewindow's scripts answer) is written
+ * into the call record and crosses as its length.
+ */
+function feed(calls: BackendCalls, record: Float64Array, id: number, kind: StepKind, answer: unknown): string | null {
   if (kind === StepKind.Sql) return calls.feedRows(id, answer);
-  if (Array.isArray(answer) && answer.length <= 9) {
+  if (Array.isArray(answer) && answer.length <= CALL_RECORD_NUMBERS) {
     const a = answer as unknown[];
     let numbers = true;
     for (let i = 0; i < a.length; i++) if (typeof a[i] !== 'number') numbers = false;
     if (numbers) {
-      const n = a as number[];
-      return calls.feedNumbers(id, n.length, n[0] ?? 0, n[1] ?? 0, n[2] ?? 0, n[3] ?? 0, n[4] ?? 0, n[5] ?? 0, n[6] ?? 0, n[7] ?? 0, n[8] ?? 0);
+      for (let i = 0; i < a.length; i++) record[CallSlot.Pieces + i] = a[i] as number;
+      return calls.feedRecord(id, a.length);
     }
   }
   return calls.feed(id, answer);
@@ -86,7 +89,7 @@ export async function drive<T>(
         kind = record[CallSlot.Kind]!;
         continue;
       }
-      command = feed(calls, call.id, kind, answer);
+      command = feed(calls, record, call.id, kind, answer);
       kind = record[CallSlot.Kind]!;
     }
     return settle(calls, record, call, kind, then, onGiveBack);
@@ -110,7 +113,7 @@ export function driveSync<T>(calls: BackendCalls, record: Float64Array, first: s
         kind = record[CallSlot.Kind]!;
         continue;
       }
-      command = feed(calls, call.id, kind, answer);
+      command = feed(calls, record, call.id, kind, answer);
       kind = record[CallSlot.Kind]!;
     }
     return settle(calls, record, call, kind, then);

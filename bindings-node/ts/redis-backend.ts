@@ -96,6 +96,9 @@ export const enum CallSlot {
 /** Numbers in a call record. */
 export const CALL_RECORD_LENGTH = 64;
 
+/** How many numbers of a reply fit the call record (from `CallSlot.Pieces` on). */
+export const CALL_RECORD_NUMBERS = 46;
+
 /** The slot names up to `pieces`, in order (what `callRecordLayout()` answers). */
 export const CALL_RECORD_LAYOUT: readonly string[] = Object.freeze([
   'id', 'kind', 'held', 'bySha1', 'script', 'keys', 'args', 'allowed', 'retryAfterMs', 'retryTimestamp', 'blocked',
@@ -140,8 +143,11 @@ export interface BackendCalls {
 
   /** A reply, as the client gave it. */
   feed(id: number, reply: unknown): string | null;
-  /** The fast path of {@link feed}: a reply that is an array of `len` (at most 9) numbers, one by one. */
-  feedNumbers(id: number, len: number, n0: number, n1: number, n2: number, n3: number, n4: number, n5: number, n6: number, n7: number, n8: number): string | null;
+  /**
+   * The fast path of {@link feed}: a reply that is an array of `len` numbers (at most
+   * {@link CALL_RECORD_NUMBERS}), written into the call record from `CallSlot.Pieces` on.
+   */
+  feedRecord(id: number, len: number): string | null;
   /** The rows of a `Sql` step's last statement (arrays of values, or objects in column order). */
   feedRows(id: number, rows: unknown): string | null;
   /** The client's failure: its error message. */

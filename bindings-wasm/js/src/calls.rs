@@ -260,15 +260,18 @@ impl WasmCalls {
         self.go(out, |c, out| c.feed(out, id, Fed::Reply(reply)))
     }
 
-    /// Feeds a reply that is an array of numbers.
-    #[wasm_bindgen(js_name = feedNumbers)]
-    pub fn feed_numbers(
+    /// Feeds a reply that is an array of `len` numbers, written into the record from `pieces` on.
+    #[wasm_bindgen(js_name = feedRecord)]
+    pub fn feed_record(
         &mut self,
         out: &mut [f64],
         id: u32,
-        numbers: &[f64],
+        len: u32,
     ) -> Result<Option<String>, JsValue> {
-        self.go(out, |c, out| c.feed_numbers(out, id, numbers))
+        self.go(out, |c, out| {
+            let numbers = calls::numbers_in(out, len);
+            c.feed_numbers(out, id, &numbers.0[..numbers.1])
+        })
     }
 
     /// Feeds the rows of a SQL command's last statement.

@@ -412,8 +412,8 @@ export function createWasmBackend(exports: WasmExports): Backend {
     feed(id: number, reply: unknown): string | null {
       return this.#go((c, r) => c.feed(r, id, reply));
     }
-    feedNumbers(id: number, len: number, ...n: number[]): string | null {
-      return this.#go((c, r) => c.feedNumbers(r, id, new Float64Array(n.slice(0, len))));
+    feedRecord(id: number, len: number): string | null {
+      return this.#go((c, r) => c.feedRecord(r, id, len));
     }
     feedRows(id: number, rows: unknown): string | null {
       return this.#go((c, r) => c.feedRows(r, id, rows));
