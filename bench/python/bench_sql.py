@@ -153,8 +153,8 @@ def main() -> None:
         finally:
             for p in (prefix, f"{prefix}_d", f"{prefix}_f"):
                 conn.execute(
-                    f"DROP TABLE {p}_log, {p}_windows; DROP FUNCTION {p}_sliding, {p}_consume, {p}_window, "
-                    f"{p}_attempt".encode()
+                    f"DROP TABLE {p}_log, {p}_windows; DROP FUNCTION {p}_sliding, {p}_sliding1, {p}_consume, "
+                    f"{p}_window, {p}_attempt".encode()
                 )
 
     base = rates["bare SELECT 1"]
