@@ -24,8 +24,9 @@
 
 use std::cell::RefCell;
 
+use ratewindow_core::input::KeyPosition;
 use ratewindow_core::MemoryStore;
-use ratewindow_js_glue::key::KeyBuffer;
+use ratewindow_js_glue::key::{KeyBuffer, KeyIssue};
 use ratewindow_js_glue::{record, store, Failure, JsStore, Record};
 use wasm_bindgen::prelude::*;
 
