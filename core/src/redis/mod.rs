@@ -10,10 +10,11 @@
 //! Hosts do not sequence these themselves: [`crate::call::Redis`] starts a call machine that plans,
 //! resends on `NOSCRIPT`, counts key by key on `CROSSSLOT` and decodes, so every binding behaves alike.
 //! The plans and decoders below are its parts, public for tools and tests:
-//! [`plan_consume_many`] (with a fresh random call id) → a [`Plan`] and a [`RedisRelease`]; the host runs
-//! `EVALSHA plan.script.sha1` (or `EVAL plan.script.source`) with `plan.keys` and `plan.args`;
-//! [`decode_batch`] reads the reply into a [`BatchVerdict`](crate::BatchVerdict) and the index of its
-//! tightest entry.
+//! [`plan_consume_many`] (with a call id, e.g. from [`CallIds`](crate::call::CallIds)) → a [`Plan`]
+//! and a [`RedisRelease`]; the host runs `EVALSHA plan.script.sha1` (or `EVAL plan.script.source`)
+//! with `plan.keys` and `plan.args`; [`decode_batch`] (or [`decode_consume`]) reads the reply into a
+//! [`BatchVerdict`](crate::BatchVerdict) and the index of its tightest entry, believing only a reply
+//! consistent with itself and the call. A call carries at most [`MAX_BATCH`] entries.
 //!
 //! ```
 //! use ratewindow_core::{Entry, Limit};
