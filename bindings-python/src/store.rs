@@ -115,7 +115,7 @@ pub(crate) fn entries(items: &Bound<'_, PyAny>) -> PyResult<Vec<Entry>> {
         let limit = limit
             .cast::<Limit>()
             .map_err(|_| PyTypeError::new_err("an entry's limit must be a ratewindow.Limit"))?;
-        out.push(Entry::new(key_str(&key, position)?, limit.get().inner));
+        out.push(Entry::new(key_str(key, position)?, limit.get().inner));
     }
     Ok(out)
 }
