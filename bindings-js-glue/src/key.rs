@@ -261,10 +261,7 @@ mod tests {
         buffer.reserve(4);
         buffer.bytes_mut()[..3].copy_from_slice(&[0x66, 0xff, 0x6f]);
         assert_eq!(buffer.key(3), Err(KeyIssue::Unreadable));
-        assert_eq!(
-            buffer.key(!UTF16_FLAG),
-            Err(KeyIssue::Unreadable)
-        );
+        assert_eq!(buffer.key(!UTF16_FLAG), Err(KeyIssue::Unreadable));
         buffer.bytes_mut()[..3].copy_from_slice(b"abc");
         assert_eq!(buffer.key(3), Ok("abc"));
         let address = buffer.reserve(10_000);
