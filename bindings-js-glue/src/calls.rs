@@ -17,8 +17,8 @@
 //! crossings: the start (answering the command) and the reply fed (answering the verdict).
 
 use ratewindow_core::call::{
-    Call, CallError, Command, Fed, GiveBackFailure, Next, Op, Outcome, Redis, ReleaseToken,
-    WindowQuery,
+    Call, CallError, CallIds, Command, Fed, GiveBackFailure, Next, Op, Outcome, Redis,
+    ReleaseToken, WindowQuery,
 };
 use ratewindow_core::redis::{RedisOptions, RedisRelease, Reply};
 use ratewindow_core::sql::{Postgres, SqlNames, SqlRelease, SqlValue, Sqlite, Statement};
@@ -129,43 +129,6 @@ enum Slot {
     Done(Result<Outcome, CallError>, Vec<GiveBackFailure>, bool),
 }
 
-/// Call ids unique enough inside one key's log: a per-store random prefix and a counter, in base 36.
-struct CallIds {
-    prefix: String,
-    counter: u64,
-}
-
-impl CallIds {
-    fn new(seed: u64) -> CallIds {
-        let mut prefix = String::with_capacity(16);
-        push_base36(&mut prefix, seed);
-        prefix.push('.');
-        CallIds { prefix, counter: 0 }
-    }
-
-    fn next(&mut self) -> String {
-        self.counter += 1;
-        let mut id = String::with_capacity(self.prefix.len() + 8);
-        id.push_str(&self.prefix);
-        push_base36(&mut id, self.counter);
-        id
-    }
-}
-
-fn push_base36(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 13];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize];
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend(digits[i..].iter().map(|&b| b as char));
-}
-
 /// One store's call machines and its calls in progress, by id (a slot each).
 pub struct Calls {
     planner: Planner,
@@ -217,7 +180,8 @@ impl Calls {
 
     /// A Redis store's calls: keys start with `prefix`; with `hash_tag_before`, each key is tagged
     /// with its part before that separator (an empty one: code `invalid_argument:hashTag`);
-    /// `evalsha`: the host can run scripts by SHA1; `seed`: random bits for the call ids' prefix.
+    /// `evalsha`: the host can run scripts by SHA1; `seed`: random bits for the call ids' prefix
+    /// (the core's [`CallIds`]).
     pub fn redis(
         prefix: String,
         hash_tag_before: Option<String>,
@@ -798,15 +762,6 @@ pub fn sql_list(items: Vec<SqlValue>) -> SqlValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn call_ids_differ_and_carry_the_prefix() {
-        let mut ids = CallIds::new(36 * 36 + 1);
-        assert_eq!(ids.next(), "101.1");
-        assert_eq!(ids.next(), "101.2");
-        let mut zero = CallIds::new(0);
-        assert_eq!(zero.next(), "0.1");
-    }
 
     #[test]
     fn a_consume_is_two_steps_with_everything_in_the_record() {
