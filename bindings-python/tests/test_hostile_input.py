@@ -44,11 +44,11 @@ def test_three_users_differing_in_a_lone_surrogate_never_share_a_cooldown() -> N
 def test_a_batch_names_the_entry_and_records_nothing() -> None:
     store = MemoryStore()
     with refused_key("entries[2].key", 1) as info:
-        store.consume_many([Entry("ok", ONE), ("fine", ONE), Entry("x\udbff", ONE)])
+        store.consume_many([Entry("ok", ONE), Entry("fine", ONE), Entry("x\udbff", ONE)])
     assert info.value.field == "entries[2].key"
     assert store.consume("ok", ONE).allowed, "the refused batch recorded nothing"
     with refused_key("entries[0].key", 0):
-        store.peek_many([("\ud800", ONE)])
+        store.peek_many([Entry("\ud800", ONE)])
 
 
 @pytest.mark.parametrize("bad", [-1, 2**53, 2**64, 2**64 - 1, True, 1.5])
