@@ -26,10 +26,10 @@ def entries(op: dict[str, Any]) -> list[wc.Record]:
 
 def result(r: Any, ok: Callable[[Any], Any]) -> Any:
     if isinstance(r, wc.Variant):
-        if r.tag == "invalid-argument":
-            return {"error": "invalid_argument", "field": r.payload.field}
-        assert r.tag == "invalid-limit", f"unexpected error {r.tag}: {r.payload!r}"
         payload: Any = r.payload
+        if r.tag == "invalid-argument":
+            return {"error": "invalid_argument", "field": payload.field}
+        assert r.tag == "invalid-limit", f"unexpected error {r.tag}: {payload!r}"
         return {"error": "invalid_limit", "field": payload.field.replace("-", "_")}
     return ok(r)
 
