@@ -1,5 +1,6 @@
 // The raw backend boundary under hostile numbers: the module must answer or throw a coded error, and
-// never trap. The TypeScript layer filters most of these first; the engine must not rely on it.
+// never trap (a key with a lone surrogate is refused as invalid_argument:key). The TypeScript layer
+// filters most of these first; the engine must not rely on it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -20,7 +21,7 @@ function answers(f, what) {
     assert.ok(r === undefined || typeof r === 'number' || typeof r === 'boolean', `${what} returned ${r}`);
   } catch (e) {
     assert.ok(!(e instanceof WebAssembly.RuntimeError), `${what} trapped: ${e}`);
-    assert.match(String(e.code), /^invalid_(limit:(uses|window_ms)|argument:(now|amount|max))$/, `${what} threw ${e}`);
+    assert.match(String(e.code), /^invalid_(limit:(uses|window_ms)|argument:(now|amount|max|key))$/, `${what} threw ${e}`);
   }
 }
 
