@@ -97,6 +97,37 @@ fn whole(v: f64) -> u64 {
     v as u64
 }
 
+/// The verdict a request got, from its fields as they cross: `quota` is `[limit, remaining,
+/// refill_after_ms, reset_after_ms]`.
+fn verdict(
+    allowed: bool,
+    retry_after_ms: f64,
+    blocked: Option<usize>,
+    quota: [f64; 4],
+) -> BatchVerdict {
+    let [limit, remaining, refill_after_ms, reset_after_ms] = quota;
+    BatchVerdict {
+        allowed,
+        retry_after_ms: whole(retry_after_ms),
+        retry_timestamp: None,
+        blocked,
+        quota: Quota {
+            limit: limit as u32,
+            remaining: remaining as u32,
+            refill_after_ms: whole(refill_after_ms),
+            reset_after_ms: whole(reset_after_ms),
+        },
+    }
+}
+
+/// `flags`: 1 the IETF fields, 2 the legacy `X-RateLimit-*`.
+fn header_options(flags: u32) -> HeaderOptions {
+    HeaderOptions {
+        ietf: flags & 1 != 0,
+        legacy: flags & 2 != 0,
+    }
+}
+
 /// The response fields (`ratewindow_core::http::response_headers`) of a request to `name` whose
 /// entries had the limits `uses[i]` per `window_ms[i]` and got the verdict given field by field
 /// (`blocked` -1: none; the quota fields 0 when the store gave none), at `now_ms`. `flags`: 1 the IETF
@@ -120,22 +151,13 @@ pub fn http_headers(
 ) -> Result<Vec<String>, String> {
     guard(|| {
         let limits = limits(&uses, &window_ms)?;
-        let verdict = BatchVerdict {
+        let verdict = verdict(
             allowed,
-            retry_after_ms: whole(retry_after_ms),
-            retry_timestamp: None,
-            blocked: (blocked >= 0.0).then_some(blocked as usize),
-            quota: Quota {
-                limit: quota_limit as u32,
-                remaining: remaining as u32,
-                refill_after_ms: whole(refill_after_ms),
-                reset_after_ms: whole(reset_after_ms),
-            },
-        };
-        let options = HeaderOptions {
-            ietf: flags & 1 != 0,
-            legacy: flags & 2 != 0,
-        };
+            retry_after_ms,
+            (blocked >= 0.0).then_some(blocked as usize),
+            [quota_limit, remaining, refill_after_ms, reset_after_ms],
+        );
+        let options = header_options(flags);
         let fields = http::response_headers(&name, &limits, &verdict, whole(now_ms), options);
         let mut out = Vec::with_capacity(fields.len() * 2);
         for (field, value) in fields {
@@ -165,22 +187,13 @@ pub fn http_headers1(
 ) -> Result<String, String> {
     guard(|| {
         let limits = [limit(uses, window_ms)?];
-        let verdict = BatchVerdict {
+        let verdict = verdict(
             allowed,
-            retry_after_ms: whole(retry_after_ms),
-            retry_timestamp: None,
-            blocked: (!allowed).then_some(0),
-            quota: Quota {
-                limit: quota_limit as u32,
-                remaining: remaining as u32,
-                refill_after_ms: whole(refill_after_ms),
-                reset_after_ms: whole(reset_after_ms),
-            },
-        };
-        let options = HeaderOptions {
-            ietf: flags & 1 != 0,
-            legacy: flags & 2 != 0,
-        };
+            retry_after_ms,
+            (!allowed).then_some(0),
+            [quota_limit, remaining, refill_after_ms, reset_after_ms],
+        );
+        let options = header_options(flags);
         let mut out = String::with_capacity(96);
         for (field, value) in
             http::response_headers(&name, &limits, &verdict, whole(now_ms), options)
