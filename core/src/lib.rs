@@ -47,6 +47,7 @@ pub mod call;
 mod clock;
 mod error;
 pub mod fixed;
+pub mod guard;
 pub mod http;
 pub mod input;
 mod limit;
