@@ -67,8 +67,12 @@ class Driven {
 /**
  * Drives the call a start just began (`first`: what it answered) to its end, awaiting each command;
  * `then` reads the outcome from the record (a failure is thrown instead). Frees the call.
+ *
+ * The common call is one command whose client answers with a native promise: that one is driven by a
+ * single `then` on the client's promise (no async frame, no call object); anything else (a failure,
+ * a thenable that is not a promise, a second step) continues in {@link driveRest}.
  */
-export async function drive<T>(
+export function drive<T>(
   calls: BackendCalls,
   record: Float64Array,
   first: string | null,
@@ -76,10 +80,68 @@ export async function drive<T>(
   then: (record: Float64Array, id: number) => T,
   onGiveBack?: (e: GiveBackError) => void,
 ): Promise<T> {
-  const call = new Driven(record[CallSlot.Id]!);
+  const id: number = record[CallSlot.Id]!;
+  const kind: StepKind = record[CallSlot.Kind]!;
+  if (kind === StepKind.Script || kind === StepKind.Sql) {
+    let answer: unknown;
+    try {
+      answer = run(kind, id, first);
+    } catch (e) {
+      return driveRest(calls, record, run, new Driven(id), kind, Promise.reject(e), then, onGiveBack);
+    }
+    if (!(answer instanceof Promise)) return driveRest(calls, record, run, new Driven(id), kind, answer, then, onGiveBack);
+    return answer.then(
+      (reply: unknown) => {
+        let done = false;
+        try {
+          const command = feed(calls, record, id, kind, reply);
+          const next: StepKind = record[CallSlot.Kind]!;
+          if (next === StepKind.Script || next === StepKind.Sql || record[CallSlot.Held] !== 0) {
+            done = true;
+            return driveRest(calls, record, run, new Driven(id), next, command, then, onGiveBack, true);
+          }
+          done = true;
+          return then(record, id);
+        } finally {
+          if (!done) calls.end(id);
+        }
+      },
+      (e: unknown) => driveRest(calls, record, run, new Driven(id), kind, Promise.reject(e), then, onGiveBack),
+    );
+  }
+  return driveRest(calls, record, run, new Driven(id), kind, first, then, onGiveBack, true);
+}
+
+/**
+ * {@link drive} from a step already run: `pending` is its client's answer (awaited, then fed); with
+ * `fed`, the call already moved past it: the record holds the step to run next (`pending` is then its
+ * command) or the outcome.
+ */
+async function driveRest<T>(
+  calls: BackendCalls,
+  record: Float64Array,
+  run: RunCommand,
+  call: Driven,
+  kind: StepKind,
+  pending: unknown,
+  then: (record: Float64Array, id: number) => T,
+  onGiveBack?: (e: GiveBackError) => void,
+  fed = false,
+): Promise<T> {
   try {
-    let command = first;
-    let kind: StepKind = record[CallSlot.Kind]!;
+    let command = fed ? (pending as string | null) : null;
+    if (!fed) {
+      let answer: unknown;
+      let failed = false;
+      try {
+        answer = await pending;
+      } catch (e) {
+        failed = true;
+        command = call.failed(calls, e);
+      }
+      if (!failed) command = feed(calls, record, call.id, kind, answer);
+      kind = record[CallSlot.Kind]!;
+    }
     while (kind === StepKind.Script || kind === StepKind.Sql) {
       let answer: unknown;
       try {
@@ -183,6 +245,9 @@ export function verdictOf(r: Float64Array, batch: boolean, release?: () => Await
   return v;
 }
 
+/** A single call's verdict from the record. */
+const single = (r: Float64Array): Verdict => verdictOf(r, false);
+
 /** What the engine threw while starting a call, as a ratewindow error (`entries`: to name the bad limit). */
 export function engineError(error: unknown, backend: Backend, entries?: readonly Entry[], decayMs?: number): Error {
   const code = (error as { code?: unknown } | null)?.code;
@@ -237,25 +302,38 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
   /** {@link runCommand} as a function made once (a call's driver gets it). */
   private readonly runner: RunCommand = (kind, id, command) => this.runCommand(kind, id, command);
 
+  /** {@link giveBackFailed} as a function made once, for the stores that report give-backs. */
+  private readonly giveBacks = (e: GiveBackError): void => this.giveBackFailed(e);
+
+  /** What a start threw (a bad argument, an invalid limit), as the store answers it. */
+  private startFailed<T>(e: unknown, entries?: readonly Entry[], decayMs?: number): Answer<S, T> {
+    const code = (e as { code?: unknown } | null)?.code;
+    let error = e;
+    try {
+      // engineError throws the invalid limit's own error when it finds it among the entries.
+      if (typeof code === 'string' && !code.startsWith('ERR_')) error = engineError(e, this.backend, entries, decayMs);
+    } catch (thrown) {
+      error = thrown;
+    }
+    if (this.sync) throw error;
+    return Promise.reject(error) as Answer<S, T>;
+  }
+
+  /** Drives the call a start just began (`first`: what it answered) and reads its outcome (`then`). */
+  private driven<T>(first: string | null, then: (record: Float64Array, id: number) => T): Answer<S, T> {
+    if (this.sync) return driveSync(this.calls, this.record, first, this.runner, then) as Answer<S, T>;
+    return drive(this.calls, this.record, first, this.runner, then, this.reportsGiveBacks ? this.giveBacks : undefined) as Answer<S, T>;
+  }
+
   /** Starts a call (`begin` checks the arguments too), drives it, reads its outcome (`then`), frees it. */
   protected go<T>(begin: () => string | null, then: (record: Float64Array, id: number) => T, entries?: readonly Entry[], decayMs?: number): Answer<S, T> {
-    const start = () => {
-      try {
-        return begin();
-      } catch (e) {
-        const code = (e as { code?: unknown } | null)?.code;
-        throw typeof code === 'string' && !code.startsWith('ERR_') ? engineError(e, this.backend, entries, decayMs) : e;
-      }
-    };
-    const run = this.runner;
-    if (this.sync) return driveSync(this.calls, this.record, start(), run, then) as Answer<S, T>;
     let first: string | null;
     try {
-      first = start();
+      first = begin();
     } catch (e) {
-      return Promise.reject(e) as Answer<S, T>;
+      return this.startFailed(e, entries, decayMs);
     }
-    return drive(this.calls, this.record, first, run, then, this.reportsGiveBacks ? (e) => this.giveBackFailed(e) : undefined) as Answer<S, T>;
+    return this.driven(first, then);
   }
 
   /** An allowed consume's `release`: the engine's release call with its token, once (again after a failure). */
@@ -281,15 +359,16 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
 
   /** Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait. */
   override consume(key: string, limit: CooldownLimit): Answer<S, Verdict> {
-    return this.go(
-      () => {
-        checkKey(key);
-        checkLimitShape(limit);
-        return this.calls.consumeOne(key, limit.uses, limit.windowMs, this.now());
-      },
-      (r) => verdictOf(r, false),
-      [{ key, limit }],
-    );
+    // The hot path: no closure made per call.
+    let first: string | null;
+    try {
+      checkKey(key);
+      checkLimitShape(limit);
+      first = this.calls.consumeOne(key, limit.uses, limit.windowMs, this.now());
+    } catch (e) {
+      return this.startFailed(e, [{ key, limit }]);
+    }
+    return this.driven(first, single);
   }
 
   /** The verdict {@link consume} would give, recording nothing. */
@@ -300,7 +379,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         checkLimitShape(limit);
         return this.calls.peek([key], [limit.uses], [limit.windowMs], this.now());
       },
-      (r) => verdictOf(r, false),
+      single,
       [{ key, limit }],
     );
   }
