@@ -252,11 +252,27 @@ impl Failure {
         }
     }
 
-    /// What an error a store threw means, from its code (`""` for an error without one): the
-    /// caller's own mistakes (`invalid_limit:*`, `invalid_argument:*`) are not failures (`None`: the
-    /// guard rethrows them); everything else is a [`Failure::StoreError`].
+    /// What an error a store threw means, from its code (a binding passes the error's `code`, or its
+    /// type's name when it has none; `""` when neither): the caller's own mistakes are not failures
+    /// (`None`: the guard rethrows them) — the engine's codes `invalid_limit:*` and
+    /// `invalid_argument:*`, the Node package's `ERR_RATEWINDOW_INVALID_LIMIT` and
+    /// `ERR_RATEWINDOW_INVALID_ARGUMENT`, Python's `InvalidLimitError` and `InvalidArgumentError`,
+    /// and a `TypeError` (an argument of the wrong type). Everything else is a
+    /// [`Failure::StoreError`].
     pub fn of_error_code(code: &str) -> Option<Failure> {
-        if code.starts_with("invalid_limit") || code.starts_with("invalid_argument") {
+        const CALLERS: [&str; 7] = [
+            "invalid_limit",
+            "invalid_argument",
+            "ERR_RATEWINDOW_INVALID_LIMIT",
+            "ERR_RATEWINDOW_INVALID_ARGUMENT",
+            "InvalidLimitError",
+            "InvalidArgumentError",
+            "TypeError",
+        ];
+        if CALLERS.iter().any(|c| {
+            code.strip_prefix(c)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(':'))
+        }) {
             None
         } else {
             Some(Failure::StoreError)
@@ -871,6 +887,29 @@ mod tests {
         );
         assert_eq!(Failure::of_error_code("invalid_limit:uses"), None);
         assert_eq!(Failure::of_error_code("invalid_argument:key"), None);
+        for caller in [
+            "ERR_RATEWINDOW_INVALID_LIMIT",
+            "ERR_RATEWINDOW_INVALID_ARGUMENT",
+            "InvalidLimitError",
+            "InvalidArgumentError",
+            "TypeError",
+            "invalid_limit",
+        ] {
+            assert_eq!(Failure::of_error_code(caller), None, "{caller}");
+        }
+        for store in [
+            "ERR_RATEWINDOW_STORE",
+            "ERR_RATEWINDOW_STORE_REPLY",
+            "ECONNREFUSED",
+            "TypeErrors",
+            "Error",
+        ] {
+            assert_eq!(
+                Failure::of_error_code(store),
+                Some(Failure::StoreError),
+                "{store}"
+            );
+        }
     }
 
     #[test]
