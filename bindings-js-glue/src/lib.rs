@@ -16,6 +16,7 @@
 //! Nothing here panics on host input: every number is checked or converted with a saturating cast.
 
 pub mod calls;
+pub mod guard;
 pub mod key;
 pub mod number;
 pub mod record;

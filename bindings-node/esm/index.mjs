@@ -23,4 +23,6 @@ export const {
   GiveBackError,
   PostgresStore,
   SqliteStore,
+  guard,
+  GuardedStore,
 } = cjs;

@@ -22,6 +22,8 @@ pub mod redis;
 mod sql;
 // The HTTP middleware's decisions (ts/http/).
 pub mod http;
+// The failure guard (ts/guard.ts).
+pub mod guard;
 
 /// What every export returns: on failure a JS `Error` whose `code` is the status string
 /// (`invalid_limit:uses`, `invalid_limit:window_ms`, `invalid_argument:<field>` or `panic`, see

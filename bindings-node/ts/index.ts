@@ -29,3 +29,5 @@ export { PostgresStore } from './postgres';
 export type { PgQueryable, PostgresQuery, PostgresStoreOptions, PurgeResult } from './postgres';
 export { SqliteStore } from './sqlite';
 export type { SqliteDatabaseLike, SqlitePurgeResult, SqliteStatementLike, SqliteStoreOptions } from './sqlite';
+export { guard, GuardedStore } from './guard';
+export type { GuardEvent, GuardFailure, GuardOperation, GuardOptions, GuardStats, GuardVerdictFields, GuardedBatchVerdict, GuardedVerdict } from './guard';
