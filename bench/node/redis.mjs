@@ -103,8 +103,10 @@ async function clients() {
       name: 'node-redis',
       client: nr,
       rlfOptions: { storeClient: nr, useRedisPackage: true },
-      run: (s, keys, args) => nr.eval(s, { keys, arguments: args }),
-      evalsha: (sha, keys, args) => nr.evalSha(sha, { keys, arguments: args }),
+      // The shapes each client handles fastest (RedisStore's docs), for every contender alike:
+      // node-redis' sendCommand skips evalSha's argument parser (~10 % of its CPU a call).
+      run: (s, keys, args) => nr.sendCommand(['EVAL', s, String(keys.length), ...keys, ...args]),
+      evalsha: (sha, keys, args) => nr.sendCommand(['EVALSHA', sha, String(keys.length), ...keys, ...args]),
       load: (s) => nr.scriptLoad(s),
       info: () => nr.info('commandstats'),
       close: () => nr.destroy(),
@@ -113,8 +115,9 @@ async function clients() {
       name: 'ioredis',
       client: io,
       rlfOptions: { storeClient: io },
-      run: (s, keys, args) => io.eval(s, keys.length, ...keys, ...args),
-      evalsha: (sha, keys, args) => io.evalsha(sha, keys.length, ...keys, ...args),
+      // ioredis flattens array arguments itself: no spread.
+      run: (s, keys, args) => io.eval(s, keys.length, keys, args),
+      evalsha: (sha, keys, args) => io.evalsha(sha, keys.length, keys, args),
       load: (s) => io.script('LOAD', s),
       info: () => io.info('commandstats'),
       close: () => io.disconnect(),

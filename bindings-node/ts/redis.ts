@@ -7,8 +7,8 @@
  * ```ts
  * import { createClient } from 'redis';
  * const client = await createClient().connect();
- * const store = RedisStore.using((script, keys, args) => client.eval(script, { keys, arguments: args }), {
- *   evalsha: (sha1, keys, args) => client.evalSha(sha1, { keys, arguments: args }),
+ * const store = RedisStore.using((script, keys, args) => client.sendCommand(['EVAL', script, String(keys.length), ...keys, ...args]), {
+ *   evalsha: (sha1, keys, args) => client.sendCommand(['EVALSHA', sha1, String(keys.length), ...keys, ...args]),
  * });
  * ```
  * @module
@@ -86,13 +86,18 @@ export class RedisStore extends CallStore<false> {
    * given). One-liners for node-redis and ioredis, single server and cluster:
    *
    * ```ts
-   * // node-redis 6: createClient() or createCluster({ rootNodes })
-   * RedisStore.using((s, keys, args) => client.eval(s, { keys, arguments: args }),
-   *   { evalsha: (sha, keys, args) => client.evalSha(sha, { keys, arguments: args }) });
-   * // ioredis 6: new Redis() or new Cluster([...])
-   * RedisStore.using((s, keys, args) => redis.eval(s, keys.length, ...keys, ...args),
-   *   { evalsha: (sha, keys, args) => redis.evalsha(sha, keys.length, ...keys, ...args) });
+   * // node-redis 6, createClient(): sendCommand, the cheapest shape (it skips evalSha's argument parser)
+   * RedisStore.using((s, keys, args) => client.sendCommand(['EVAL', s, String(keys.length), ...keys, ...args]),
+   *   { evalsha: (sha, keys, args) => client.sendCommand(['EVALSHA', sha, String(keys.length), ...keys, ...args]) });
+   * // node-redis 6, createCluster({ rootNodes }): eval / evalSha, which route by the first key
+   * RedisStore.using((s, keys, args) => cluster.eval(s, { keys, arguments: args }),
+   *   { evalsha: (sha, keys, args) => cluster.evalSha(sha, { keys, arguments: args }) });
+   * // ioredis 6: new Redis() or new Cluster([...]); it flattens array arguments, so no spread is needed
+   * RedisStore.using((s, keys, args) => redis.eval(s, keys.length, keys, args),
+   *   { evalsha: (sha, keys, args) => redis.evalsha(sha, keys.length, keys, args) });
    * ```
+   * (Measured on one client, 64 calls in flight: node-redis' `sendCommand` costs ~10 % less CPU a call
+   * than `evalSha`, ioredis' arrays ~5 % less than spreading them; `bench/node/redis.mjs` uses these.)
    */
   static using(run: RedisRun, options: RedisStoreOptions = {}): RedisStore {
     return new RedisStore(run, options);
