@@ -153,7 +153,7 @@ def main() -> None:
         finally:
             for p in (prefix, f"{prefix}_d", f"{prefix}_f"):
                 conn.execute(
-                    f"DROP TABLE {p}_log, {p}_windows; DROP FUNCTION {p}_sliding, {p}_sliding1, {p}_consume, "
+                    f"DROP TABLE {p}_log, {p}_windows; DROP FUNCTION {p}_sliding, {p}_sliding1, {p}_take1, {p}_consume, "
                     f"{p}_window, {p}_attempt".encode()
                 )
 

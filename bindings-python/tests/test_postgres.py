@@ -199,7 +199,8 @@ def test_a_missing_schema_is_a_typed_store_error() -> None:
     store = PostgresStore.using(_shared_connection(), prefix=sq.new_prefix("missing"))
     with pytest.raises(StoreError) as caught:
         store.consume("k", Limit(1, 1000))
-    assert isinstance(caught.value.__cause__, psycopg.errors.UndefinedFunction)
+    # The one-entry statement reads {p}_log first: a missing schema is a missing table (or function).
+    assert isinstance(caught.value.__cause__, (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction))
 
 
 @pytest.mark.parametrize("shape", ["connection", "pool"])
@@ -354,7 +355,7 @@ def test_async_release_and_errors() -> None:
             missing = AsyncPostgresStore.using(conn, prefix=sq.new_prefix("amissing"))
             with pytest.raises(StoreError) as caught:
                 await missing.consume(key, limit)
-            assert isinstance(caught.value.__cause__, psycopg.errors.UndefinedFunction)
+            assert isinstance(caught.value.__cause__, (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction))
             assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
             assert (await store.consume(key, limit)).allowed
 

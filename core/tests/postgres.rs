@@ -148,7 +148,8 @@ fn the_schema_installs_twice_and_from_two_connections_at_once() {
 /// The schema of an earlier version upgrades in place: its calls carry over (counted, released by
 /// their ids), the functions earlier processes call count in the new log, and installing again
 /// changes nothing. `first` is 0.1's first schema (`{p}_consume` without the commit parameter),
-/// `main` the one before the per-key log.
+/// `main` the one before the per-key log, `log` the per-key log before the one-entry statement read
+/// the row itself (its `{p}_sliding1` in PL/pgSQL).
 #[test]
 fn an_earlier_schema_upgrades_in_place_with_its_calls() {
     for (version, old_schema, old_call) in [
@@ -161,6 +162,11 @@ fn an_earlier_schema_upgrades_in_place_with_its_calls() {
             "main",
             include_str!("data/postgres_schema_0_1_main.sql"),
             "SELECT allowed FROM {p}_sliding('c', $1, ARRAY[$2], ARRAY[2::bigint], ARRAY[60000::bigint], true)",
+        ),
+        (
+            "log",
+            include_str!("data/postgres_schema_0_1_log.sql"),
+            "SELECT allowed FROM {p}_sliding1('c', $1, $2, 2::bigint, 60000::bigint, true)",
         ),
     ] {
         let schema = Schema::named(&format!("upgrade_{version}"));
@@ -202,8 +208,16 @@ fn an_earlier_schema_upgrades_in_place_with_its_calls() {
         assert!(call(&mut client, "old-4", "fresh"));
         assert!(!call(&mut client, "old-5", "fresh"));
         assert!(!consume(&mut client, plans, &fresh).0.allowed);
+        // 0.1's table of a row per call, where there was one, is left empty.
         let left: i64 = client
-            .query_one(&format!("SELECT count(*) FROM {p}_calls"), &[])
+            .query_one(
+                &format!(
+                    "SELECT CASE WHEN to_regclass('{p}_calls') IS NULL THEN 0 \
+                     ELSE (xpath('/row/c/text()', query_to_xml('SELECT count(*) AS c FROM {p}_calls', \
+                     false, true, '')))[1]::text::bigint END"
+                ),
+                &[],
+            )
             .unwrap()
             .get(0);
         assert_eq!(left, 0, "the old table is left empty");
@@ -318,6 +332,55 @@ fn of_many_connections_racing_exactly_the_limit_passes_and_opposite_batches_neve
         .collect();
     let allowed: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
     assert_eq!(allowed, 10);
+}
+
+/// One entry: the statement's own read refuses, and a call it lets through writes by compare-and-set
+/// in {p}_take1; racing calls on one key (a row that exists, and one that does not yet: the insert
+/// race) let exactly the limit through, and every log holds exactly the allowed calls.
+#[test]
+fn one_entry_calls_racing_on_one_key_let_exactly_the_limit_through() {
+    let schema = Schema::install("race1");
+    let plans = schema.plans.clone();
+    let p = plans.names().prefix().to_owned();
+    let mut client = connect();
+    // "old" has a row (a call long outside the window) before the race; "new" has none.
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {p}_log (key, ats, ids, expires_at) VALUES ('old', '{{1000}}', '{{gone}}', 2000)"
+        ))
+        .unwrap();
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let plans = plans.clone();
+            std::thread::spawn(move || {
+                let mut client = connect();
+                let mut allowed = [0usize; 2];
+                for _ in 0..12 {
+                    for (slot, key) in ["old", "new"].into_iter().enumerate() {
+                        let v =
+                            consume(&mut client, &plans, &[Entry::new(key, limit(7, 60_000))]).0;
+                        allowed[slot] += usize::from(v.allowed);
+                    }
+                }
+                allowed
+            })
+        })
+        .collect();
+    let totals = handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .fold([0, 0], |a, b| [a[0] + b[0], a[1] + b[1]]);
+    assert_eq!(totals, [7, 7], "exactly the limit on each key");
+    for key in ["old", "new"] {
+        let n: i64 = client
+            .query_one(
+                &format!("SELECT cardinality(ats)::bigint FROM {p}_log WHERE key = $1"),
+                &[&key],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 7, "{key}: the log holds the allowed calls only");
+    }
 }
 
 #[test]

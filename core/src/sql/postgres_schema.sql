@@ -1,7 +1,7 @@
 -- ratewindow on PostgreSQL: run once per database (idempotent). {p} is the name prefix (default
--- `ratewindow`), so the objects are {p}_log, {p}_windows, {p}_sliding, {p}_consume, {p}_window and
--- {p}_attempt. Upgrades the schema of 0.1 and 0.2 in place: their {p}_calls rows move into {p}_log and
--- their functions count there (see the migration below).
+-- `ratewindow`), so the objects are {p}_log, {p}_windows, {p}_take1, {p}_sliding1, {p}_sliding,
+-- {p}_consume, {p}_window and {p}_attempt. Upgrades the schema of 0.1 and 0.2 in place: their
+-- {p}_calls rows move into {p}_log and their functions count there (see the migration below).
 BEGIN;
 -- Two processes installing at once take turns.
 SELECT pg_advisory_xact_lock(7259046392211300101);
@@ -43,15 +43,17 @@ CREATE TABLE IF NOT EXISTS {p}_windows (
   ends_at bigint NOT NULL
 );
 
--- One entry, the usual call (what {p}_sliding runs for one): scalar parameters, one row of OUT
--- parameters. The key's row is read without a lock; a refusal (or a peek) answers from what it read and
--- writes nothing; an allowed consume writes the row back only if it is still what was read (compared
--- under the row's lock: a concurrent writer's change fails the comparison), or inserts it if there
--- was none, and otherwise reads again.
-CREATE OR REPLACE FUNCTION {p}_sliding1(p_mode text, p_id text, p_key text, p_uses bigint, p_window bigint,
-  p_relaxed boolean, OUT allowed boolean, OUT retry_after_ms bigint, OUT retry_timestamp bigint,
-  OUT blocked integer, OUT now_ms bigint, OUT quota_limit bigint, OUT remaining bigint,
-  OUT refill_after_ms bigint, OUT reset_after_ms bigint)
+-- One entry, the usual call: what the one-entry statement (`Postgres::plan_consume_many` for one entry)
+-- runs when the row it read does not refuse the call, and what {p}_sliding1 runs. Its verdict as
+-- the nine numbers of the statement's row (allowed as 1 or 0), an array, so no type is installed.
+-- p_now NULL: the row is read here first; else p_ats/p_ids are the key's row as the statement read
+-- it (NULL: none) and p_now its clock read after the row. A refusal (or a peek) answers from what was
+-- read and writes nothing; an allowed consume writes the row back only if it is still what was read
+-- (compared under the row's lock: a concurrent writer's change fails the comparison), or inserts it
+-- if there was none, and otherwise reads again.
+CREATE OR REPLACE FUNCTION {p}_take1(p_mode text, p_id text, p_key text, p_uses bigint, p_window bigint,
+  p_relaxed boolean, p_ats bigint[], p_ids text[], p_now bigint)
+RETURNS bigint[]
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -72,12 +74,22 @@ BEGIN
     RAISE EXCEPTION 'ratewindow: unknown mode %', p_mode;
   END IF;
   LOOP
-    SELECT l.ats, l.ids INTO v_ats, v_ids FROM {p}_log l WHERE l.key = p_key;
-    v_found := FOUND;
-    v_len := coalesce(cardinality(v_ats), 0);
-    -- The clock read after the row, and never before the newest call in it (a clock that stepped
-    -- back): every time the call answers lies within the window.
-    v_now := greatest(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, v_ats[v_len]);
+    IF p_now IS NULL THEN
+      SELECT l.ats, l.ids INTO v_ats, v_ids FROM {p}_log l WHERE l.key = p_key;
+      v_found := FOUND;
+      v_len := coalesce(cardinality(v_ats), 0);
+      -- The clock read after the row, and never before the newest call in it (a clock that stepped
+      -- back): every time the call answers lies within the window.
+      v_now := greatest(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, v_ats[v_len]);
+    ELSE
+      -- The statement's read, once; a lost comparison reads again.
+      v_ats := p_ats;
+      v_ids := p_ids;
+      v_found := p_ats IS NOT NULL;
+      v_len := coalesce(cardinality(v_ats), 0);
+      v_now := greatest(p_now, v_ats[v_len]);
+      p_now := NULL;
+    END IF;
     v_cut := v_now - p_window;
     v_first := v_len + 1;
     WHILE v_first > 1 AND v_ats[v_first - 1] > v_cut LOOP
@@ -87,17 +99,11 @@ BEGIN
     IF v_count >= p_uses THEN
       v_until := v_ats[v_len - p_uses + 1] + p_window;
       v_wait := greatest(1, v_until - v_now);
-      allowed := false; retry_after_ms := v_wait; retry_timestamp := v_until; blocked := 0; now_ms := v_now;
-      quota_limit := p_uses; remaining := 0; refill_after_ms := v_wait;
-      reset_after_ms := v_ats[v_len] + p_window - v_now;
-      RETURN;
+      RETURN ARRAY[0, v_wait, v_until, 0, v_now, p_uses, 0, v_wait, v_ats[v_len] + p_window - v_now];
     END IF;
     IF p_mode = 'p' THEN
-      allowed := true; retry_after_ms := 0; retry_timestamp := -1; blocked := -1; now_ms := v_now;
-      quota_limit := p_uses; remaining := p_uses - v_count;
-      refill_after_ms := coalesce(v_ats[v_first] + p_window - v_now, 0);
-      reset_after_ms := coalesce(v_ats[v_len] + p_window - v_now, 0);
-      RETURN;
+      RETURN ARRAY[1, 0, -1, -1, v_now, p_uses, p_uses - v_count,
+        coalesce(v_ats[v_first] + p_window - v_now, 0), coalesce(v_ats[v_len] + p_window - v_now, 0)];
     END IF;
     IF p_relaxed THEN
       v_setting := set_config('synchronous_commit', 'off', true);
@@ -114,11 +120,23 @@ BEGIN
     END IF;
     EXIT WHEN FOUND;
   END LOOP;
-  allowed := true; retry_after_ms := 0; retry_timestamp := -1; blocked := -1; now_ms := v_now;
-  quota_limit := p_uses; remaining := p_uses - v_count - 1;
-  refill_after_ms := coalesce(v_ats[v_first], v_at) + p_window - v_now;
-  reset_after_ms := v_at + p_window - v_now;
-  RETURN;
+  RETURN ARRAY[1, 0, -1, -1, v_now, p_uses, p_uses - v_count - 1,
+    coalesce(v_ats[v_first], v_at) + p_window - v_now, v_at + p_window - v_now];
+END
+$fn$;
+
+-- One entry as one row of OUT parameters: {p}_take1 reading the row itself. What {p}_sliding runs for
+-- one entry, and what processes of the previous version call.
+CREATE OR REPLACE FUNCTION {p}_sliding1(p_mode text, p_id text, p_key text, p_uses bigint, p_window bigint,
+  p_relaxed boolean, OUT allowed boolean, OUT retry_after_ms bigint, OUT retry_timestamp bigint,
+  OUT blocked integer, OUT now_ms bigint, OUT quota_limit bigint, OUT remaining bigint,
+  OUT refill_after_ms bigint, OUT reset_after_ms bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v bigint[] := {p}_take1(p_mode, p_id, p_key, p_uses, p_window, p_relaxed, NULL, NULL, NULL);
+BEGIN
+  allowed := v[1] = 1; retry_after_ms := v[2]; retry_timestamp := v[3]; blocked := v[4]; now_ms := v[5];
+  quota_limit := v[6]; remaining := v[7]; refill_after_ms := v[8]; reset_after_ms := v[9];
 END
 $fn$;
 
