@@ -22,7 +22,7 @@ from typing import Any, TypeAlias, TypeVar
 
 from ._ratewindow import Call, Script, Sql
 
-__all__ = ["Op", "Failed", "Command", "drive", "run_sync", "run_async", "run_call_async"]
+__all__ = ["Op", "Failed", "Command", "fail", "drive", "run_sync", "run_async", "run_call_async"]
 
 Req = TypeVar("Req")
 Rep = TypeVar("Rep")
@@ -44,6 +44,12 @@ class Failed:
         self.error = error
 
 
+def fail(call: Call[Any], error: BaseException) -> None:
+    """Feeds ``call`` the client's failure, as the message the machine reads and the cause it keeps."""
+    # redis-py's NoScriptError says only "No matching script": the class name makes it NOSCRIPT.
+    call.fail(f"{type(error).__name__}: {error}", error)
+
+
 def drive(call: Call[Out]) -> Op[Command, Any, Out]:
     """Runs ``call``: yields each command and feeds back the answer (a reply, rows or :class:`Failed`);
     returns the outcome, or raises the call's typed error."""
@@ -51,8 +57,7 @@ def drive(call: Call[Out]) -> Op[Command, Any, Out]:
     while isinstance(step, (Script, Sql)):
         answer = yield step
         if type(answer) is Failed:
-            # redis-py's NoScriptError says only "No matching script": the class name makes it NOSCRIPT.
-            call.fail(f"{type(answer.error).__name__}: {answer.error}", answer.error)
+            fail(call, answer.error)
         elif type(step) is Script:
             call.feed_reply(answer)
         else:
