@@ -49,14 +49,15 @@ async function serve(variant, run) {
     if (storeKind === 'memory') return new MemoryStore();
     if (framework === 'express') {
       const client = await redisClient();
-      return RedisStore.using((s, keys, args) => client.eval(s, { keys, arguments: args }), {
-        evalsha: (sha, keys, args) => client.evalSha(sha, { keys, arguments: args }),
+      // Each client's cheapest call shape (RedisStore's docs): node-redis' sendCommand, ioredis' arrays.
+      return RedisStore.using((s, keys, args) => client.sendCommand(['EVAL', s, String(keys.length), ...keys, ...args]), {
+        evalsha: (sha, keys, args) => client.sendCommand(['EVALSHA', sha, String(keys.length), ...keys, ...args]),
         prefix: `bench-http:${run}:`,
       });
     }
     const redis = ioredis();
-    return RedisStore.using((s, keys, args) => redis.eval(s, keys.length, ...keys, ...args), {
-      evalsha: (sha, keys, args) => redis.evalsha(sha, keys.length, ...keys, ...args),
+    return RedisStore.using((s, keys, args) => redis.eval(s, keys.length, keys, args), {
+      evalsha: (sha, keys, args) => redis.evalsha(sha, keys.length, keys, args),
       prefix: `bench-http:${run}:`,
     });
   };
