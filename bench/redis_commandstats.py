@@ -2,25 +2,34 @@
 against the scripts its peers run, on the peers' workload.
 
 Starts a private ``redis-server`` on a spare loopback port (``--port``, default 6390), so no other
-traffic counts, and stops it at the end. Workload: 10,000 keys round-robin, 5 uses a key (per 600 s, so the fill outlasts the timed part). For each
-script, each round: ``allowed`` is the fill (5 passes over the keys, every call allowed); then
-``refused`` is two more passes (every call refused). ``CONFIG RESETSTAT`` before each timed part;
-``usec_per_call`` of ``cmdstat_evalsha`` after it, and the server process's CPU time per call (from
-``/proc``: less inflated by other load on a busy machine than commandstats' wall time). The scripts run interleaved round by round (a, b,
-a, b ...) and the table gives the median round; the calls are pipelined (1,000 a batch) so the run is
-short, which does not change the server's time per call.
+traffic counts, and stops it at the end. Workload: 10,000 keys round-robin. For each script, each
+round, three timed parts:
+
+- ``fill``: 5 uses a key (per 600 s, so the fill outlasts the timed part), 5 passes over the keys,
+  every call allowed;
+- ``refused``: two more passes over the same keys, every call refused (the peers' abuse workload);
+- ``allowed``: a limit the keys never reach (10^9 uses per 10 s, as ``bench/node/redis.mjs``'s allowed
+  variant), 5 passes over fresh keys, every call allowed and recorded.
+
+``CONFIG RESETSTAT`` before each timed part; ``usec_per_call`` of ``cmdstat_evalsha`` after it, and the
+server process's CPU time per call (from ``/proc``: less inflated by other load on a busy machine than
+commandstats' wall time). The scripts run interleaved round by round (a, b, a, b ...) and the table
+gives the median round; the calls are pipelined (1,000 a batch) so the run is short, which does not
+change the server's time per call. Call ids are shaped as the core's ``CallIds`` makes them (16 hex
+digits and a hex counter).
 
 Contenders (the scripts are the peers' own, sent by ``EVALSHA``):
 
-- ratewindow: ``core/src/redis/sliding.lua`` of this checkout, and with ``--before FILE`` another
-  version of it (e.g. the one before a change: ``git show REV:core/src/redis/sliding.lua > old.lua``).
+- ``return 1``: the floor, an EVALSHA that runs no command (same key and argument count as ours).
+- ratewindow: ``core/src/redis/sliding.lua`` of this checkout, and with ``--before FILE`` (repeatable)
+  other versions of it (e.g. the one before a change: ``git show REV:core/src/redis/sliding.lua > old.lua``).
 - rate-limiter-flexible's ``RateLimiterRedis``: a fixed window, ``SET NX`` + ``INCRBY`` + ``PTTL``.
 - ``limits``' moving window (``acquire_moving_window.lua``: ``LINDEX``, ``LPUSH``, ``LTRIM``, ``EXPIRE``
   on the client's clock).
 - a plain sliding-log script: ``ZREMRANGEBYSCORE``, ``ZCARD``, ``ZADD`` + ``PEXPIRE`` (or ``ZRANGE`` of
   the oldest for the wait), on the server's clock.
 
-Run: ``.venv/bin/python bench/redis_commandstats.py [--rounds 5] [--port 6390] [--before old.lua]``
+Run: ``.venv/bin/python bench/redis_commandstats.py [--rounds 5] [--port 6390] [--before old.lua ...]``
 (``redis-server`` and redis-py are all it needs).
 """
 
@@ -43,7 +52,12 @@ SLIDING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core",
 # The window is long enough that the fill outlasts the timed part on a busy machine (its length
 # costs the scripts nothing).
 KEYS, USES, WINDOW_MS = 10_000, 5, 600_000
+# The allowed variant: a limit never reached, the Node bench's (10^9 per 10 s).
+BIG_USES, BIG_WINDOW_MS = 1_000_000_000, 10_000
 PIPE = 1_000
+ID_PREFIX = "9e3779b97f4a7c15"
+
+FLOOR = "return 1"
 
 RLF = """redis.call('set', KEYS[1], 0, 'EX', ARGV[2], 'NX') \
 local consumed = redis.call('incrby', KEYS[1], ARGV[1]) \
@@ -97,37 +111,44 @@ redis.call('PEXPIRE', key, window)
 return {1, limit - count - 1}
 """
 
-# (script source, KEYS of key i, ARGV of call n) for each contender.
-Args = Callable[[int], list[str]]
+# (script source, KEYS of key i, ARGV of call n under a limit of uses per window ms) for each contender.
+Args = Callable[[int, int, int], list[str]]
 Contender = tuple[str, Callable[[str, int], list[str]], Args]
 
 
 def ours(source: str) -> Contender:
-    return (source, lambda p, i: [f"{p}log:user:{i}"], lambda n: ["c", f"b{n}", "1", str(USES), str(WINDOW_MS)])
+    return (source, lambda p, i: [f"{p}log:user:{i}"],
+            lambda n, uses, window: ["c", f"{ID_PREFIX}{n:x}", "1", str(uses), str(window)])
 
 
-def contenders(before: str | None) -> dict[str, Contender]:
-    out = {}
-    if before:
-        with open(before) as f:
-            out[f"ratewindow before ({os.path.basename(before)})"] = ours(f.read())
+def contenders(before: list[str]) -> dict[str, Contender]:
+    out: dict[str, Contender] = {
+        "return 1 (the EVALSHA floor)": (
+            FLOOR, lambda p, i: [f"{p}floor:user:{i}"],
+            lambda n, uses, window: ["c", f"{ID_PREFIX}{n:x}", "1", str(uses), str(window)]),
+    }
+    for path in before:
+        with open(path) as f:
+            out[f"ratewindow {os.path.basename(path)}"[:40]] = ours(f.read())
     with open(SLIDING) as f:
-        out["ratewindow sliding.lua"] = ours(f.read())
+        out["ratewindow sliding.lua (this checkout)"] = ours(f.read())
     out["rate-limiter-flexible RateLimiterRedis"] = (
-        RLF, lambda p, i: [f"{p}rlf:user:{i}"], lambda n: ["1", str(WINDOW_MS // 1000)])
+        RLF, lambda p, i: [f"{p}rlf:user:{i}"], lambda n, uses, window: ["1", str(window // 1000)])
     out["limits moving window"] = (
         LIMITS_MOVING, lambda p, i: [f"{p}lim:user:{i}"],
-        lambda n: [repr(time.time()), str(USES), str(WINDOW_MS // 1000), "1"])
+        lambda n, uses, window: [repr(time.time()), str(uses), str(window // 1000), "1"])
     out["plain sliding-log script"] = (
-        PLAIN, lambda p, i: [f"{p}plain:user:{i}"], lambda n: [str(USES), str(WINDOW_MS), f"b{n}"])
+        PLAIN, lambda p, i: [f"{p}plain:user:{i}"],
+        lambda n, uses, window: [str(uses), str(window), f"b{n}"])
     return out
 
 
-def run_pass(r: redis.Redis, sha: str, contender: Contender, prefix: str, counter: itertools.count) -> None:
+def run_pass(r: redis.Redis, sha: str, contender: Contender, prefix: str, counter: "itertools.count[int]",
+             uses: int = USES, window: int = WINDOW_MS) -> None:
     _, keys, args = contender
     pipe = r.pipeline(transaction=False)
     for i in range(KEYS):
-        pipe.evalsha(sha, 1, *keys(prefix, i), *args(next(counter)))
+        pipe.evalsha(sha, 1, *keys(prefix, i), *args(next(counter), uses, window))
         if len(pipe) == PIPE:
             pipe.execute()
     pipe.execute()
@@ -152,7 +173,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--port", type=int, default=6390)
-    parser.add_argument("--before", help="another version of sliding.lua to measure beside this checkout's")
+    parser.add_argument("--before", action="append", default=[],
+                        help="another version of sliding.lua to measure beside this checkout's (repeatable)")
     args = parser.parse_args()
 
     server_bin = shutil.which("redis-server")
@@ -174,34 +196,35 @@ def main() -> None:
         scripts = contenders(args.before)
         shas = {name: r.script_load(c[0]) for name, c in scripts.items()}
         counter = itertools.count()
-        parts = ("allowed", "refused", "allowed cpu", "refused cpu")
+        parts = ("fill", "refused", "allowed", "fill cpu", "refused cpu", "allowed cpu")
         results: dict[str, dict[str, list[float]]] = {name: {k: [] for k in parts} for name in scripts}
         names = list(scripts)
+
+        def timed(name: str, part: str, passes: int, prefix: str, uses: int, window: int) -> None:
+            r.config_resetstat()
+            cpu = server_cpu_s(server.pid)
+            for _ in range(passes):
+                run_pass(r, shas[name], scripts[name], prefix, counter, uses, window)
+            results[name][f"{part} cpu"].append((server_cpu_s(server.pid) - cpu) / (passes * KEYS) * 1e6)
+            results[name][part].append(usec_per_call(r))
+
         for rnd in range(args.rounds):
             for name in names[rnd % len(names):] + names[: rnd % len(names)]:
-                prefix = f"r{rnd}:"
-                r.config_resetstat()
-                cpu = server_cpu_s(server.pid)
-                for _ in range(USES):
-                    run_pass(r, shas[name], scripts[name], prefix, counter)
-                results[name]["allowed cpu"].append((server_cpu_s(server.pid) - cpu) / (USES * KEYS) * 1e6)
-                results[name]["allowed"].append(usec_per_call(r))
-                r.config_resetstat()
-                cpu = server_cpu_s(server.pid)
-                for _ in range(2):
-                    run_pass(r, shas[name], scripts[name], prefix, counter)
-                results[name]["refused cpu"].append((server_cpu_s(server.pid) - cpu) / (2 * KEYS) * 1e6)
-                results[name]["refused"].append(usec_per_call(r))
+                timed(name, "fill", USES, f"r{rnd}:", USES, WINDOW_MS)
+                timed(name, "refused", 2, f"r{rnd}:", USES, WINDOW_MS)
+                timed(name, "allowed", USES, f"r{rnd}:big:", BIG_USES, BIG_WINDOW_MS)
             r.flushall()  # the private server's keys only
         load = os.getloadavg()
-        print(f"Server µs per EVALSHA (INFO commandstats), {KEYS:,} keys round-robin, {USES} per "
-              f"{WINDOW_MS // 1000} s; median of {args.rounds} interleaved rounds; "
+        print(f"Server µs per EVALSHA, {KEYS:,} keys round-robin; median of {args.rounds} interleaved rounds; "
               f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-        print("commandstats: µs inside EVALSHA; server CPU: the whole server process's CPU µs per call")
-        print(f"{'script':<40} {'allowed':>9} {'refused':>9} {'allowed CPU':>12} {'refused CPU':>12}")
+        print(f"fill: {USES} per {WINDOW_MS // 1000} s, {USES} passes (allowed); refused: 2 more passes; "
+              f"allowed: {BIG_USES:.0e} per {BIG_WINDOW_MS // 1000} s, {USES} passes over fresh keys")
+        print("cmdstats: µs inside EVALSHA (INFO commandstats); CPU: the whole server process's CPU µs per call")
+        print(f"{'script':<40} {'fill':>6} {'refused':>8} {'allowed':>8} | {'fill CPU':>9} {'refused CPU':>12} "
+              f"{'allowed CPU':>12}")
         for name in names:
-            a, f, ac, fc = (statistics.median(results[name][k]) for k in parts)
-            print(f"{name:<40} {a:>9.2f} {f:>9.2f} {ac:>12.2f} {fc:>12.2f}")
+            m = [statistics.median(results[name][k]) for k in parts]
+            print(f"{name:<40} {m[0]:>6.2f} {m[1]:>8.2f} {m[2]:>8.2f} | {m[3]:>9.2f} {m[4]:>12.2f} {m[5]:>12.2f}")
     finally:
         server.terminate()
         server.wait()

@@ -758,3 +758,319 @@ fn the_script_answers_as_the_memory_store_under_changing_limits() {
         "the sequence must reach the limits ({refused} refusals)"
     );
 }
+
+/// Runs one consume or peek plan against Redis and the same entries against the memory store at the
+/// server's clock of the reply, and checks that both agree to the last field. Returns the script's
+/// release (and the memory store's) for an allowed consume.
+fn both(
+    con: &mut redis::Connection,
+    memory: &ratewindow_core::MemoryStore,
+    options: &RedisOptions,
+    entries: &[Entry],
+    consume: bool,
+    what: &str,
+) -> (
+    BatchVerdict,
+    Option<(RedisRelease, ratewindow_core::Release)>,
+) {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let limits: Vec<Limit> = entries.iter().map(|e| e.limit).collect();
+    if !consume {
+        let reply = run_plan(con, &rw::plan_peek_many(entries, options));
+        let (verdict, _) = rw::decode_batch(&reply, &limits).expect("a peek reply");
+        let now = server_now(&reply);
+        assert_eq!(verdict, memory.peek_many(entries, now), "{what}: peek");
+        return (verdict, None);
+    }
+    let id = format!("m{}", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let (plan, release) = rw::plan_consume_many(entries, options, &id).unwrap();
+    let reply = run_plan(con, &plan);
+    let (verdict, _) = rw::decode_batch(&reply, &limits).expect("a consume reply");
+    let now = server_now(&reply);
+    let consumed = memory.consume_many(entries, now);
+    assert_eq!(verdict, consumed.verdict, "{what}: consume");
+    (verdict, consumed.release.map(|m| (release, m)))
+}
+
+/// Gives a call back on both sides, at the server's clock (read by a peek of `entries`), and checks
+/// the peek.
+fn release_both(
+    con: &mut redis::Connection,
+    memory: &ratewindow_core::MemoryStore,
+    options: &RedisOptions,
+    entries: &[Entry],
+    release: (RedisRelease, ratewindow_core::Release),
+    what: &str,
+) {
+    run_plan(con, &rw::plan_release(&release.0));
+    let limits: Vec<Limit> = entries.iter().map(|e| e.limit).collect();
+    let reply = run_plan(con, &rw::plan_peek_many(entries, options));
+    let now = server_now(&reply);
+    memory.release(release.1, now);
+    let (verdict, _) = rw::decode_batch(&reply, &limits).expect("a peek reply");
+    assert_eq!(
+        verdict,
+        memory.peek_many(entries, now),
+        "{what}: peek after a release"
+    );
+}
+
+/// The members of a log key scored -inf: the script's refusal markers.
+fn markers(con: &mut redis::Connection, key: &str) -> usize {
+    redis::cmd("ZCOUNT")
+        .arg(key)
+        .arg("-inf")
+        .arg("-inf")
+        .query(con)
+        .unwrap()
+}
+
+/// A one-entry refusal leaves a marker in its key that answers the next refusals under the same limit
+/// with one read; every change to the log removes it first, so each answer stays the memory store's:
+/// refuse, refuse again, peek, another limit on the key, a release, a consume after it, and a marker
+/// whose wait has passed.
+#[test]
+fn the_refusal_marker_answers_as_the_memory_store() {
+    let mut con = connection();
+    let options = options("marker");
+    let memory = ratewindow_core::MemoryStore::new();
+    let key = options.log_key("m");
+    let three = [Entry::new("m", limit(3, 60_000))];
+    let mut releases = Vec::new();
+    for i in 0..3 {
+        let (v, r) = both(
+            &mut con,
+            &memory,
+            &options,
+            &three,
+            true,
+            &format!("fill {i}"),
+        );
+        assert!(v.allowed);
+        releases.push(r.unwrap());
+    }
+    assert_eq!(markers(&mut con, &key), 0);
+    let (v, _) = both(&mut con, &memory, &options, &three, true, "first refusal");
+    assert!(!v.allowed);
+    assert_eq!(markers(&mut con, &key), 1, "the refusal left its marker");
+    for i in 0..3 {
+        let (v, _) = both(
+            &mut con,
+            &memory,
+            &options,
+            &three,
+            true,
+            &format!("marked {i}"),
+        );
+        assert!(!v.allowed);
+        both(&mut con, &memory, &options, &three, false, "marked peek");
+    }
+    // Other limits on the same key: a peek ignores the marker; a consume trims it and counts.
+    both(
+        &mut con,
+        &memory,
+        &options,
+        &[Entry::new("m", limit(2, 60_000))],
+        false,
+        "other peek",
+    );
+    assert_eq!(markers(&mut con, &key), 1, "a peek writes nothing");
+    both(
+        &mut con,
+        &memory,
+        &options,
+        &[Entry::new("m", limit(2, 30_000))],
+        true,
+        "other refusal",
+    );
+    both(&mut con, &memory, &options, &three, true, "refusal again");
+    assert_eq!(markers(&mut con, &key), 1);
+    // A release frees a use at once.
+    let last = releases.pop().unwrap();
+    release_both(&mut con, &memory, &options, &three, last, "release");
+    assert_eq!(markers(&mut con, &key), 0, "the release removed the marker");
+    let (v, r) = both(
+        &mut con,
+        &memory,
+        &options,
+        &three,
+        true,
+        "after the release",
+    );
+    assert!(v.allowed);
+    releases.push(r.unwrap());
+    let (v, _) = both(&mut con, &memory, &options, &three, true, "refused again");
+    assert!(!v.allowed);
+    assert_eq!(markers(&mut con, &key), 1);
+    // A larger limit records over the marker (removing it); the smaller one now sees a log longer
+    // than its limit and leaves no marker.
+    let (v, _) = both(
+        &mut con,
+        &memory,
+        &options,
+        &[Entry::new("m", limit(5, 60_000))],
+        true,
+        "larger",
+    );
+    assert!(v.allowed);
+    assert_eq!(markers(&mut con, &key), 0);
+    let (v, _) = both(&mut con, &memory, &options, &three, true, "longer log");
+    assert!(!v.allowed);
+    assert_eq!(markers(&mut con, &key), 0);
+    both(
+        &mut con,
+        &memory,
+        &options,
+        &three,
+        false,
+        "longer log peek",
+    );
+    // A batch naming the key trims the marker too.
+    let short = [Entry::new("s", limit(2, 150))];
+    let short_key = options.log_key("s");
+    both(&mut con, &memory, &options, &short, true, "short 1");
+    both(&mut con, &memory, &options, &short, true, "short 2");
+    let (v, _) = both(&mut con, &memory, &options, &short, true, "short refused");
+    assert!(!v.allowed);
+    assert_eq!(markers(&mut con, &short_key), 1);
+    both(
+        &mut con,
+        &memory,
+        &options,
+        &[short[0].clone(), Entry::new("t", limit(1, 150))],
+        false,
+        "batch peek",
+    );
+    // Past the marker's wait: a peek ignores it, a consume trims it and is allowed.
+    std::thread::sleep(std::time::Duration::from_millis(v.retry_after_ms + 5));
+    both(
+        &mut con,
+        &memory,
+        &options,
+        &short,
+        false,
+        "stale marker peek",
+    );
+    let (v, _) = both(
+        &mut con,
+        &memory,
+        &options,
+        &short,
+        true,
+        "stale marker consume",
+    );
+    assert!(v.allowed);
+    assert_eq!(markers(&mut con, &short_key), 0);
+    both(&mut con, &memory, &options, &short, true, "short 4");
+    both(
+        &mut con,
+        &memory,
+        &options,
+        &short,
+        true,
+        "short refused again",
+    );
+    assert_eq!(markers(&mut con, &short_key), 1);
+    both(
+        &mut con,
+        &memory,
+        &options,
+        &[short[0].clone(), Entry::new("t", limit(1, 150))],
+        true,
+        "batch consume",
+    );
+    assert_eq!(
+        markers(&mut con, &short_key),
+        0,
+        "a batch consume trims the marker"
+    );
+}
+
+/// A clock that stepped back, as the script sees it: the log holds a call later than the server's
+/// clock (written here as a host whose clock ran ahead would have). Recording, refusing (with and
+/// without the marker), peeking and releasing all agree with the memory store fed the same times.
+#[test]
+fn a_log_ahead_of_the_clock_answers_as_the_memory_store() {
+    let mut con = connection();
+    let options = options("ahead");
+    let memory = ratewindow_core::MemoryStore::new();
+    let key = options.log_key("c");
+    let three = [Entry::new("c", limit(3, 60_000))];
+    let (_, first) = both(&mut con, &memory, &options, &three, true, "first");
+    // The call ahead: 20 s after the server's clock, recorded under the same limit on both sides.
+    let reply = run_plan(&mut con, &rw::plan_peek_many(&three, &options));
+    let ahead = server_now(&reply) + 20_000;
+    redis::cmd("ZADD")
+        .arg(&key)
+        .arg(ahead)
+        .arg("ahead")
+        .query::<i64>(&mut con)
+        .unwrap();
+    redis::cmd("PEXPIRE")
+        .arg(&key)
+        .arg(80_000)
+        .query::<i64>(&mut con)
+        .unwrap();
+    assert!(memory.consume_many(&three, ahead).verdict.allowed);
+    both(&mut con, &memory, &options, &three, false, "peek behind");
+    let (v, _) = both(
+        &mut con,
+        &memory,
+        &options,
+        &three,
+        true,
+        "recorded at the newest",
+    );
+    assert!(v.allowed);
+    assert!(v.quota.reset_after_ms > 60_000, "{v:?}");
+    let (v, _) = both(&mut con, &memory, &options, &three, true, "refused behind");
+    assert!(!v.allowed);
+    assert_eq!(markers(&mut con, &key), 1);
+    both(&mut con, &memory, &options, &three, true, "marked behind");
+    both(
+        &mut con,
+        &memory,
+        &options,
+        &three,
+        false,
+        "marked peek behind",
+    );
+    release_both(
+        &mut con,
+        &memory,
+        &options,
+        &three,
+        first.unwrap(),
+        "release behind",
+    );
+    let (v, _) = both(
+        &mut con,
+        &memory,
+        &options,
+        &three,
+        true,
+        "after the release",
+    );
+    assert!(v.allowed);
+    // One call in the log, ahead of the clock: recorded at it.
+    let one = [Entry::new("d", limit(2, 60_000))];
+    let reply = run_plan(&mut con, &rw::plan_peek_many(&one, &options));
+    let ahead = server_now(&reply) + 5_000;
+    redis::cmd("ZADD")
+        .arg(options.log_key("d"))
+        .arg(ahead)
+        .arg("ahead")
+        .query::<i64>(&mut con)
+        .unwrap();
+    assert!(memory.consume_many(&one, ahead).verdict.allowed);
+    both(&mut con, &memory, &options, &one, true, "one ahead");
+    both(
+        &mut con,
+        &memory,
+        &options,
+        &one,
+        true,
+        "one ahead, refused",
+    );
+    both(&mut con, &memory, &options, &one, true, "one ahead, marked");
+}

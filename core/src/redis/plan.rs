@@ -24,7 +24,7 @@ pub struct Script {
 pub static SLIDING: Script = Script {
     name: "sliding",
     source: include_str!("sliding.lua"),
-    sha1: "b0df989452dda9e8ec521f846d26046812b83e73",
+    sha1: "224ffbe32550e91c3539b7e464f78a7846a048e3",
 };
 /// The fixed-window script: hit, get, reset and clear of one key.
 pub static FIXED: Script = Script {

@@ -20,61 +20,108 @@ local function int(x)
   if x < 1e14 and x > -1e14 then return x end
   return string.format('%.0f', x)
 end
--- PEXPIRE ... GT (Redis 7+): an expiry only ever grows, without reading it first.
-local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
 
 if mode == 'r' then
   local removed = 0
-  for k = 1, #KEYS do removed = removed + redis.call('ZREM', KEYS[k], id) end
+  for k = 1, #KEYS do
+    removed = removed + redis.call('ZREM', KEYS[k], id)
+    -- A use came back: a refusal marker (below) no longer holds.
+    redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', '-inf')
+  end
   return {removed}
 end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
--- One key, one entry, a small limit (the common call): one read answers a refusal. The newest
--- uses + 1 calls, newest first, decide everything: the uses-th newest is inside the window iff uses
--- or more calls are (a refusal, waiting until it leaves); more than uses calls, or any call read that
--- is outside, means there is something to trim.
-if #ARGV == 5 and tonumber(ARGV[4]) <= 16 then
+-- One key, one entry (the common call), any limit. The log's lowest member, read first, answers most
+-- of it: either a refusal marker or the oldest call.
+--
+-- The refusal marker: a consume refused while its key holds exactly `uses` calls (none to trim) adds
+-- one member scored -inf (so it sorts first, and every score range over call times skips it) named
+-- 'uses:window:until:newest'. Until the log changes, a call under the same limit before `until` is
+-- refused with the same wait, whatever the clock does meanwhile (calls only ever leave the window, and
+-- none leaves before `until`): that call answers from this one read, writing nothing. Whatever
+-- changes the log removes the marker first: every consume trims from -inf, a release removes it.
+if #ARGV == 5 then
   local key, uses, w = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5])
-  local calls = redis.call('ZREVRANGE', key, 0, uses, 'WITHSCORES')
-  local n = #calls / 2
-  if n >= uses then
-    local u = tonumber(calls[2 * uses]) + w
-    if u > now then
-      -- A consume trims what has left the window even when refused (as the memory store does):
-      -- only a log longer than the limit (a key shared with a larger limit) can hold such calls.
-      if mode == 'c' and n > uses then redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - w)) end
-      local wait = u - now
-      return {0, wait, u, 0, now, 0, 0, wait, math.max(wait, tonumber(calls[2]) + w - now)}
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local oldest
+  if first[1] then
+    if first[2] == '-inf' then
+      local limit = ARGV[4] .. ':' .. ARGV[5] .. ':'
+      if string.sub(first[1], 1, #limit) == limit then
+        local u, newest = string.match(first[1], '^(%d+):(%d+)$', #limit + 1)
+        u = tonumber(u)
+        if u and now < u then
+          local wait = u - now
+          return {0, wait, u, 0, now, 0, 0, wait, math.max(wait, tonumber(newest) + w - now)}
+        end
+      end
+    else
+      oldest = tonumber(first[2])
+    end
+    if not oldest or oldest + w <= now then
+      -- A stale marker, or calls that have left the window: a consume trims (the marker too), a peek
+      -- takes the general path below, which counts by score ranges.
+      if mode == 'c' then
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - w))
+        first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+        oldest = first[2] and tonumber(first[2])
+      else
+        oldest = false
+      end
     end
   end
-  local inside = 0
-  while inside < n and tonumber(calls[2 * inside + 2]) + w > now do inside = inside + 1 end
-  if mode ~= 'c' then
-    if inside == 0 then return {1, 0, -1, -1, now, 0, uses, 0, 0} end
-    return {1, 0, -1, -1, now, 0, uses - inside, tonumber(calls[2 * inside]) + w - now,
-      tonumber(calls[2]) + w - now}
+  if oldest == nil then
+    -- An empty log.
+    if mode ~= 'c' then return {1, 0, -1, -1, now, 0, uses, 0, 0} end
+    redis.call('ZADD', key, int(now), id)
+    redis.call('PEXPIRE', key, int(w))
+    return {1, 0, -1, -1, now, 0, uses - 1, w, w}
   end
-  if n > inside then redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - w)) end
-  -- A clock that stepped back records at the newest call, keeping the log in order.
-  local at = now
-  if inside > 0 and tonumber(calls[2]) > at then at = tonumber(calls[2]) end
-  redis.call('ZADD', key, int(at), id)
-  -- The key lives until its newest call leaves the window (one that held calls keeps a longer
-  -- expiry another limit gave it; one that held none has no expiry yet).
-  local ttl = w + at - now
-  if inside == 0 then
-    redis.call('PEXPIRE', key, int(ttl))
-  elseif gt then
-    redis.call('PEXPIRE', key, int(ttl), 'GT')
-  elseif redis.call('PTTL', key) < ttl then
-    redis.call('PEXPIRE', key, int(ttl))
+  if oldest then
+    -- Every call in the log is inside the window (times are sorted; later ones, after a clock that
+    -- stepped back, are inside too).
+    local n = redis.call('ZCARD', key)
+    if n >= uses then
+      -- The uses-th newest call decides the wait; the newest, when the window empties.
+      local u = oldest
+      if n > uses then u = tonumber(redis.call('ZREVRANGE', key, int(uses - 1), int(uses - 1), 'WITHSCORES')[2]) end
+      u = u + w
+      local newest = oldest
+      if n > 1 then newest = tonumber(redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')[2]) end
+      if mode == 'c' and n == uses and u < 9007199254740992 and newest < 9007199254740992 then
+        redis.call('ZADD', key, '-inf', ARGV[4] .. ':' .. ARGV[5] .. ':' .. int(u) .. ':' .. int(newest))
+      end
+      local wait = u - now
+      return {0, wait, u, 0, now, 0, 0, wait, math.max(wait, newest + w - now)}
+    end
+    if mode ~= 'c' then
+      local newest = oldest
+      if n > 1 then newest = tonumber(redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')[2]) end
+      return {1, 0, -1, -1, now, 0, uses - n, oldest + w - now, newest + w - now}
+    end
+    -- Allowed. A clock that stepped back records at the newest call, keeping the log in order: only a
+    -- call later than now needs reading.
+    local at = now
+    if n == 1 then
+      if oldest > now then at = oldest end
+    elseif redis.call('ZCOUNT', key, '(' .. int(now), '+inf') > 0 then
+      at = tonumber(redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')[2])
+    end
+    redis.call('ZADD', key, int(at), id)
+    -- The key lives until its newest call leaves the window (it may keep a longer expiry another
+    -- limit gave it).
+    local ttl = w + at - now
+    if (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
+      redis.call('PEXPIRE', key, int(ttl), 'GT')
+    elseif redis.call('PTTL', key) < ttl then
+      redis.call('PEXPIRE', key, int(ttl))
+    end
+    return {1, 0, -1, -1, now, 0, uses - n - 1, oldest + w - now, ttl}
   end
-  local oldest = at
-  if inside > 0 then oldest = tonumber(calls[2 * inside]) end
-  return {1, 0, -1, -1, now, 0, uses - inside - 1, oldest + w - now, ttl}
+  -- A peek of a log holding a marker or calls outside the window: the general path.
 end
 local entries = (#ARGV - 2) / 3
 local longest = {}
@@ -150,7 +197,8 @@ if mode == 'c' then
     local ttl = longest[k] + at - now
     if size[k] == 0 then
       redis.call('PEXPIRE', KEYS[k], int(ttl))
-    elseif gt then
+    elseif (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
+      -- PEXPIRE ... GT (Redis 7+): an expiry only ever grows, without reading it first.
       redis.call('PEXPIRE', KEYS[k], int(ttl), 'GT')
     elseif redis.call('PTTL', KEYS[k]) < ttl then
       redis.call('PEXPIRE', KEYS[k], int(ttl))
