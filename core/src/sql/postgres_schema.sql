@@ -69,7 +69,35 @@ DECLARE
   v_wait bigint;
   v_found boolean;
   v_setting text;
+  v bigint[];
 BEGIN
+  -- The statement's consume it did not refuse: one write by compare-and-set, in one SQL statement (a
+  -- PL/pgSQL expression costs its set-up again in every transaction, so the usual call runs few).
+  -- The statement read p_now after the row and no earlier than its newest call, and found fewer than
+  -- p_uses calls inside the window: the calls that left it go, this one is recorded at p_now.
+  IF p_now IS NOT NULL AND p_mode = 'c' THEN
+    IF p_relaxed THEN
+      v_setting := set_config('synchronous_commit', 'off', true);
+    END IF;
+    IF p_ats IS NULL THEN
+      INSERT INTO {p}_log (key, ats, ids, expires_at) VALUES (p_key, ARRAY[p_now], ARRAY[p_id], p_now + p_window)
+        ON CONFLICT (key) DO NOTHING
+        RETURNING ARRAY[1, 0, -1, -1, p_now, p_uses, p_uses - 1, p_window, p_window] INTO v;
+    ELSE
+      UPDATE {p}_log l SET ats = p_ats[f.first:] || p_now, ids = p_ids[f.first:] || p_id,
+        expires_at = greatest(l.expires_at, p_now + p_window)
+        FROM (SELECT cardinality(p_ats) + 1 - count(*)::integer AS first FROM unnest(p_ats) AS a
+              WHERE a > p_now - p_window) AS f
+        WHERE l.key = p_key AND l.ats = p_ats AND l.ids = p_ids
+        RETURNING ARRAY[1, 0, -1, -1, p_now, p_uses, p_uses - (cardinality(p_ats) - f.first + 1) - 1,
+          coalesce(p_ats[f.first], p_now) + p_window - p_now, p_window] INTO v;
+    END IF;
+    IF v IS NOT NULL THEN
+      RETURN v;
+    END IF;
+    -- Lost to a concurrent writer: read again.
+    p_now := NULL;
+  END IF;
   IF p_mode IS NULL OR p_mode NOT IN ('c', 'p') THEN
     RAISE EXCEPTION 'ratewindow: unknown mode %', p_mode;
   END IF;
