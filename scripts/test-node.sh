@@ -37,6 +37,9 @@ node_cluster() {
 node_cluster start
 trap 'node_cluster stop' EXIT
 
+step "the fault proxy the guard tests put in front of the servers (tests/faultproxy)"
+(cd "$ROOT" && cargo build --release -p ratewindow-faultproxy --quiet)
+
 step "node:test suites (backend: ${RATEWINDOW_BACKEND:-native})"
 (cd "$PKG" && node --test --test-reporter=spec test/*.test.mjs)
 

@@ -30,6 +30,10 @@ if ! "$root/scripts/redis-cluster.sh" status > /dev/null 2>&1; then
   trap '"$root/scripts/redis-cluster.sh" stop' EXIT  # stop the cluster this script started
 fi
 
+echo "== the fault proxy the guard tests put in front of the servers (tests/faultproxy), and its own test"
+cargo build --release -p ratewindow-faultproxy --quiet
+cargo test --release -p ratewindow-faultproxy --quiet
+
 echo "== pytest"
 # Run from the tests directory against the installed package, not the source tree.
 (cd "$root/bindings-python" && "$py" -m pytest -q tests)
