@@ -151,29 +151,22 @@ impl Shard {
         at: Moment,
     ) -> (u64, u64, usize) {
         let Moment { now, horizon } = at;
-        let index = match index.or_else(|| self.log_index(key)) {
+        let index = match index {
             Some(i) => i,
-            None => {
-                let instance = self.next_instance;
-                self.next_instance += 1;
-                let cap = (limit.uses() as usize).min(INITIAL_LOG_CAPACITY);
-                let log = KeyLog {
-                    expires_at: 0,
-                    log: CallLog::new(cap, instance),
-                };
-                match self
-                    .logs
-                    .raw_entry_mut_v1()
-                    .from_hash(key.hash, |k| &**k == key.text)
-                {
-                    RawEntryMut::Occupied(entry) => entry.index(),
-                    RawEntryMut::Vacant(entry) => {
-                        let index = entry.index();
-                        entry.insert_hashed_nocheck(key.hash, key.text.into(), log);
-                        index
-                    }
+            // One probe: it finds the key's log or the slot for a new one.
+            None => match self
+                .logs
+                .raw_entry_mut_v1()
+                .from_hash(key.hash, |k| &**k == key.text)
+            {
+                RawEntryMut::Occupied(entry) => entry.index(),
+                RawEntryMut::Vacant(entry) => {
+                    let index = entry.index();
+                    let log = new_log(&mut self.next_instance, limit);
+                    entry.insert_hashed_nocheck(key.hash, key.text.into(), log);
+                    index
                 }
-            }
+            },
         };
         let log = &mut self.logs[index];
         let at = log.record(now);
@@ -181,6 +174,43 @@ impl Shard {
             .expires_at
             .max(at.max(horizon).saturating_add(window_ms));
         (log.instance(), at, index)
+    }
+
+    /// The index of `key`'s log trimmed at `now` to `trim_ms` (cleared if it expired by `horizon`), for
+    /// a batch: unlike [`live_log`](Self::live_log) it removes nothing, so the indices a batch holds stay
+    /// valid. A log left empty stands for no log; the batch renews it ([`renew`](Self::renew)) or
+    /// removes it ([`remove_empty`](Self::remove_empty)) before it unlocks the shard.
+    fn trimmed_log(&mut self, key: Key<'_>, now: u64, horizon: u64, trim_ms: u64) -> Option<usize> {
+        let index = self.log_index(key)?;
+        let log = &mut self.logs[index];
+        if alive(log, horizon) {
+            log.trim(now, trim_ms);
+        } else {
+            log.clear();
+        }
+        Some(index)
+    }
+
+    /// The index of `key`'s live log, untouched (for peeks).
+    fn peek_index(&self, key: Key<'_>, horizon: u64) -> Option<usize> {
+        self.log_index(key)
+            .filter(|&index| alive(&self.logs[index], horizon))
+    }
+
+    /// Replaces the empty log at `index` with a new life of it: what removing it and recording into a
+    /// new log would give.
+    fn renew(&mut self, index: usize, limit: Limit) {
+        self.logs[index] = new_log(&mut self.next_instance, limit);
+    }
+
+    /// Removes the logs at `indices` (left empty by [`trimmed_log`](Self::trimmed_log)), highest index
+    /// first, so that each removal moves only a log not yet visited.
+    fn remove_empty(&mut self, indices: &mut [usize]) {
+        indices.sort_unstable_by(|a, b| b.cmp(a));
+        for &index in indices.iter() {
+            debug_assert!(self.logs[index].is_empty());
+            self.logs.swap_remove_index(index);
+        }
     }
 
     fn live_window(&mut self, key: Key<'_>, horizon: u64) -> Option<&mut FixedWindow> {
@@ -216,6 +246,26 @@ impl Shard {
         sweep(&mut self.windows, &mut self.window_cursor, remove, |w| {
             !w.is_live(horizon)
         });
+    }
+}
+
+/// The log at `index` of `shard`, unless it is empty (a batch's trimming emptied it: no log).
+#[inline]
+fn log_at(shard: &Shard, index: Option<usize>) -> Option<&KeyLog> {
+    index
+        .map(|index| &shard.logs[index])
+        .filter(|log| !log.is_empty())
+}
+
+/// A new, empty log for a key counted under `limit`, in the shard's next life.
+#[inline]
+fn new_log(next_instance: &mut u64, limit: Limit) -> KeyLog {
+    let instance = *next_instance;
+    *next_instance += 1;
+    let cap = (limit.uses() as usize).min(INITIAL_LOG_CAPACITY);
+    KeyLog {
+        expires_at: 0,
+        log: CallLog::new(cap, instance),
     }
 }
 
@@ -522,15 +572,23 @@ impl MemoryStore {
         let longest = |i: usize| longest_of[i];
         let keys = || (0..entries.len()).filter(|&i| first[i] == i);
 
-        if record {
-            for i in keys() {
-                guards[slot(i)].live_log(key(i), now, horizon, longest(i));
-            }
+        // Each key's log is found once, by its first entry: its index in its shard. The indices hold
+        // for the whole batch, because nothing is removed until the end and recording only appends.
+        // A consume trims each log to the key's longest window (clearing a dead one); a log it
+        // empties stays, empty, and counts as no log.
+        let mut found: SmallVec<[Option<usize>; 8]> = SmallVec::from_elem(None, entries.len());
+        for i in keys() {
+            let shard = &mut guards[slot(i)];
+            found[i] = if record {
+                shard.trimmed_log(key(i), now, horizon, longest(i))
+            } else {
+                shard.peek_index(key(i), horizon)
+            };
         }
+
         let mut blocked: Option<(usize, u64)> = None;
         for (i, entry) in entries.iter().enumerate() {
-            let wait = guards[slot(i)]
-                .peek_log(key(i), horizon)
+            let wait = log_at(&guards[slot(i)], found[first[i]])
                 .and_then(|log| log.wait_until(entry.limit, now));
             if let Some(until) = wait {
                 if blocked.is_none_or(|(_, longest)| until > longest) {
@@ -539,16 +597,32 @@ impl MemoryStore {
             }
         }
         let verdict = BatchVerdict::at(now, blocked);
-        // Where each key's log sits after recording (recording only inserts: the indices hold).
+        // Where each key's log sits after recording.
         let mut recorded: SmallVec<[usize; 8]> = SmallVec::new();
         let release = (record && verdict.allowed).then(|| {
             recorded.resize(entries.len(), usize::MAX);
+            // Room for the new keys at once, rather than growing each shard's map step by step.
+            let mut new_keys: SmallVec<[usize; 16]> = SmallVec::from_elem(0, guards.len());
+            for i in keys().filter(|&i| found[i].is_none()) {
+                new_keys[slot(i)] += 1;
+            }
+            for (guard, &n) in guards.iter_mut().zip(&new_keys) {
+                if n > 1 {
+                    guard.logs.reserve(n);
+                }
+            }
             let calls = keys()
                 .map(|i| {
                     let window_ms = longest(i);
                     let moment = Moment { now, horizon };
+                    let shard = &mut guards[slot(i)];
+                    if let Some(index) = found[i] {
+                        if shard.logs[index].is_empty() {
+                            shard.renew(index, entries[i].limit);
+                        }
+                    }
                     let (instance, at, index) =
-                        guards[slot(i)].record(key(i), None, entries[i].limit, window_ms, moment);
+                        shard.record(key(i), found[i], entries[i].limit, window_ms, moment);
                     recorded[i] = index;
                     RecordedCall {
                         key: entries[i].key.clone(),
@@ -564,17 +638,13 @@ impl MemoryStore {
             }
         });
         let quota = match verdict.blocked {
-            Some(b) => guards[slot(b)]
-                .peek_log(key(b), horizon)
-                .map_or(Quota::NONE, |log| {
-                    log.refused_quota(entries[b].limit, now, verdict.retry_after_ms)
-                }),
+            Some(b) => log_at(&guards[slot(b)], found[first[b]]).map_or(Quota::NONE, |log| {
+                log.refused_quota(entries[b].limit, now, verdict.retry_after_ms)
+            }),
             None => Quota::tightest(entries.iter().enumerate().map(|(i, entry)| {
-                let shard = &guards[slot(i)];
                 let quota = match recorded.get(first[i]) {
-                    Some(&index) => shard.logs[index].quota(entry.limit, now),
-                    None => shard
-                        .peek_log(key(i), horizon)
+                    Some(&index) => guards[slot(i)].logs[index].quota(entry.limit, now),
+                    None => log_at(&guards[slot(i)], found[first[i]])
                         .map_or(Quota::unused(entry.limit), |log| {
                             log.quota(entry.limit, now)
                         }),
@@ -582,6 +652,22 @@ impl MemoryStore {
                 (quota, entry.limit.window_ms())
             })),
         };
+        // A refused consume removes the logs its trimming emptied (an allowed one renewed them all).
+        if record && !verdict.allowed {
+            let mut emptied: SmallVec<[(usize, usize); 8]> = keys()
+                .filter_map(|i| {
+                    let index = found[i]?;
+                    guards[slot(i)].logs[index]
+                        .is_empty()
+                        .then_some((slot(i), index))
+                })
+                .collect();
+            emptied.sort_unstable();
+            for run in emptied.chunk_by(|a, b| a.0 == b.0) {
+                let mut indices: SmallVec<[usize; 8]> = run.iter().map(|&(_, i)| i).collect();
+                guards[run[0].0].remove_empty(&mut indices);
+            }
+        }
         let verdict = verdict.with_quota(quota);
         if record {
             let foreign = guards
@@ -793,5 +879,103 @@ impl MemoryStore {
     /// Whether the store holds no key.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: &str, uses: u64, window_ms: u64) -> Entry {
+        Entry::new(key, Limit::new(uses, window_ms).unwrap())
+    }
+
+    /// A batch finds each key's log once and removes nothing until it ends: a log its trimming empties
+    /// is renewed by an allowed consume and removed by a refused one, as if removed on the spot.
+    #[test]
+    fn a_batch_renews_or_removes_the_logs_its_trimming_empties() {
+        let store = MemoryStore::with_shards(1);
+        let _ = store.consume_many(&[entry("a", 1, 10_000)], 0);
+        let _ = store.consume_many(&[entry("b", 1, 60_000)], 0);
+        assert_eq!(store.len(), 2);
+        // At 2,000 a 1,000 ms window empties `a`'s log; `b` refuses, so `a`'s log goes.
+        let refused = store.consume_many(&[entry("a", 1, 1_000), entry("b", 1, 60_000)], 2_000);
+        assert!(!refused.verdict.allowed);
+        assert_eq!(refused.verdict.blocked, Some(1));
+        assert_eq!(store.len(), 1);
+        assert!(
+            store
+                .peek("a", Limit::new(1, 10_000).unwrap(), 2_000)
+                .allowed
+        );
+
+        // Emptied and allowed: a new life of the log holding only the new call.
+        let _ = store.consume_many(&[entry("c", 2, 10_000)], 3_000);
+        let _ = store.consume_many(&[entry("c", 2, 10_000)], 3_001);
+        let first = store
+            .consume_many(&[entry("c", 9, 10_000)], 3_002)
+            .release
+            .unwrap();
+        let renewed = store
+            .consume_many(&[entry("c", 1, 1_000), entry("b", 5, 60_000)], 5_000)
+            .release
+            .unwrap();
+        let (old, new) = (first.calls()[0].instance, renewed.calls()[0].instance);
+        assert_ne!(old, new);
+        assert_eq!(renewed.calls()[0].at, 5_000);
+        // The old life's call is still inside its window, but its log is gone: nothing to give back.
+        store.release(first, 5_100);
+        assert!(
+            !store
+                .peek("c", Limit::new(1, 1_000).unwrap(), 5_100)
+                .allowed
+        );
+        assert!(
+            store
+                .peek("c", Limit::new(2, 10_000).unwrap(), 5_100)
+                .allowed
+        );
+        store.release(renewed, 5_200);
+        assert!(
+            store
+                .peek("c", Limit::new(1, 1_000).unwrap(), 5_200)
+                .allowed
+        );
+    }
+
+    /// Keys of a batch in many shards, some new, some live, some emptied, some repeated: each answer
+    /// matches one-key consumes of a second store fed the same history.
+    #[test]
+    fn large_batches_match_the_single_key_path() {
+        let batch_store = MemoryStore::with_shards(4);
+        let single = MemoryStore::with_shards(4);
+        let limit = Limit::new(2, 1_000).unwrap();
+        for round in 0..6u64 {
+            let now = round * 700;
+            // Keys 0..40 in rounds, each at most once: distinct keys, so one batch = one consume each.
+            let keys: Vec<String> = (0..40)
+                .filter(|k| (k + round) % 3 != 0)
+                .map(|k| format!("k{k}"))
+                .collect();
+            let entries: Vec<Entry> = keys.iter().map(|k| Entry::new(k.clone(), limit)).collect();
+            let peeked = batch_store.peek_many(&entries, now);
+            let expect_allowed = keys.iter().all(|k| single.peek(k, limit, now).allowed);
+            assert_eq!(peeked.allowed, expect_allowed, "round {round}");
+            let consumed = batch_store.consume_many(&entries, now);
+            assert_eq!(consumed.verdict.allowed, expect_allowed, "round {round}");
+            if expect_allowed {
+                for k in &keys {
+                    assert!(single.consume(k, limit, now).allowed);
+                }
+                assert_eq!(consumed.release.unwrap().calls().len(), keys.len());
+            }
+            for k in (0..40).map(|k| format!("k{k}")) {
+                assert_eq!(
+                    batch_store.peek(&k, limit, now),
+                    single.peek(&k, limit, now),
+                    "{k} at {now}"
+                );
+            }
+        }
     }
 }
