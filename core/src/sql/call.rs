@@ -26,8 +26,9 @@ const PG_TOO_LARGE: CallError = CallError::Unsupported(
 );
 /// A batch above [`Sqlite::MAX_BATCH`] entries.
 const SQLITE_TOO_LARGE: CallError = CallError::Unsupported(
-    "a SQLite call carries at most 32765 entries (ratewindow_core::sql::Sqlite::MAX_BATCH, one bound \
-     parameter per key): split the batch into calls of at most that many",
+    "a SQLite call carries at most 100000 entries (ratewindow_core::sql::Sqlite::MAX_BATCH), and \
+     above 32765 (Sqlite::BOUND_KEYS: the keys go as one JSON text) no key holding U+0000: split \
+     the batch",
 );
 
 /// One SQL operation in progress: the statements it waits on, and what their rows mean.
@@ -357,7 +358,7 @@ impl Sqlite {
                 if entries.is_empty() {
                     return empty_batch(Some(call_id));
                 }
-                if entries.len() > Sqlite::MAX_BATCH {
+                if !Sqlite::carries(&entries) {
                     return Call::done(Err(SQLITE_TOO_LARGE));
                 }
                 match self.begin_consume(&entries, now, &call_id) {
@@ -371,7 +372,7 @@ impl Sqlite {
                 if entries.is_empty() {
                     return empty_batch(None);
                 }
-                if entries.len() > Sqlite::MAX_BATCH {
+                if !Sqlite::carries(&entries) {
                     return Call::done(Err(SQLITE_TOO_LARGE));
                 }
                 let call = self.begin_peek(&entries, now);
@@ -476,7 +477,7 @@ mod tests {
 
     #[test]
     fn sqlite_carries_max_batch_keys_one_parameter_each_and_decides_from_a_row_each() {
-        let n = Sqlite::MAX_BATCH;
+        let n = Sqlite::BOUND_KEYS;
         let mut call = Sqlite::default().start(consume(batch(n)), 100_000);
         let planned = statements(&mut call);
         // BEGIN IMMEDIATE, one trim per key, the select of every key's calls.
@@ -506,10 +507,13 @@ mod tests {
         let release = Sqlite::default().plan_release(&release);
         assert_eq!(release.params.len(), n + 1);
 
+        // Above it, the keys go as one JSON text (tested on SQLite in sql::sqlite), up to MAX_BATCH.
         let mut call = Sqlite::default().start(consume(batch(n + 1)), 100_000);
+        assert_eq!(statements(&mut call).last().unwrap().params.len(), 1);
+        let mut call = Sqlite::default().start(consume(batch(Sqlite::MAX_BATCH + 1)), 100_000);
         assert!(matches!(
             call.next(),
-            Next::Done(Err(CallError::Unsupported(m))) if m.contains("32765")
+            Next::Done(Err(CallError::Unsupported(m))) if m.contains("100000")
         ));
     }
 

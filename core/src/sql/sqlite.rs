@@ -27,11 +27,25 @@ impl Default for Sqlite {
 }
 
 impl Sqlite {
-    /// The most entries one call carries: the keys' select binds one parameter per distinct key
-    /// and the release one more, and SQLite binds at most 32,766 (its default
-    /// `SQLITE_MAX_VARIABLE_NUMBER` since 3.32). A larger batch is refused before any statement runs
-    /// (an `unsupported` error): split it.
-    pub const MAX_BATCH: usize = 32_765;
+    /// The most entries one call carries. Up to [`BOUND_KEYS`](Self::BOUND_KEYS) entries, the keys'
+    /// select and the release bind one parameter per key; above it they bind the keys as one JSON
+    /// array, read with `json_each` (built into SQLite since 3.38: better-sqlite3 12 ships 3.5x,
+    /// Python's `sqlite3` links the system's, 3.40 here), so a JSON key cannot hold U+0000 (SQLite's
+    /// JSON reader ends the text there) and such a batch is refused. A larger batch, or a batch above
+    /// `BOUND_KEYS` with a U+0000 in a key, is refused before any statement runs (an `unsupported`
+    /// error): split it.
+    pub const MAX_BATCH: usize = 100_000;
+
+    /// The most keys a statement binds one parameter each: the release binds one more (the call id),
+    /// and SQLite binds at most 32,766 (its default `SQLITE_MAX_VARIABLE_NUMBER` since 3.32).
+    pub const BOUND_KEYS: usize = 32_765;
+
+    /// Whether this many `entries` can be carried: at most [`MAX_BATCH`](Self::MAX_BATCH), and above
+    /// [`BOUND_KEYS`](Self::BOUND_KEYS) (keys read from JSON) no key holding U+0000.
+    pub fn carries(entries: &[Entry]) -> bool {
+        entries.len() <= Self::MAX_BATCH
+            && (entries.len() <= Self::BOUND_KEYS || !entries.iter().any(|e| e.key.contains('\0')))
+    }
 
     /// Run on every connection: another process's write is waited for up to 5 s rather than failing
     /// the call at once.
@@ -62,14 +76,17 @@ impl Sqlite {
         let keys = distinct_keys(entries);
         let mut statements = Vec::new();
         if call_id.is_some() {
+            statements.reserve(keys.len() + 2);
             statements.push(Statement::new("BEGIN IMMEDIATE", vec![]));
+            let trim = self
+                .names
+                .apply("DELETE FROM {p}_calls WHERE key = ? AND at <= ?");
             for &(key, longest) in &keys {
                 // A call drops the times that have left its (longest) window: now - at >= window.
                 let cutoff = now as i128 - longest as i128;
                 if cutoff >= i64::MIN as i128 {
                     statements.push(Statement::new(
-                        self.names
-                            .apply("DELETE FROM {p}_calls WHERE key = ? AND at <= ?"),
+                        trim.clone(),
                         vec![
                             SqlValue::Text(key.to_owned()),
                             SqlValue::Int(cutoff.min(i64::MAX as i128) as i64),
@@ -78,14 +95,12 @@ impl Sqlite {
                 }
             }
         }
-        let marks = vec!["?"; keys.len()].join(", ");
+        let (list, params) = key_list(keys.iter().map(|&(k, _)| k), keys.len());
         statements.push(Statement::new(
             self.names.apply(&format!(
-                "SELECT key, at FROM {{p}}_calls WHERE key IN ({marks}) ORDER BY key, at"
+                "SELECT key, at FROM {{p}}_calls WHERE key IN ({list}) ORDER BY key, at"
             )),
-            keys.iter()
-                .map(|&(k, _)| SqlValue::Text(k.to_owned()))
-                .collect(),
+            params,
         ));
         SqliteCall {
             entries: entries.iter().map(|e| (e.key.clone(), e.limit)).collect(),
@@ -119,12 +134,12 @@ impl Sqlite {
 
     /// Removes exactly the rows of the call `release` recorded.
     pub fn plan_release(&self, release: &SqlRelease) -> Statement {
-        let marks = vec!["?"; release.keys.len()].join(", ");
+        let (list, keys) = key_list(release.keys.iter().map(String::as_str), release.keys.len());
         let mut params = vec![SqlValue::Text(release.call_id.clone())];
-        params.extend(release.keys.iter().map(|k| SqlValue::Text(k.clone())));
+        params.extend(keys);
         Statement::new(
             self.names.apply(&format!(
-                "DELETE FROM {{p}}_calls WHERE id = ? AND key IN ({marks})"
+                "DELETE FROM {{p}}_calls WHERE id = ? AND key IN ({list})"
             )),
             params,
         )
@@ -195,6 +210,48 @@ impl Sqlite {
             ),
         ]
     }
+}
+
+/// The list a statement reads `n` keys from, and its parameters: one `?` per key up to
+/// [`Sqlite::BOUND_KEYS`], else one JSON array of the keys read with `json_each` (so any number of keys
+/// takes one parameter).
+fn key_list<'a>(keys: impl Iterator<Item = &'a str>, n: usize) -> (String, Vec<SqlValue>) {
+    if n <= Sqlite::BOUND_KEYS {
+        let params = keys.map(|k| SqlValue::Text(k.to_owned())).collect();
+        (vec!["?"; n].join(", "), params)
+    } else {
+        let mut json = String::with_capacity(n * 16);
+        json.push('[');
+        for (i, key) in keys.enumerate() {
+            if i > 0 {
+                json.push(',');
+            }
+            json_string(&mut json, key);
+        }
+        json.push(']');
+        (
+            "SELECT value FROM json_each(?)".to_owned(),
+            vec![SqlValue::Text(json)],
+        )
+    }
+}
+
+/// Appends `text` as a JSON string: `"` and `\` escaped, control characters as `\u00XX`, the rest as
+/// it is (UTF-8).
+fn json_string(out: &mut String, text: &str) {
+    use std::fmt::Write;
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 /// One sliding-log call on SQLite. Run [`statements`](Self::statements) in order on one connection,
@@ -574,4 +631,125 @@ pub(crate) struct Settled {
     pub(crate) window: Option<WindowState>,
     pub(crate) counted: bool,
     pub(crate) statements: Vec<Statement>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::{Call, CallError, Command, Fed, Op, Outcome, ReleaseToken};
+    use rusqlite::types::{Value, ValueRef};
+
+    fn run(db: &rusqlite::Connection, statement: &Statement) -> Vec<Vec<SqlValue>> {
+        let mut st = db.prepare(&statement.sql).unwrap();
+        let params = statement.params.iter().map(|p| match p {
+            SqlValue::Int(i) => Value::Integer(*i),
+            SqlValue::Text(s) => Value::Text(s.clone()),
+            other => panic!("SQLite takes no {other:?}"),
+        });
+        let columns = st.column_count();
+        let rows = st
+            .query_map(rusqlite::params_from_iter(params), |row| {
+                (0..columns)
+                    .map(|i| {
+                        Ok(match row.get_ref(i)? {
+                            ValueRef::Integer(v) => SqlValue::Int(v),
+                            ValueRef::Text(t) => {
+                                SqlValue::Text(String::from_utf8(t.to_vec()).unwrap())
+                            }
+                            other => panic!("unexpected column {other:?}"),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap();
+        rows.collect::<rusqlite::Result<_>>().unwrap()
+    }
+
+    fn go(db: &rusqlite::Connection, call: Call) -> Result<Outcome, CallError> {
+        let (result, _) = call.drive(|command: Command<'_>| {
+            let Command::Sql { statements } = command else {
+                return Err("no scripts".to_owned());
+            };
+            let mut rows = Vec::new();
+            for statement in statements {
+                rows = run(db, statement);
+            }
+            Ok(Fed::Rows(rows))
+        });
+        result
+    }
+
+    /// Above `BOUND_KEYS` the keys cross as one JSON text: every key, however spelled, is found by the
+    /// select and by the release, on a real SQLite; a U+0000 in such a batch is refused.
+    #[test]
+    fn a_batch_above_the_bound_parameters_reads_its_keys_from_json() {
+        let db = rusqlite::Connection::open_in_memory().unwrap();
+        let sqlite = Sqlite::default();
+        db.execute_batch(&sqlite.schema()).unwrap();
+        let limit = Limit::new(1, 60_000).unwrap();
+        let odd = [
+            "q\"uote",
+            "back\\slash",
+            "\u{1}ctl\n",
+            "é😀",
+            "12",
+            "",
+            "null",
+            "[1]",
+        ];
+        let mut entries: Vec<Entry> = (0..Sqlite::BOUND_KEYS + 10)
+            .map(|i| Entry::new(format!("k{i}"), limit))
+            .collect();
+        entries.extend(odd.iter().map(|k| Entry::new(*k, limit)));
+        let consume = |entries: Vec<Entry>, id: &str| Op::Consume {
+            entries,
+            call_id: id.to_owned(),
+        };
+        let Ok(Outcome::Verdict {
+            verdict,
+            release: Some(ReleaseToken::Sql(release)),
+        }) = go(&db, sqlite.start(consume(entries.clone(), "one"), 1_000))
+        else {
+            panic!("expected an allowed consume");
+        };
+        assert!(verdict.allowed);
+        let count: i64 = db
+            .query_row("SELECT count(*) FROM ratewindow_calls", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(count as usize, entries.len());
+        // Each odd key is found by the big select: the batch is refused on it.
+        for key in odd {
+            let mut batch = entries[..Sqlite::BOUND_KEYS + 1].to_vec();
+            batch.push(Entry::new(key, limit));
+            let peek = Op::Peek { entries: batch };
+            let Ok(Outcome::Verdict { verdict, .. }) = go(&db, sqlite.start(peek, 2_000)) else {
+                panic!("expected a verdict");
+            };
+            assert!(!verdict.allowed, "{key:?}");
+        }
+        // The release finds every row by the JSON list.
+        let released = go(
+            &db,
+            sqlite.start(
+                Op::Release {
+                    token: ReleaseToken::Sql(release),
+                },
+                3_000,
+            ),
+        );
+        assert!(matches!(released, Ok(Outcome::Unit)));
+        let count: i64 = db
+            .query_row("SELECT count(*) FROM ratewindow_calls", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(count, 0);
+
+        let mut with_nul = entries;
+        with_nul.push(Entry::new("nul\0key", limit));
+        assert!(matches!(
+            go(&db, sqlite.start(consume(with_nul.clone(), "two"), 4_000)),
+            Err(CallError::Unsupported(m)) if m.contains("U+0000")
+        ));
+        // Below the bound a U+0000 is bound as it is.
+        assert!(Sqlite::carries(&with_nul[Sqlite::BOUND_KEYS + 1..]));
+    }
 }
