@@ -22,6 +22,7 @@ use ratewindow_core::redis::RedisOptions;
 use ratewindow_core::sql::{Postgres, SqlNames, Sqlite};
 use ratewindow_core::{Entry, Window};
 
+use crate::entry::Key;
 use crate::errors::guard;
 use crate::limit::{hit_args, whole, Limit};
 use crate::store::{entries, read_clock};
@@ -494,13 +495,13 @@ impl Machine {
     }
 
     /// Redis: the key of `key`'s sliding log.
-    fn log_key(&self, key: &str) -> PyResult<String> {
-        Ok(self.redis()?.log_key(key))
+    fn log_key(&self, key: Key<'_>) -> PyResult<String> {
+        Ok(self.redis()?.log_key(key.0))
     }
 
     /// Redis: the key of `key`'s fixed window.
-    fn window_key(&self, key: &str) -> PyResult<String> {
-        Ok(self.redis()?.window_key(key))
+    fn window_key(&self, key: Key<'_>) -> PyResult<String> {
+        Ok(self.redis()?.window_key(key.0))
     }
 
     /// SQL: the schema (idempotent).
@@ -540,9 +541,9 @@ impl Machine {
     }
 
     /// Consume of one entry (its verdict has no `blocked`).
-    fn consume(&self, py: Python<'_>, key: &str, limit: &Bound<'_, Limit>) -> PyResult<Call> {
+    fn consume(&self, py: Python<'_>, key: Key<'_>, limit: &Bound<'_, Limit>) -> PyResult<Call> {
         guard(|| {
-            let entries = vec![Entry::new(key, limit.get().inner)];
+            let entries = vec![Entry::new(key.0, limit.get().inner)];
             let op = Op::Consume {
                 entries,
                 call_id: call_id(),
@@ -552,9 +553,9 @@ impl Machine {
     }
 
     /// Peek of one entry.
-    fn peek(&self, py: Python<'_>, key: &str, limit: &Bound<'_, Limit>) -> PyResult<Call> {
+    fn peek(&self, py: Python<'_>, key: Key<'_>, limit: &Bound<'_, Limit>) -> PyResult<Call> {
         guard(|| {
-            let entries = vec![Entry::new(key, limit.get().inner)];
+            let entries = vec![Entry::new(key.0, limit.get().inner)];
             self.start(py, Op::Peek { entries }, Shape::Single)
         })
     }
@@ -593,11 +594,11 @@ impl Machine {
     fn hit(
         &self,
         py: Python<'_>,
-        key: &str,
+        key: Key<'_>,
         decay_ms: &Bound<'_, PyAny>,
         amount: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Call> {
-        guard(|| self.hit_as(py, key, hit_args(decay_ms, amount)?, Shape::Count))
+        guard(|| self.hit_as(py, key.0, hit_args(decay_ms, amount)?, Shape::Count))
     }
 
     /// `hit`, the outcome a `HitResult` (the count and the ms until the window ends).
@@ -605,77 +606,77 @@ impl Machine {
     fn hit_window(
         &self,
         py: Python<'_>,
-        key: &str,
+        key: Key<'_>,
         decay_ms: &Bound<'_, PyAny>,
         amount: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Call> {
-        guard(|| self.hit_as(py, key, hit_args(decay_ms, amount)?, Shape::Plain))
+        guard(|| self.hit_as(py, key.0, hit_args(decay_ms, amount)?, Shape::Plain))
     }
 
     /// Atomically, one hit if `key` has fewer than `max`; the outcome an `AttemptResult`.
     fn attempt(
         &self,
         py: Python<'_>,
-        key: &str,
+        key: Key<'_>,
         max: &Bound<'_, PyAny>,
         decay_ms: &Bound<'_, PyAny>,
     ) -> PyResult<Call> {
         guard(|| {
             let max = whole("max", max)?;
             let (decay, _) = hit_args(decay_ms, None)?;
-            let key = key.to_owned();
+            let key = key.0.to_owned();
             self.start(py, Op::Attempt { key, max, decay }, Shape::Plain)
         })
     }
 
     /// Hits in `key`'s window (int).
-    fn attempts(&self, py: Python<'_>, key: &str) -> PyResult<Call> {
-        guard(|| self.read(py, key, WindowQuery::Attempts))
+    fn attempts(&self, py: Python<'_>, key: Key<'_>) -> PyResult<Call> {
+        guard(|| self.read(py, key.0, WindowQuery::Attempts))
     }
 
     /// Whether `key` has `max` or more hits (bool).
     fn too_many_attempts(
         &self,
         py: Python<'_>,
-        key: &str,
+        key: Key<'_>,
         max: &Bound<'_, PyAny>,
     ) -> PyResult<Call> {
         guard(|| {
             let max = whole("max", max)?;
-            self.read(py, key, WindowQuery::TooManyAttempts { max })
+            self.read(py, key.0, WindowQuery::TooManyAttempts { max })
         })
     }
 
     /// `max` minus the hits, floored at 0 (int).
-    fn remaining(&self, py: Python<'_>, key: &str, max: &Bound<'_, PyAny>) -> PyResult<Call> {
+    fn remaining(&self, py: Python<'_>, key: Key<'_>, max: &Bound<'_, PyAny>) -> PyResult<Call> {
         guard(|| {
             let max = whole("max", max)?;
-            self.read(py, key, WindowQuery::Remaining { max })
+            self.read(py, key.0, WindowQuery::Remaining { max })
         })
     }
 
     /// Whole seconds until `key`'s window ends, rounded up (int).
-    fn available_in(&self, py: Python<'_>, key: &str) -> PyResult<Call> {
-        guard(|| self.read(py, key, WindowQuery::AvailableIn))
+    fn available_in(&self, py: Python<'_>, key: Key<'_>) -> PyResult<Call> {
+        guard(|| self.read(py, key.0, WindowQuery::AvailableIn))
     }
 
     /// Milliseconds until `key`'s window ends (int).
-    fn available_in_ms(&self, py: Python<'_>, key: &str) -> PyResult<Call> {
-        guard(|| self.read(py, key, WindowQuery::AvailableInMs))
+    fn available_in_ms(&self, py: Python<'_>, key: Key<'_>) -> PyResult<Call> {
+        guard(|| self.read(py, key.0, WindowQuery::AvailableInMs))
     }
 
     /// Sets `key`'s count to zero, keeping its window.
-    fn reset_attempts(&self, py: Python<'_>, key: &str) -> PyResult<Call> {
+    fn reset_attempts(&self, py: Python<'_>, key: Key<'_>) -> PyResult<Call> {
         guard(|| {
-            let key = key.to_owned();
+            let key = key.0.to_owned();
             self.start(py, Op::ResetAttempts { key }, Shape::Plain)
         })
     }
 
     /// Removes `key`'s count and window.
-    fn clear(&self, py: Python<'_>, key: &str) -> PyResult<Call> {
+    fn clear(&self, py: Python<'_>, key: Key<'_>) -> PyResult<Call> {
         guard(|| {
-            let key = key.to_owned();
+            let key = key.0.to_owned();
             self.start(py, Op::Clear { key }, Shape::Plain)
         })
     }

@@ -82,3 +82,50 @@ def test_a_redis_prefix_that_could_name_another_prefixs_keys_is_refused() -> Non
         with pytest.raises(InvalidArgumentError, match='must not contain "log:" or "win:"'):
             RedisStore(run, prefix=prefix)
     RedisStore(run, prefix="p:lo")
+
+
+def _every_single_key_call(store: Any, key: str) -> list[Any]:
+    """Each single-key method of a networked store, as a thunk."""
+    return [
+        lambda: store.consume(key, ONE),
+        lambda: store.peek(key, ONE),
+        lambda: store.hit(key, 1000),
+        lambda: store.hit_window(key, 1000),
+        lambda: store.attempt(key, 3, 1000),
+        lambda: store.attempts(key),
+        lambda: store.too_many_attempts(key, 3),
+        lambda: store.remaining(key, 3),
+        lambda: store.available_in(key),
+        lambda: store.available_in_ms(key),
+        lambda: store.reset_attempts(key),
+        lambda: store.clear(key),
+    ]
+
+
+def test_a_redis_stores_single_key_calls_refuse_a_lone_surrogate_as_a_typed_error() -> None:
+    from ratewindow import RedisStore
+
+    def run(*_: Any) -> Any:
+        raise AssertionError("not reached: the key is refused before any command")
+
+    store = RedisStore(run, prefix="hostile:")
+    for call in _every_single_key_call(store, "s\ud800"):
+        with refused_key("key", 1) as info:
+            call()
+        assert info.value.field == "key"
+        assert isinstance(info.value.__cause__, UnicodeEncodeError)
+
+
+def test_a_sqlite_stores_single_key_calls_refuse_a_lone_surrogate_and_keep_the_real_key() -> None:
+    import sqlite3
+
+    from ratewindow import SqliteStore
+
+    store = SqliteStore(sqlite3.connect(":memory:", isolation_level=None), prefix="hostile")
+    assert store.consume("s\ufffd", ONE).allowed
+    for call in _every_single_key_call(store, "\udc00s"):
+        with refused_key("key", 0):
+            call()
+    # Nothing was counted against the key U+FFFD would have replaced it with.
+    assert not store.consume("s\ufffd", ONE).allowed
+    assert store.consume("s\U0001f600", ONE).allowed
