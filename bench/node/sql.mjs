@@ -18,6 +18,9 @@
 //   - rlf-rel:   the same on a pool whose connections run with synchronous_commit = off
 //   - bare:      pool.query('SELECT 1') (the floor: one round trip)
 //   - batch3:    PostgresStore.consumeMany of 3 entries (still one statement)
+//   - prev:      before/after in the same run: the same PostgresStore, but its one-entry statement swapped
+//                for the previous schema's (`SELECT … FROM {p}_sliding1(…)`, PL/pgSQL reading the row
+//                itself), installed from the upgrade-test fixture core/tests/data/postgres_schema_0_1_log.sql
 //   Like for like: ours / rlf-rel (both relaxed) and ours-dur / rlf (both wait for the flush).
 //   Round trips per call are counted on the pool ours runs on (target: 1).
 //   SQLite (better-sqlite3, a file in a temp dir, WAL, one call at a time):
@@ -26,7 +29,7 @@
 //
 //   node bench/node/sql.mjs               full run (~2 min)
 //   BENCH_QUICK=1 node bench/node/sql.mjs a smoke run (1,000 keys, ~6 s)
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -114,6 +117,18 @@ async function postgres() {
   const durable = PostgresStore.using(pool, { prefix: durPrefix, durable: true });
   await store.installSchema();
   await durable.installSchema();
+  // The previous one-entry statement, through the same store code: only its text is swapped.
+  const prevPrefix = `rw_benchp_${tag}`;
+  const fixture = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'core', 'tests', 'data', 'postgres_schema_0_1_log.sql');
+  await pool.query(readFileSync(fixture, 'utf8').replaceAll('{p}', prevPrefix));
+  const prevOne = `SELECT allowed, retry_after_ms, retry_timestamp, blocked, now_ms, quota_limit, remaining, refill_after_ms, reset_after_ms FROM ${prevPrefix}_sliding1($1, $2, $3, $4::bigint, $5::bigint, $6::boolean)`;
+  const prev = PostgresStore.using(
+    (sql, values) => {
+      const text = sql.startsWith('SELECT v[1] = 1 AS allowed') ? prevOne : sql;
+      return pool.query({ name: `rw_bench_prev_${text.length}`, text, values, rowMode: 'array' }).then((r) => r.rows);
+    },
+    { prefix: prevPrefix },
+  );
   try {
     await Promise.all(Array.from({ length: 8 }, () => pool.query('SELECT 1'))); // connections open
     await Promise.all(Array.from({ length: 8 }, () => relaxedPool.query('SELECT 1')));
@@ -127,7 +142,7 @@ async function postgres() {
       if (variant === 'refusals') {
         // Every key at its limit: ours by five passes of batches (one call per key per pass), rlf by set().
         for (let pass = 0; pass < limit.uses; pass++) {
-          for (const s of [store, durable]) {
+          for (const s of [store, durable, prev]) {
             for (let i = 0; i < N; i += 500) await s.consumeMany(KEYS.slice(i, i + 500).map((key) => ({ key, limit })));
           }
         }
@@ -142,6 +157,7 @@ async function postgres() {
       const contenders = {
         ours: (i) => (calls++, store.consume(KEYS[i % N], limit)),
         'ours-dur': (i) => durable.consume(KEYS[i % N], limit),
+        prev: (i) => prev.consume(KEYS[i % N], limit),
         rlf: (i) => ignoreRefusal(rlf.consume(KEYS[i % N])),
         'rlf-rel': (i) => ignoreRefusal(rlfRel.consume(KEYS[i % N])),
         bare: () => pool.query('SELECT 1'),
@@ -151,19 +167,19 @@ async function postgres() {
           { key: `c:${KEYS[i % N]}`, limit: LIMIT },
         ])),
       };
-      const pairs = [['ours', 'rlf-rel'], ['ours-dur', 'rlf'], ['ours', 'rlf'], ['ours', 'bare'], ['batch3', 'ours']];
+      const pairs = [['ours', 'rlf-rel'], ['ours-dur', 'rlf'], ['ours', 'rlf'], ['ours', 'bare'], ['ours', 'prev'], ['batch3', 'ours']];
       console.log(`  ${variant}${variant === 'refusals' ? ' (every key full: 5 uses per 600 s)' : ' (1,000 uses per 10 s)'}`);
       for (const inflight of [1, 16]) {
         const { rates: m, ratios } = await interleaved(contenders, inflight, pairs);
         console.log(
-          `    in flight ${String(inflight).padStart(2)}: ours ${fmt(m.ours)}  ours-dur ${fmt(m['ours-dur'])}  rlf ${fmt(m.rlf)}  rlf-rel ${fmt(m['rlf-rel'])}  bare ${fmt(m.bare)}  batch3 ${fmt(m.batch3)}`,
+          `    in flight ${String(inflight).padStart(2)}: ours ${fmt(m.ours)}  ours-dur ${fmt(m['ours-dur'])}  rlf ${fmt(m.rlf)}  rlf-rel ${fmt(m['rlf-rel'])}  bare ${fmt(m.bare)}  prev ${fmt(m.prev)}  batch3 ${fmt(m.batch3)}`,
         );
         console.log(`                  ${Object.entries(ratios).map(([k, v]) => `${k} ${v.toFixed(2)}x`).join('  ')}`);
       }
       console.log(`    round trips per call (ours, consume and consumeMany): ${(roundTrips / calls).toFixed(3)}`);
     }
   } finally {
-    for (const p of [prefix, durPrefix]) {
+    for (const p of [prefix, durPrefix, prevPrefix]) {
       const { rows } = await pool.query(`SELECT oid::regprocedure::text AS f FROM pg_proc WHERE proname LIKE $1`, [`${p.replace(/_/g, '\\_')}\\_%`]);
       for (const { f } of rows) await pool.query(`DROP FUNCTION IF EXISTS ${f}`);
       await pool.query(`DROP TABLE IF EXISTS ${p}_log, ${p}_calls, ${p}_windows`);
