@@ -61,6 +61,15 @@ def _not_idle() -> StoreError:
     return StoreError("install_schema() needs a connection that is not inside a transaction")
 
 
+def _has_rows(cur: Any) -> bool:
+    """Whether the statement just run returned rows (a result set, maybe empty). Read from the
+    libpq result's status: ``cur.description`` would build a column object per column every call."""
+    import psycopg
+
+    result = cur.pgresult
+    return result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK
+
+
 def _sync_query(query: Query) -> Callable[[_ratewindow.Sql], Any]:
     def execute(command: _ratewindow.Sql) -> Any:
         try:
@@ -108,13 +117,13 @@ def _sync_executor(target: object) -> tuple[Query, Callable[[str], None]]:
         with psycopg.RawCursor(conn, row_factory=tuple_row) as cur:
             if conn.autocommit:
                 cur.execute(sql, params)
-                return cur.fetchall() if cur.description is not None else []
+                return cur.fetchall() if _has_rows(cur) else []
             # Not autocommit: BEGIN … COMMIT around the statement (a savepoint inside a transaction of
             # the caller's), so the advisory locks are released at once and an error rolls back.
             params = _durable_inside(conn, params)
             with lock, conn.transaction():
                 cur.execute(sql, params)
-                return cur.fetchall() if cur.description is not None else []
+                return cur.fetchall() if _has_rows(cur) else []
 
     def run_script(conn: psycopg.Connection[Any], sql: str) -> None:
         if conn.autocommit:
@@ -284,11 +293,11 @@ def _async_executor(target: object) -> tuple[AsyncQuery, Callable[[str], Awaitab
         async with psycopg.AsyncRawCursor(conn, row_factory=tuple_row) as cur:
             if conn.autocommit:
                 await cur.execute(sql, params)
-                return await cur.fetchall() if cur.description is not None else []
+                return await cur.fetchall() if _has_rows(cur) else []
             params = _durable_inside(conn, params)
             async with lock, conn.transaction():
                 await cur.execute(sql, params)
-                return await cur.fetchall() if cur.description is not None else []
+                return await cur.fetchall() if _has_rows(cur) else []
 
     async def run_script(conn: psycopg.AsyncConnection[Any], sql: str) -> None:
         if conn.autocommit:
