@@ -16,6 +16,10 @@ read for the ``Sync`` messages the client sent (one per round trip outside pipel
   answered by one read of the key's row (no lock, no write).
 - ``consume`` through a schema installed with ``durable=True`` (each commit waits for the WAL flush;
   by default the functions commit with ``synchronous_commit = off``).
+- before/after in the same run: ``consume`` and the refusals through a query function of the bench's
+  own, once with this schema and once with the previous one (the upgrade-test fixture
+  ``core/tests/data/postgres_schema_0_1_log.sql``, its one-entry statement swapped in): the ratio of
+  the two is printed.
 - SQLite: ``SqliteStore(sqlite3.connect(path, isolation_level=None)).consume`` on a file, in the
   default rollback journal and in WAL with ``synchronous=NORMAL``.
 
@@ -79,6 +83,36 @@ def refusals(store: PostgresStore, keys: list[str]) -> Runner:
         return sum(call(key, full).allowed for key in batch)
 
     return run
+
+
+FIXTURE = Path(__file__).resolve().parents[2] / "core" / "tests" / "data" / "postgres_schema_0_1_log.sql"
+PREV_ONE = (
+    "SELECT allowed, retry_after_ms, retry_timestamp, blocked, now_ms, quota_limit, remaining, refill_after_ms, "
+    "reset_after_ms FROM {p}_sliding1($1, $2, $3, $4::bigint, $5::bigint, $6::boolean)"
+)
+
+
+def swapped(conn: psycopg.Connection[Any], prefix: str, *, prev: bool) -> PostgresStore:
+    """A store under ``prefix`` through a query function on ``conn`` (``$1`` placeholders, statements
+    prepared by psycopg as for the store's own). ``prev``: the schema is the previous one (the
+    upgrade-test fixture) and the one-entry statement is swapped for its ``{p}_sliding1`` (PL/pgSQL
+    reading the row itself). The same store code and client either way: the pair is a before/after
+    in one interleaved run."""
+    old_one = PREV_ONE.replace("{p}", prefix)
+
+    def query(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        if prev and sql.startswith("SELECT v[1] = 1 AS allowed"):
+            sql = old_one
+        with psycopg.RawCursor(conn) as cur:
+            cur.execute(sql.encode(), params)
+            result = cur.pgresult
+            return cur.fetchall() if result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK else []
+
+    if prev:
+        conn.execute(FIXTURE.read_text().replace("{p}", prefix).encode())
+    else:
+        PostgresStore.using(conn, prefix=prefix).install_schema()
+    return PostgresStore.using(query, prefix=prefix)
 
 
 def consume_many(store: PostgresStore, width: int) -> Runner:
@@ -145,17 +179,25 @@ def main() -> None:
                 "PostgresStore.consume (refusals: every key full)": refusals(
                     PostgresStore.using(conn, prefix=f"{prefix}_f"), keys[: args.ops]  # the keys the rounds use
                 ),
+                # Before/after: the same query function, this schema's one-entry statement and the last.
+                "query fn: consume": consume(swapped(conn, f"{prefix}_n", prev=False)),
+                "query fn: consume, previous statement": consume(swapped(conn, f"{prefix}_p", prev=True)),
+                "query fn: refusals": refusals(swapped(conn, f"{prefix}_nf", prev=False), keys[: args.ops]),
+                "query fn: refusals, previous statement": refusals(
+                    swapped(conn, f"{prefix}_pf", prev=True), keys[: args.ops]
+                ),
             }
             trips = {
                 name: round_trips(tx_conn if "not autocommit" in name else conn, run) for name, run in runners.items()
             }
             rates = interleaved(runners, keys, args.rounds, args.ops)
         finally:
-            for p in (prefix, f"{prefix}_d", f"{prefix}_f"):
-                conn.execute(
-                    f"DROP TABLE {p}_log, {p}_windows; DROP FUNCTION {p}_sliding, {p}_sliding1, {p}_take1, {p}_consume, "
-                    f"{p}_window, {p}_attempt".encode()
-                )
+            for p in (prefix, *(f"{prefix}_{s}" for s in ("d", "f", "n", "p", "nf", "pf"))):
+                conn.execute(f"DROP TABLE IF EXISTS {p}_log, {p}_windows".encode())
+                for (function,) in conn.execute(
+                    "SELECT oid::regprocedure::text FROM pg_proc WHERE proname LIKE %s", [f"{p}\\_%"]
+                ).fetchall():
+                    conn.execute(f"DROP FUNCTION IF EXISTS {function}".encode())
 
     base = rates["bare SELECT 1"]
     print(f"PostgreSQL (psycopg {psycopg.__version__}, unix socket): {KEYS:,} keys round-robin, {USES} uses per")
@@ -163,6 +205,9 @@ def main() -> None:
     print(f"{'contender':<48} {'calls/s':>10} {'us/call':>9} {'time vs SELECT 1':>17} {'round trips':>12}")
     for name, rate in rates.items():
         print(f"{name:<48} {rate:>10,.0f} {1e6 / rate:>9.1f} {base / rate:>16.2f}x {trips[name]:>12.2f}")
+    for what in ("consume", "refusals"):
+        after, before = rates[f"query fn: {what}"], rates[f"query fn: {what}, previous statement"]
+        print(f"{what}: this schema's one-entry statement / the previous one: {after / before:.2f}x calls/s")
 
     print()
     print(f"SQLite {sqlite3.sqlite_version} file, the same workload, {args.rounds} rounds of {args.ops:,} calls")
