@@ -206,6 +206,13 @@ impl JsGuard {
         self.guard.answered(allowed);
     }
 
+    /// A call not counted yet (no cache check: [`begin`](Self::begin) was not called) answered in
+    /// time by the store: counts the call and its answer in one crossing.
+    pub fn settled(&mut self, allowed: bool) {
+        self.guard.begin();
+        self.guard.answered(allowed);
+    }
+
     /// The store refused in time: counts it and, with the cache on, remembers the blocked entry
     /// (`key` under `uses`/`window_ms`) from the call's send time `started`, its `retry_after_ms`,
     /// `retry_timestamp` (NaN or negative: none) and `reset_after_ms` (NaN: none). An invalid limit
@@ -262,14 +269,18 @@ impl JsGuard {
     }
 
     /// The store failed (`timeout`, `store-error`, `not-ready`): `1` allowed, `0` refused (the
-    /// refusal in the record), `2` ask the fallback store.
-    pub fn failed(&mut self, failure: &str, out: &mut GuardRecord) -> Res<f64> {
+    /// refusal in the record), `2` ask the fallback store. `begin`: the call was not counted yet
+    /// (no cache check), count it too.
+    pub fn failed(&mut self, failure: &str, begin: bool, out: &mut GuardRecord) -> Res<f64> {
         let failure = GuardFailure::parse(failure).ok_or_else(|| {
             Failure::new(
                 "invalid_argument:failure",
                 format!("invalid failure: {failure} (expected timeout, store-error or not-ready)"),
             )
         })?;
+        if begin {
+            self.guard.begin();
+        }
         Ok(match self.guard.failed(failure) {
             OnFailure::Answer(v) if v.allowed => 1.0,
             OnFailure::Answer(v) => {
@@ -397,20 +408,27 @@ mod tests {
     fn failures_and_late_answers() {
         let mut out = [0.0; LEN];
         let mut deny = JsGuard::new(250.0, Some("deny"), None).ok().unwrap();
-        assert_eq!(deny.failed("timeout", &mut out).unwrap(), 0.0);
+        assert_eq!(deny.failed("timeout", true, &mut out).unwrap(), 0.0);
         assert_eq!(out[RETRY_AFTER_MS], 250.0);
         assert!(out[RETRY_TIMESTAMP].is_nan() && out[BLOCKED].is_nan());
         assert_eq!(deny.late(false, true), 1);
         assert_eq!(deny.late(false, false), 0);
-        assert!(deny.failed("later", &mut out).is_err());
+        assert!(deny.failed("later", true, &mut out).is_err());
         let mut allow = JsGuard::new(250.0, Some("allow"), None).ok().unwrap();
-        assert_eq!(allow.failed("store-error", &mut out).unwrap(), 1.0);
+        assert_eq!(allow.failed("store-error", false, &mut out).unwrap(), 1.0);
         assert_eq!(allow.late(true, true), 2);
         let mut fb = JsGuard::new(250.0, None, None).ok().unwrap();
-        assert_eq!(fb.failed("not-ready", &mut out).unwrap(), 2.0);
+        assert_eq!(fb.failed("not-ready", true, &mut out).unwrap(), 2.0);
         fb.fallback_failed(&mut out);
         assert_eq!(out[RETRY_AFTER_MS], 250.0);
         assert!(JsGuard::is_failure("ERR_RATEWINDOW_STORE"));
+        // Counted with the failure when `begin` (the unknown failure counted nothing).
+        assert_eq!(deny.stats()[0], 1.0);
+        assert_eq!(allow.stats()[0], 0.0);
+        let mut s = JsGuard::new(250.0, Some("deny"), None).ok().unwrap();
+        s.settled(true);
+        s.settled(false);
+        assert_eq!(s.stats()[..3], [2.0, 1.0, 1.0]);
         assert!(!JsGuard::is_failure("ERR_RATEWINDOW_INVALID_LIMIT"));
     }
 }

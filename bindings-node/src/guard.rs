@@ -121,6 +121,13 @@ impl NativeGuard {
         self.inner.answered(allowed);
     }
 
+    /// A call not counted yet answered in time by the store: the call and its answer, counted in one
+    /// crossing.
+    #[napi]
+    pub fn settled(&mut self, allowed: bool) {
+        self.inner.settled(allowed);
+    }
+
     /// The store refused in time: counted, and the blocked entry cached (with the cache on).
     #[napi]
     #[allow(clippy::too_many_arguments)]
@@ -161,12 +168,12 @@ impl NativeGuard {
     }
 
     /// The store failed (`timeout`, `store-error`, `not-ready`): `1` allowed, `0` refused (the refusal
-    /// in the record), `2` ask the fallback store.
+    /// in the record), `2` ask the fallback store. `begin`: count the call too (it was not counted).
     #[napi]
-    pub fn failed(&mut self, failure: String) -> Result<f64, String> {
+    pub fn failed(&mut self, failure: String, begin: bool) -> Result<f64, String> {
         glue(|| {
             let (inner, out) = self.out();
-            inner.failed(&failure, out)
+            inner.failed(&failure, begin, out)
         })
     }
 

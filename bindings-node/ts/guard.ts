@@ -137,7 +137,8 @@ interface NativeGuard {
   answered(allowed: boolean): void;
   refused(key: string, uses: number, windowMs: number, started: number, retryAfterMs: number, retryTimestamp: number, resetAfterMs: number): void;
   forget(key: string, uses: number, windowMs: number): void;
-  failed(failure: GuardFailure): number;
+  failed(failure: GuardFailure, begin: boolean): number;
+  settled(allowed: boolean): void;
   fallbackAnswered(allowed: boolean): void;
   fallbackFailed(): void;
   late(answeredAllowed: boolean, lateAllowed: boolean): number;
@@ -217,6 +218,9 @@ interface Pending {
   /** The guard's verdict, while a fallback store is still answering. */
   answer: Promise<BatchVerdict> | undefined;
 }
+
+/** What a queue slot holds once its call is answered (the call itself is let go). */
+const DONE: Pending = { deadline: 0, done: true, expire: () => {}, answeredAllowed: undefined, answer: undefined };
 
 const asyncDispose: symbol =
   (Symbol as unknown as { asyncDispose?: symbol }).asyncDispose ?? Symbol.for('nodejs.asyncDispose');
@@ -409,9 +413,8 @@ export class GuardedStore extends CooldownStore {
         return Promise.reject(fromBackend(e, limit?.uses, limit?.windowMs));
       }
       if (wait > 0) return Promise.resolve(this.fromRecord(single));
-    } else {
-      this.native.begin();
     }
+    // Without the cache a call is counted when it is answered (one crossing: `settled`, `failed`).
     if (this.closed) return this.failure(op, entries, single, 'not-ready', new StoreError('the guard is closed'));
     if (this.readyWait !== undefined) return this.afterReady(op, entries, single, started);
     if (this.readyError !== undefined) return this.failure(op, entries, single, 'not-ready', this.readyError);
@@ -529,7 +532,8 @@ export class GuardedStore extends CooldownStore {
   /** The store answered in time: counted (a refusal cached), and the verdict as the caller sees it. */
   private settle(v: BatchVerdict, entries: readonly Entry[], single: boolean, started: number): BatchVerdict {
     if (v.allowed) {
-      this.native.answered(true);
+      if (this.caching) this.native.answered(true);
+      else this.native.settled(true);
       return single || typeof v.release !== 'function' ? v : this.withRelease(v, v, entries, true);
     }
     if (this.caching) {
@@ -546,7 +550,7 @@ export class GuardedStore extends CooldownStore {
           v.resetAfterMs ?? NaN,
         );
       } else this.native.answered(false);
-    } else this.native.answered(false);
+    } else this.native.settled(false);
     return single ? singleOf(v) : v;
   }
 
@@ -559,7 +563,7 @@ export class GuardedStore extends CooldownStore {
   /** A failure: the policy's verdict, or the fallback store's. */
   private failure(op: GuardOperation, entries: readonly Entry[], single: boolean, failed: GuardFailure, cause: unknown): Promise<BatchVerdict> {
     this.emit({ type: 'failure', failed, cause, operation: op, entries });
-    const r = this.native.failed(failed);
+    const r = this.native.failed(failed, !this.caching);
     if (r === 1) return Promise.resolve(marked({ allowed: true, retryAfterMs: 0 }, failed, cause));
     if (r === 0) return Promise.resolve(marked(this.refusalFromRecord(single), failed, cause));
     return this.viaFallback(op, entries, single, failed, cause);
@@ -684,20 +688,27 @@ export class GuardedStore extends CooldownStore {
   // --- the deadlines: one timer for all calls ----------------------------------------------------
 
   private schedule(p: Pending): void {
+    // Answered calls at the head go first, so the queue holds about the calls in flight.
+    const q = this.queue;
+    while (this.head < q.length && q[this.head]!.done) q[this.head++] = DONE;
+    if (this.head > 64 && this.head * 2 > q.length) {
+      this.queue = q.slice(this.head);
+      this.head = 0;
+    }
     this.queue.push(p);
     if (this.timer === undefined) this.arm();
   }
 
   private arm(): void {
     const q = this.queue;
-    while (this.head < q.length && q[this.head]!.done) this.head++;
+    while (this.head < q.length && q[this.head]!.done) q[this.head++] = DONE;
     if (this.head >= q.length) {
       this.queue = [];
       this.head = 0;
       this.timer = undefined;
       return;
     }
-    if (this.head > 1024 && this.head * 2 > q.length) {
+    if (this.head > 64 && this.head * 2 > q.length) {
       this.queue = q.slice(this.head);
       this.head = 0;
     }
@@ -716,7 +727,7 @@ export class GuardedStore extends CooldownStore {
         p.done = true;
         p.expire();
       }
-      this.head++;
+      q[this.head++] = DONE;
     }
     this.arm();
   };

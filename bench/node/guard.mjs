@@ -1,0 +1,179 @@
+// Benchmark: the failure guard (guard(store, options), bindings-node/ts/guard.ts) on the shared Redis
+// (127.0.0.1:6379), node-redis 6 and ioredis 6.
+//
+// 1. happy path: what the guard costs when the store answers in time. 10,000 keys round-robin, a limit
+//    never reached (every call allowed and recorded), 64 calls in flight (and 1, for reference):
+//      - store:     RedisStore.consume
+//      - guarded:   guard(RedisStore).consume  (through the store's consumeMany of one entry, whose
+//                   verdict carries the release a late answer needs)
+//      - many1:     RedisStore.consumeMany of one entry (what guarded runs underneath)
+//      - gmany1:    guard(RedisStore).consumeMany of one entry
+//    target: guarded >= 0.97x store (the guard costs at most 3 %).
+// 2. refused (the peers' abuse workload): 10,000 keys, 5 uses per window, every key filled first
+//    (6 calls each: the last is its first refusal, which the block cache then remembers), then timed
+//    refusals, 64 in flight. The window is 60 s rather than the peers' 10 s (as in redis.mjs) so that
+//    the fill of three contenders (180,000 calls) outlives the timed rounds on a loaded machine; a
+//    refusal costs the same either way:
+//      - cached:    guard(RedisStore, { blockCache: true }).consume: refused from the local cache
+//      - store:     RedisStore.consume (a round trip per refusal)
+//      - rlf:       rate-limiter-flexible RateLimiterRedis.consume on the same client (rejections
+//                   caught and counted)
+//    target: cached >= 20x rlf. The fill and the timed rounds fit in the window (checked: every timed
+//    call must be a refusal).
+// Contenders run interleaved (a, b, c, a, b, c …); each ratio is the median of the per-round ratios.
+//
+//   node bench/node/guard.mjs                full run (~1 min)
+//   BENCH_QUICK=1 node bench/node/guard.mjs  a smoke run
+//   BENCH_CLIENTS=ioredis …                  one client
+import { createRequire } from 'node:module';
+import { loadavg } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const pkg = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'bindings-node');
+const require = createRequire(join(pkg, 'package.json'));
+const { RedisStore, guard } = require('./dist/index.js');
+const { RateLimiterRedis } = require('rate-limiter-flexible');
+const { createClient } = require('redis');
+const IORedis = require('ioredis');
+
+const quick = process.env.BENCH_QUICK === '1';
+const ROUNDS = quick ? 1 : 7;
+const RUN_MS = quick ? 40 : 250;
+const N = quick ? 200 : 10_000;
+const KEYS = Array.from({ length: N }, (_, i) => `user:${i}`);
+const clientNames = (process.env.BENCH_CLIENTS ?? 'node-redis,ioredis').split(',');
+const run = `benchguard:${Date.now().toString(36)}:`;
+
+/** Runs `op(i)` with `inflight` calls in flight for `ms`; returns completed calls per second. */
+async function throughput(op, inflight, ms = RUN_MS) {
+  let next = 0;
+  let done = 0;
+  const end = performance.now() + ms;
+  const start = performance.now();
+  const worker = async () => {
+    while (performance.now() < end) {
+      await op(next++);
+      done++;
+    }
+  };
+  await Promise.all(Array.from({ length: inflight }, worker));
+  return (done * 1000) / (performance.now() - start);
+}
+
+async function clients() {
+  const nr = createClient({ socket: { host: '127.0.0.1', port: 6379 } });
+  await nr.connect();
+  const io = new IORedis({ host: '127.0.0.1', port: 6379 });
+  return [
+    {
+      name: 'node-redis',
+      rlfOptions: { storeClient: nr, useRedisPackage: true },
+      run: (s, keys, args) => nr.sendCommand(['EVAL', s, String(keys.length), ...keys, ...args]),
+      evalsha: (sha, keys, args) => nr.sendCommand(['EVALSHA', sha, String(keys.length), ...keys, ...args]),
+      del: async (pattern) => {
+        for await (const keys of nr.scanIterator({ MATCH: pattern, COUNT: 1000 })) if (keys.length) await nr.del(keys);
+      },
+      close: () => nr.destroy(),
+    },
+    {
+      name: 'ioredis',
+      rlfOptions: { storeClient: io },
+      run: (s, keys, args) => io.eval(s, keys.length, keys, args),
+      evalsha: (sha, keys, args) => io.evalsha(sha, keys.length, keys, args),
+      del: async (pattern) => {
+        let cursor = '0';
+        do {
+          const [next, keys] = await io.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+          cursor = next;
+          if (keys.length) await io.del(...keys);
+        } while (cursor !== '0');
+      },
+      close: () => io.disconnect(),
+    },
+  ];
+}
+
+const answers = { allowed: 0, refused: 0 };
+const count = (v) => (v.allowed ? answers.allowed++ : answers.refused++);
+const refusedRlf = (e) => {
+  if (e instanceof Error) throw e;
+  answers.refused++;
+};
+
+/** Runs `op` over every key `uses` times (256 at once). */
+async function fill(op, uses) {
+  const batch = 256;
+  for (let i = 0; i < N * uses; i += batch) await Promise.all(Array.from({ length: Math.min(batch, N * uses - i) }, (_, j) => op(i + j)));
+}
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/** Interleaved rounds of `contenders` at `inflight`: medians and per-round ratio medians. */
+async function race(contenders, inflight) {
+  for (const op of Object.values(contenders)) await throughput(op, inflight, quick ? 20 : 100); // warm up
+  const samples = Object.fromEntries(Object.keys(contenders).map((k) => [k, []]));
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const [name, op] of Object.entries(contenders)) samples[name].push(await throughput(op, inflight));
+  }
+  const m = Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, median(xs)]));
+  const ratio = (a, b) => median(samples[a].map((x, i) => x / samples[b][i]));
+  return { m, ratio };
+}
+
+const fmt = (x) => Math.round(x).toLocaleString('en-US').padStart(10);
+const x = (v) => `${v.toFixed(3)}x`;
+console.log(`guard benchmark: ${N} keys round-robin, median of ${ROUNDS} interleaved rounds of ${RUN_MS} ms; load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+
+for (const c of (await clients()).filter((c) => clientNames.includes(c.name))) {
+  // 1. the happy path
+  const ALLOWED = { uses: 1_000_000_000, windowMs: 10_000 };
+  const tag = `${run}${c.name}:`;
+  const store = RedisStore.using(c.run, { evalsha: c.evalsha, prefix: `${tag}happy:` });
+  const guarded = guard(store, { timeoutMs: 5000 });
+  const happy = {
+    store: (i) => store.consume(KEYS[i % N], ALLOWED).then(count),
+    guarded: (i) => guarded.consume(KEYS[i % N], ALLOWED).then(count),
+    many1: (i) => store.consumeMany([{ key: KEYS[i % N], limit: ALLOWED }]).then(count),
+    gmany1: (i) => guarded.consumeMany([{ key: KEYS[i % N], limit: ALLOWED }]).then(count),
+  };
+  for (const inflight of [64, 1]) {
+    const { m, ratio } = await race(happy, inflight);
+    console.log(
+      `${c.name.padEnd(10)} happy path, ${String(inflight).padStart(2)} in flight: store ${fmt(m.store)}  guarded ${fmt(m.guarded)}  many1 ${fmt(m.many1)}  gmany1 ${fmt(m.gmany1)} calls/s | ` +
+        `guarded/store ${x(ratio('guarded', 'store'))} (target >= 0.97)  gmany1/many1 ${x(ratio('gmany1', 'many1'))}  guarded/many1 ${x(ratio('guarded', 'many1'))}`,
+    );
+  }
+  const gs = guarded.stats();
+  if (gs.timeouts + gs.storeErrors > 0) console.log(`  (the guard saw ${gs.timeouts} timeouts and ${gs.storeErrors} store errors: the machine is overloaded)`);
+
+  // 2. refused traffic with the block cache
+  const LIMIT = { uses: 5, windowMs: 60_000 };
+  const refusedStore = RedisStore.using(c.run, { evalsha: c.evalsha, prefix: `${tag}refused:` });
+  const cached = guard(RedisStore.using(c.run, { evalsha: c.evalsha, prefix: `${tag}cached:` }), { timeoutMs: 5000, blockCache: true });
+  const rlf = new RateLimiterRedis({ ...c.rlfOptions, points: LIMIT.uses, duration: LIMIT.windowMs / 1000, keyPrefix: `${tag}rlf` });
+  const refused = {
+    cached: (i) => cached.consume(KEYS[i % N], LIMIT).then(count),
+    store: (i) => refusedStore.consume(KEYS[i % N], LIMIT).then(count),
+    rlf: (i) => rlf.consume(KEYS[i % N]).then(() => answers.allowed++, refusedRlf),
+  };
+  const t0 = performance.now();
+  // uses + 1 calls a key: the last is each key's first refusal (which the block cache then remembers).
+  for (const op of Object.values(refused)) await fill(op, LIMIT.uses + 1);
+  const filled = performance.now() - t0;
+  answers.allowed = 0;
+  answers.refused = 0;
+  const { m, ratio } = await race(refused, 64);
+  const elapsed = performance.now() - t0;
+  console.log(
+    `${c.name.padEnd(10)} refused (5 per 60 s, filled in ${(filled / 1000).toFixed(1)} s), 64 in flight: cached ${fmt(m.cached)}  store ${fmt(m.store)}  rlf ${fmt(m.rlf)} calls/s | ` +
+      `cached/rlf ${x(ratio('cached', 'rlf'))} (target >= 20)  cached/store ${x(ratio('cached', 'store'))}  store/rlf ${x(ratio('store', 'rlf'))}`,
+  );
+  const cs = cached.stats();
+  console.log(`  timed calls: ${answers.refused} refused, ${answers.allowed} allowed (must be 0: the window outlived the run, ${(elapsed / 1000).toFixed(1)} s); cache hits ${cs.cacheHits}`);
+  await guarded.close();
+  await cached.close();
+  await c.del(`${tag}*`);
+  await c.close();
+}
+console.log(`load average after: ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
