@@ -377,7 +377,7 @@ describe('guard on RedisStore through the fault proxy', { concurrency: 1 }, () =
     assert.equal((await g.consume(key, limit)).failed, 'not-ready');
     // Symbol.asyncDispose (what `await using` calls) closes too.
     const g2 = guard(redisStore(), { timeoutMs: TIMEOUT });
-    await g2[Symbol.asyncDispose ?? Symbol.for('nodejs.asyncDispose')]();
+    await g2[Symbol.asyncDispose]();
     assert.equal((await g2.consume(key, limit)).failed, 'not-ready');
   });
 

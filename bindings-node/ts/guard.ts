@@ -222,9 +222,6 @@ interface Pending {
 /** What a queue slot holds once its call is answered (the call itself is let go). */
 const DONE: Pending = { deadline: 0, done: true, expire: () => {}, answeredAllowed: undefined, answer: undefined };
 
-const asyncDispose: symbol =
-  (Symbol as unknown as { asyncDispose?: symbol }).asyncDispose ?? Symbol.for('nodejs.asyncDispose');
-
 /**
  * A store guarded against its failures: the same cooldown methods as the store it wraps (`consume`,
  * `consumeMany`, `peek`, `peekMany`, each verdict's `release`), always answering with a promise, never
@@ -385,6 +382,11 @@ export class GuardedStore extends CooldownStore {
       else if (typeof own === 'function') await (own as () => Awaitable<unknown>).call(this.store);
     })();
     return this.closing;
+  }
+
+  /** {@link close}: what `await using store = guard(...)` calls at the end of its block. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
   }
 
   // --- the call --------------------------------------------------------------------------------
@@ -741,14 +743,6 @@ export class GuardedStore extends CooldownStore {
     }
   }
 }
-
-Object.defineProperty(GuardedStore.prototype, asyncDispose, {
-  value: function (this: GuardedStore) {
-    return this.close();
-  },
-  writable: true,
-  configurable: true,
-});
 
 /**
  * Guards `store` against its failures: see {@link GuardOptions} and the module docs.
