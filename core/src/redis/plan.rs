@@ -24,7 +24,7 @@ pub struct Script {
 pub static SLIDING: Script = Script {
     name: "sliding",
     source: include_str!("sliding.lua"),
-    sha1: "224ffbe32550e91c3539b7e464f78a7846a048e3",
+    sha1: "ce40376d91f1986fe5b92a3c97e72b5af567f830",
 };
 /// The fixed-window script: hit, get, reset and clear of one key.
 pub static FIXED: Script = Script {

@@ -1,6 +1,8 @@
 -- ratewindow: the sliding window log for every key of one call, in one step, on the server's clock.
 --
--- KEYS    the call's distinct keys (sorted sets: score = call time in ms, member = the call's id)
+-- KEYS    the call's distinct keys (sorted sets: score = call time in ms, member = the call's id; and
+--         at most one refusal marker, scored -inf, which no score range over call times includes:
+--         count a log's calls with ZCOUNT key 0 +inf, not ZCARD)
 -- ARGV[1] mode: 'c' consume, 'p' peek (writes nothing), 'r' release (removes this call's member)
 -- ARGV[2] the call's id, unique per call, so calls in the same millisecond stay distinct
 -- ARGV[3..] per entry, three at a time: key index (1-based into KEYS), uses, window_ms
