@@ -5,11 +5,10 @@
 // the server (read by the unguarded store, straight to the server) is what the verdicts said.
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { createConnection } from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { createInterface } from 'node:readline';
 
 import { createClient } from 'redis';
 import IORedis from 'ioredis';
@@ -17,7 +16,7 @@ import pg from 'pg';
 
 import { guard, GuardedStore, InvalidArgumentError, MemoryStore, PostgresStore, RedisStore, StoreError } from '../dist/index.js';
 import { testStore } from '../dist/testing.js';
-import { repo } from './backend.mjs';
+import { FaultProxy } from './faultproxy.mjs';
 import { redisBackend, sharedRedisUp } from './redis-servers.mjs';
 import { dropPg, PG, runPrefix } from './sql-helpers.mjs';
 
@@ -29,45 +28,13 @@ const l = (uses, windowMs) => ({ uses, windowMs });
 let n = 0;
 const fresh = (label) => `${label}:${process.pid}:${++n}:${Math.random().toString(36).slice(2, 7)}`;
 
-// --- the fault proxy --------------------------------------------------------------------------------
+// --- the fault proxy (tests/faultproxy, driven by ./faultproxy.mjs) ------------------------------------
 
-const proxyBin = join(repo, 'target', 'release', process.platform === 'win32' ? 'ratewindow-faultproxy.exe' : 'ratewindow-faultproxy');
-
-/** A fault proxy in front of `target` (host:port): `port`, `send(command)` → its reply line, `close()`. */
+/** A fault proxy in front of `target` (host:port): `port`, `send(command)`, `close()`. */
 async function faultProxy(target) {
-  if (!existsSync(proxyBin)) {
-    execFileSync('cargo', ['build', '--release', '-p', 'ratewindow-faultproxy'], { cwd: repo, stdio: 'inherit' });
-  }
-  const child = spawn(proxyBin, ['--target', target], { stdio: ['pipe', 'pipe', 'inherit'] });
-  const lines = createInterface({ input: child.stdout });
-  const first = await new Promise((resolve, reject) => {
-    lines.once('line', resolve);
-    child.once('error', reject);
-    child.once('exit', (code) => reject(new Error(`fault proxy exited (${code})`)));
-  });
-  const { listen, control } = JSON.parse(first);
-  const [chost, cport] = control.split(':');
-  const socket = createConnection({ host: chost, port: Number(cport) });
-  await new Promise((resolve, reject) => socket.once('connect', resolve).once('error', reject));
-  const replies = createInterface({ input: socket });
-  const waiting = [];
-  replies.on('line', (line) => waiting.shift()?.(line));
-  return {
-    port: Number(listen.split(':')[1]),
-    send(command) {
-      return new Promise((resolve, reject) => {
-        waiting.push((line) => (line.startsWith('ok') ? resolve(line) : reject(new Error(`${command}: ${line}`))));
-        socket.write(`${command}\n`);
-      });
-    },
-    async close() {
-      socket.destroy();
-      const exited = new Promise((resolve) => child.once('exit', resolve));
-      child.stdin.end();
-      child.kill();
-      await exited;
-    },
-  };
+  const at = target.lastIndexOf(':');
+  const proxy = await FaultProxy.start(target.slice(0, at), Number(target.slice(at + 1)));
+  return { port: proxy.port, send: (command) => proxy.command(command), close: () => proxy.close() };
 }
 
 /** Runs `call`, answering its value and how long it took (ms). */
@@ -426,6 +393,102 @@ describe('guard on RedisStore through the fault proxy', { concurrency: 1 }, () =
 
 describe('the conformance kit on a guarded MemoryStore', () => {
   testStore('guard(MemoryStore, blockCache)', () => guard(new MemoryStore(), { timeoutMs: 1000, blockCache: true }), { describe, it });
+});
+
+// --- a private redis-server (6410-6419): paused, killed and restarted ---------------------------------
+
+/** A redis-server of this suite's own on `port` (6410-6419), append-only so a restart keeps its counts. */
+async function ownRedis(port) {
+  const dir = mkdtempSync(join(tmpdir(), `ratewindow-guard-${port}-`));
+  let child = null;
+  const ping = () => execFileSync('redis-cli', ['-p', String(port), 'ping'], { stdio: 'pipe' });
+  const server = {
+    async start() {
+      child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always'], { stdio: 'ignore' });
+      for (let i = 0; i < 100; i++) {
+        try {
+          ping();
+          return;
+        } catch {
+          await sleep(30);
+        }
+      }
+      throw new Error(`redis-server on ${port} did not start`);
+    },
+    async kill() {
+      const c = child;
+      child = null;
+      if (c === null) return;
+      const exited = new Promise((resolve) => c.once('exit', resolve));
+      c.kill('SIGKILL');
+      await exited;
+    },
+    cli: (...args) => execFileSync('redis-cli', ['-p', String(port), ...args], { encoding: 'utf8' }).trim(),
+    async close() {
+      await server.kill();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+  await server.start();
+  return server;
+}
+
+describe('guard on a private redis-server', { concurrency: 1 }, () => {
+  const port = 6410;
+  let server;
+  let client;
+  before(async () => {
+    server = await ownRedis(port);
+    client = createClient({ socket: { host: '127.0.0.1', port, reconnectStrategy: () => 30 } });
+    client.on('error', () => {});
+    await client.connect();
+  });
+  after(async () => {
+    await client?.destroy();
+    await server?.close();
+  });
+  const store = () => RedisStore.using((s, keys, args) => client.eval(s, { keys, arguments: args }), { backend: redisBackend });
+  const counted = (key) => Number(server.cli('ZCOUNT', `ratewindow:log:${key}`, '0', '+inf'));
+
+  it('CLIENT PAUSE: refused in time; the script runs when the pause ends and is given back', async () => {
+    const g = guard(store(), { timeoutMs: TIMEOUT });
+    const key = fresh('pause');
+    await g.consume(fresh('warm'), l(3, 10_000)); // the script is loaded
+    server.cli('CLIENT', 'PAUSE', String(TIMEOUT * 3), 'WRITE');
+    assertPolicy(await timed(() => g.consume(key, l(3, 10_000))), 'timeout', false);
+    await g.close();
+    assert.equal(counted(key), 0);
+    assert.equal(g.stats().lateReleases, 1);
+  });
+
+  it('the server killed and restarted mid-run: the policy answers meanwhile, the store after; counts match the verdicts', async () => {
+    const g = guard(store(), { timeoutMs: TIMEOUT });
+    const key = fresh('restart');
+    const limit = l(100, 60_000);
+    const verdicts = [];
+    const run = (async () => {
+      for (let i = 0; i < 40; i++) {
+        verdicts.push(await timed(() => g.consume(key, limit)));
+        await sleep(10);
+      }
+    })();
+    await sleep(60);
+    await server.kill();
+    await sleep(150);
+    await server.start();
+    await run;
+    await g.close(); // late answers (commands the client queued while the server was away) given back
+    for (const v of verdicts) assert.ok(v.ms <= TIMEOUT + SLACK, `answered after ${v.ms} ms`);
+    const failed = verdicts.filter((v) => v.value.failed !== undefined);
+    const allowed = verdicts.filter((v) => v.value.allowed);
+    assert.ok(failed.length >= 1, 'some calls met the policy while the server was down');
+    for (const v of failed) assert.equal(v.value.allowed, false);
+    assert.ok(allowed.length >= 2, 'the store answered before and after');
+    // The server counts exactly the calls allowed, but for at most one: the call in flight when the
+    // server was killed may have been written (appendfsync always) without its reply being sent.
+    const n = counted(key);
+    assert.ok(n === allowed.length || n === allowed.length + 1, `counted ${n}, allowed ${allowed.length}`);
+  });
 });
 
 // --- Redis that is not there -------------------------------------------------------------------------
