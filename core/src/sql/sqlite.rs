@@ -76,22 +76,40 @@ impl Sqlite {
         let keys = distinct_keys(entries);
         let mut statements = Vec::new();
         if call_id.is_some() {
-            statements.reserve(keys.len() + 2);
             statements.push(Statement::new("BEGIN IMMEDIATE", vec![]));
-            let trim = self
-                .names
-                .apply("DELETE FROM {p}_calls WHERE key = ? AND at <= ?");
-            for &(key, longest) in &keys {
-                // A call drops the times that have left its (longest) window: now - at >= window.
+            // A call drops the times that have left its (longest) window: now - at >= window. Above
+            // BOUND_KEYS, one statement over a JSON list of [key, cutoff] rather than one per key.
+            let cutoff = |longest: u64| {
                 let cutoff = now as i128 - longest as i128;
-                if cutoff >= i64::MIN as i128 {
-                    statements.push(Statement::new(
-                        trim.clone(),
-                        vec![
-                            SqlValue::Text(key.to_owned()),
-                            SqlValue::Int(cutoff.min(i64::MAX as i128) as i64),
-                        ],
-                    ));
+                (cutoff >= i64::MIN as i128).then(|| cutoff.min(i64::MAX as i128) as i64)
+            };
+            if keys.len() > Sqlite::BOUND_KEYS {
+                let mut json = JsonList::new(keys.len());
+                for &(key, longest) in &keys {
+                    if let Some(cutoff) = cutoff(longest) {
+                        json.row(key, &[cutoff]);
+                    }
+                }
+                statements.push(Statement::new(
+                    self.names.apply(
+                        "DELETE FROM {p}_calls WHERE rowid IN (SELECT c.rowid FROM json_each(?) AS j \
+                         JOIN {p}_calls AS c ON c.key = json_extract(j.value, '$[0]') \
+                         AND c.at <= json_extract(j.value, '$[1]'))",
+                    ),
+                    vec![SqlValue::Text(json.finish())],
+                ));
+            } else {
+                statements.reserve(keys.len() + 1);
+                let trim = self
+                    .names
+                    .apply("DELETE FROM {p}_calls WHERE key = ? AND at <= ?");
+                for &(key, longest) in &keys {
+                    if let Some(cutoff) = cutoff(longest) {
+                        statements.push(Statement::new(
+                            trim.clone(),
+                            vec![SqlValue::Text(key.to_owned()), SqlValue::Int(cutoff)],
+                        ));
+                    }
                 }
             }
         }
@@ -109,6 +127,10 @@ impl Sqlite {
             insert: self
                 .names
                 .apply("INSERT INTO {p}_calls (key, at, id, expires_at) VALUES (?, ?, ?, ?)"),
+            insert_json: self.names.apply(
+                "INSERT INTO {p}_calls (key, at, id, expires_at) SELECT json_extract(value, '$[0]'), \
+                 json_extract(value, '$[1]'), ?, json_extract(value, '$[2]') FROM json_each(?)",
+            ),
             statements,
         }
     }
@@ -236,6 +258,35 @@ fn key_list<'a>(keys: impl Iterator<Item = &'a str>, n: usize) -> (String, Vec<S
     }
 }
 
+/// A JSON list of rows `[key, n, ...]`, one per key, for a statement that reads them with `json_each`.
+struct JsonList(String);
+
+impl JsonList {
+    fn new(rows: usize) -> JsonList {
+        let mut json = String::with_capacity(rows * 40);
+        json.push('[');
+        JsonList(json)
+    }
+
+    fn row(&mut self, key: &str, numbers: &[i64]) {
+        use std::fmt::Write;
+        if self.0.len() > 1 {
+            self.0.push(',');
+        }
+        self.0.push('[');
+        json_string(&mut self.0, key);
+        for n in numbers {
+            let _ = write!(self.0, ",{n}");
+        }
+        self.0.push(']');
+    }
+
+    fn finish(mut self) -> String {
+        self.0.push(']');
+        self.0
+    }
+}
+
 /// Appends `text` as a JSON string: `"` and `\` escaped, control characters as `\u00XX`, the rest as
 /// it is (UTF-8).
 fn json_string(out: &mut String, text: &str) {
@@ -265,6 +316,8 @@ pub struct SqliteCall {
     /// `Some` for a consume, `None` for a peek.
     call_id: Option<String>,
     insert: String,
+    /// The insert of every key's row from one JSON list (a batch above [`Sqlite::BOUND_KEYS`]).
+    insert_json: String,
     statements: Vec<Statement>,
 }
 
@@ -371,6 +424,35 @@ impl SqliteCall {
                 verdict,
                 statements: vec![commit()],
                 release: None,
+            });
+        }
+        if keys.len() > Sqlite::BOUND_KEYS {
+            // One insert of every key's row from a JSON list of [key, at, expires_at].
+            let mut json = JsonList::new(keys.len());
+            for (key, longest) in &keys {
+                let at = recorded_at(key);
+                let expires_at = at.saturating_add(*longest).min(i64::MAX as u64);
+                json.row(key, &[at.min(i64::MAX as u64) as i64, expires_at as i64]);
+            }
+            let insert = self.insert_json.clone();
+            let statements = vec![
+                Statement::new(
+                    insert,
+                    vec![
+                        SqlValue::Text(call_id.clone()),
+                        SqlValue::Text(json.finish()),
+                    ],
+                ),
+                commit(),
+            ];
+            let release = SqlRelease {
+                keys: keys.into_iter().map(|(k, _)| k).collect(),
+                call_id,
+            };
+            return Ok(Decided {
+                verdict,
+                statements,
+                release: Some(release),
             });
         }
         let mut statements: Vec<Statement> = keys
@@ -717,15 +799,20 @@ mod tests {
             .query_row("SELECT count(*) FROM ratewindow_calls", [], |r| r.get(0))
             .unwrap();
         assert_eq!(count as usize, entries.len());
-        // Each odd key is found by the big select: the batch is refused on it.
+        // Each odd key is found by the big select (its rows come back, spelled as written).
+        let peek = sqlite.begin_peek(&entries, 2_000);
+        let select = peek.statements().last().unwrap();
+        assert_eq!(select.params.len(), 1, "one JSON text");
+        let found: std::collections::HashSet<String> = run(&db, select)
+            .into_iter()
+            .map(|row| match &row[0] {
+                SqlValue::Text(key) => key.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(found.len(), entries.len());
         for key in odd {
-            let mut batch = entries[..Sqlite::BOUND_KEYS + 1].to_vec();
-            batch.push(Entry::new(key, limit));
-            let peek = Op::Peek { entries: batch };
-            let Ok(Outcome::Verdict { verdict, .. }) = go(&db, sqlite.start(peek, 2_000)) else {
-                panic!("expected a verdict");
-            };
-            assert!(!verdict.allowed, "{key:?}");
+            assert!(found.contains(key), "{key:?}");
         }
         // The release finds every row by the JSON list.
         let released = go(
@@ -742,6 +829,34 @@ mod tests {
             .query_row("SELECT count(*) FROM ratewindow_calls", [], |r| r.get(0))
             .unwrap();
         assert_eq!(count, 0);
+
+        // Counted at 2,000; a minute later every call has left its window: the JSON trim deletes them
+        // and the JSON insert writes the new ones, one statement each, inside the transaction.
+        let counted = go(&db, sqlite.start(consume(entries.clone(), "two"), 2_000));
+        assert!(matches!(counted, Ok(Outcome::Verdict { verdict, .. }) if verdict.allowed));
+        let Ok(Outcome::Verdict {
+            verdict,
+            release: Some(_),
+        }) = go(&db, sqlite.start(consume(entries.clone(), "three"), 62_000))
+        else {
+            panic!("expected an allowed consume");
+        };
+        assert!(verdict.allowed);
+        let (count, oldest): (i64, i64) = db
+            .query_row("SELECT count(*), min(at) FROM ratewindow_calls", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert_eq!((count as usize, oldest), (entries.len(), 62_000));
+        let Ok(Outcome::Verdict { verdict, .. }) =
+            go(&db, sqlite.start(consume(entries.clone(), "four"), 63_000))
+        else {
+            panic!("expected a verdict");
+        };
+        assert!(
+            !verdict.allowed,
+            "refused by the calls the JSON insert wrote"
+        );
 
         let mut with_nul = entries;
         with_nul.push(Entry::new("nul\0key", limit));
