@@ -83,15 +83,19 @@ describe('prefixes', () => {
     for (const prefix of ['p:', 'p:lo', '', 'ratewindow:']) new RedisStore(run, { prefix });
   });
 
-  // The wasm-bindgen package's call boundary (bindings-wasm/js/src/calls.rs) still takes a batch's keys
-  // as `Vec<String>`, which wasm-bindgen fills with U+FFFD for a lone surrogate: not yet refused there.
-  const wasm = process.env.RATEWINDOW_BACKEND === 'wasm';
-  it('a batch of a Redis store names the entry whose key is refused', { skip: wasm && 'wasm call boundary: keys not yet bytes-exact' }, async () => {
+  // Both backends: the addon's call boundary and the wasm-bindgen package's (bindings-wasm/js/src/calls.rs,
+  // which reads each key again as UTF-16 when wasm-bindgen's conversion holds U+FFFD).
+  it('a Redis store names the key or the entry whose key is refused, in every call', async () => {
     const store = new RedisStore(async () => { throw new Error('not reached'); }, { prefix: 'hostile:' });
-    await assert.rejects(
-      store.consumeMany([{ key: 'ok', limit: one() }, { key: '\uDFFF', limit: one() }]),
-      (e) => e instanceof InvalidArgumentError && e.field === 'entries[1].key',
-    );
-    await assert.rejects(store.consume('s\uD800', one()), (e) => e instanceof InvalidArgumentError && e.field === 'key');
+    const refused = (field) => (e) => e instanceof InvalidArgumentError && e.field === field && /lone surrogate/.test(e.message);
+    await assert.rejects(store.consumeMany([{ key: 'ok', limit: one() }, { key: '\uDFFF', limit: one() }]), refused('entries[1].key'));
+    await assert.rejects(store.peekMany([{ key: 'x\uD800', limit: one() }]), refused('entries[0].key'));
+    await assert.rejects(store.consume('s\uD800', one()), refused('key'));
+    // (A single `peek` is refused too, but named `entries[0].key`: drive.ts sends it as a batch of one.)
+    await assert.rejects(store.peek('s\uDC00', one()), (e) => e instanceof InvalidArgumentError && /lone surrogate/.test(e.message));
+    await assert.rejects(store.hit('s\uD800', 1000), refused('key'));
+    await assert.rejects(store.attempt('s\uD800', 3, 1000), refused('key'));
+    await assert.rejects(store.attempts('s\uD800'), refused('key'));
+    await assert.rejects(store.clear('s\uD800'), refused('key'));
   });
 });
