@@ -383,6 +383,43 @@ fn one_entry_calls_racing_on_one_key_let_exactly_the_limit_through() {
     }
 }
 
+/// The one-entry statement and the batch function name their columns alike (a query function may
+/// return rows as objects keyed by column name).
+#[test]
+fn every_consume_statement_names_the_verdicts_columns() {
+    let schema = Schema::install("columns");
+    let (plans, mut client) = (&schema.plans, connect());
+    let names = [
+        "allowed",
+        "retry_after_ms",
+        "retry_timestamp",
+        "blocked",
+        "now_ms",
+        "quota_limit",
+        "remaining",
+        "refill_after_ms",
+        "reset_after_ms",
+    ];
+    for entries in [
+        vec![Entry::new("c", limit(1, 60_000))],
+        vec![
+            Entry::new("c", limit(1, 60_000)),
+            Entry::new("d", limit(1, 60_000)),
+        ],
+    ] {
+        for statement in [
+            plans.plan_consume_many(&entries, "cols").unwrap().0,
+            plans.plan_peek_many(&entries),
+        ] {
+            let params = to_sql(&statement);
+            let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
+            let row = client.query_one(statement.sql.as_str(), &refs).unwrap();
+            let got: Vec<&str> = row.columns().iter().map(|c| c.name()).collect();
+            assert_eq!(got, names, "{}", statement.sql);
+        }
+    }
+}
+
 #[test]
 fn the_fixed_window_on_the_server_clock() {
     let schema = Schema::install("fixed");

@@ -57,20 +57,21 @@ impl Postgres {
             ),
             // One entry: a plain read of the key's row (no function call) answers a refusal; only
             // a call it does not refuse runs {p}_take1, handed the row it read (no second read).
-            // The refusal test is O(1): the times are ascending, so `uses` calls lie inside the
-            // window exactly when the uses-th newest does.
+            // The refusal test is one comparison: the times are ascending (an array from 1), so
+            // `uses` calls lie inside the window exactly when the uses-th newest, `u`, does (NULL,
+            // never inside, when the row holds fewer). The columns are named (a query function may
+            // return rows as objects keyed by name), in the order `decode_batch` reads them.
             consume_one: names.apply(&format!(
                 "SELECT v[1] = 1 AS allowed, v[2] AS retry_after_ms, v[3] AS retry_timestamp, \
-                 v[4]::integer AS blocked, v[5] AS now_ms, v[6] AS quota_limit, v[7] AS remaining, \
+                 v[4] AS blocked, v[5] AS now_ms, v[6] AS quota_limit, v[7] AS remaining, \
                  v[8] AS refill_after_ms, v[9] AS reset_after_ms \
-                 FROM (SELECT CASE WHEN s.n >= s.uses AND s.ats[s.n - s.uses + 1] > s.now - s.win \
-                 THEN ARRAY[0, greatest(1, s.ats[s.n - s.uses + 1] + s.win - s.now), \
-                 s.ats[s.n - s.uses + 1] + s.win, 0, s.now, s.uses, 0, \
-                 greatest(1, s.ats[s.n - s.uses + 1] + s.win - s.now), s.ats[s.n] + s.win - s.now] \
-                 ELSE {{p}}_take1($1, $2, $3, s.uses, s.win, $6::boolean, s.ats, s.ids, s.now) END AS v \
+                 FROM (SELECT CASE WHEN s.u > s.now - s.w \
+                 THEN ARRAY[0, greatest(1, s.u + s.w - s.now), s.u + s.w, 0, s.now, s.uses, 0, \
+                 greatest(1, s.u + s.w - s.now), s.ats[s.n] + s.w - s.now] \
+                 ELSE {{p}}_take1($1, $2, $3, s.uses, s.w, $6::boolean, s.ats, s.ids, s.now) END AS v \
                  FROM (SELECT l.ats, l.ids, cardinality(l.ats) AS n, \
-                 greatest({NOW_MS}, l.ats[cardinality(l.ats)]) AS now, \
-                 $4::bigint AS uses, $5::bigint AS win \
+                 l.ats[cardinality(l.ats) - $4::bigint + 1] AS u, \
+                 greatest({NOW_MS}, l.ats[cardinality(l.ats)]) AS now, $4::bigint AS uses, $5::bigint AS w \
                  FROM (SELECT) AS o LEFT JOIN {{p}}_log AS l ON l.key = $3 OFFSET 0) AS s OFFSET 0) AS t"
             )),
             window: names.apply("SELECT hits, ms_left FROM {p}_window($1, $2, $3::bigint, $4::bigint, $5::boolean)"),
