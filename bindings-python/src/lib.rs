@@ -10,6 +10,7 @@
 mod call;
 mod entry;
 mod errors;
+mod guard;
 mod http;
 mod limit;
 mod redis;
@@ -42,6 +43,7 @@ fn _ratewindow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<call::Call>()?;
     m.add_class::<call::Script>()?;
     m.add_class::<call::Sql>()?;
+    m.add_class::<guard::GuardCore>()?;
     m.add_class::<http::HttpPlan>()?;
     m.add_class::<http::Trust>()?;
     m.add_function(wrap_pyfunction!(redis::redis_scripts, m)?)?;

@@ -41,6 +41,8 @@ pub(crate) struct Verdict {
     blocked: Option<usize>,
     quota: Quota,
     releaser: Releaser,
+    /// Set on a verdict a failure guard made (`ratewindow.Guard`): why, and the error behind it.
+    failure: Option<Box<(&'static str, Py<PyAny>)>>,
 }
 
 impl Verdict {
@@ -52,6 +54,7 @@ impl Verdict {
             blocked: None,
             quota: v.quota,
             releaser: Releaser::Nothing,
+            failure: None,
         }
     }
 
@@ -71,6 +74,7 @@ impl Verdict {
                 Some(r) => Releaser::Token(Mutex::new(Some(r))),
                 None => Releaser::Nothing,
             },
+            failure: None,
         }
     }
 
@@ -85,6 +89,28 @@ impl Verdict {
                 Some(r) => Releaser::Native(Mutex::new(Some(r))),
                 None => Releaser::Nothing,
             },
+            failure: None,
+        }
+    }
+
+    /// A verdict a failure guard gives (`guard.rs`): `release` a Python callable (or none), `failure`
+    /// why the store did not answer (`timeout`, `store-error`, `not-ready`) and the error behind it.
+    pub(crate) fn guarded(
+        v: BatchVerdict,
+        release: Option<Py<PyAny>>,
+        failure: Option<(&'static str, Py<PyAny>)>,
+    ) -> Verdict {
+        Verdict {
+            allowed: v.allowed,
+            retry_after_ms: v.retry_after_ms,
+            retry_timestamp: v.retry_timestamp,
+            blocked: v.blocked,
+            quota: v.quota,
+            releaser: match release {
+                Some(f) => Releaser::Python(Mutex::new(Some(f))),
+                None => Releaser::Nothing,
+            },
+            failure: failure.map(Box::new),
         }
     }
 
@@ -153,6 +179,7 @@ impl Verdict {
                 Some(f) => Releaser::Python(Mutex::new(Some(f))),
                 None => Releaser::Nothing,
             },
+            failure: None,
         }
     }
 
@@ -210,6 +237,20 @@ impl Verdict {
         self.quota.reset_after_ms
     }
 
+    /// Set when a failure guard (`ratewindow.Guard`) answered instead of the store: `'timeout'`,
+    /// `'store-error'` or `'not-ready'`; `None` for the store's own verdicts.
+    #[getter]
+    fn failed(&self) -> Option<&'static str> {
+        self.failure.as_ref().map(|f| f.0)
+    }
+
+    /// The error behind `failed` (the store's exception, or a `StoreError` for a timeout); `None`
+    /// otherwise.
+    #[getter]
+    fn cause(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.failure.as_ref().map(|f| f.1.clone_ref(py))
+    }
+
     /// Whether `release()` would still give a call back.
     #[getter]
     fn releasable(&self) -> bool {
@@ -245,6 +286,9 @@ impl Verdict {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(failure) = &self.failure {
+            visit.call(&failure.1)?;
+        }
         // try_lock: the collector must never block; a verdict being released right now is skipped.
         match &self.releaser {
             Releaser::Nothing => Ok(()),

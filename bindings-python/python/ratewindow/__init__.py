@@ -23,6 +23,7 @@ from ._errors import (
     StoreError,
     StoreReplyError,
 )
+from ._guard import AsyncGuard, Guard, GuardEvent, GuardFailure, GuardOperation, GuardStats
 from ._limiter import AsyncRateLimiter, RateLimiter
 from ._limits import MAX_USES, MAX_WINDOW_MS, Entry, GlobalLimit, Limit, Unlimited
 from ._memory import AsyncMemoryStore, MemoryStore
@@ -42,6 +43,7 @@ from ._store import (
 __all__ = [
     "AsyncCooldownStore",
     "AsyncFixedWindowStore",
+    "AsyncGuard",
     "AsyncMemoryStore",
     "AsyncPostgresStore",
     "AsyncRateLimiter",
@@ -53,6 +55,11 @@ __all__ = [
     "GiveBackError",
     "GiveBackWarning",
     "GlobalLimit",
+    "Guard",
+    "GuardEvent",
+    "GuardFailure",
+    "GuardOperation",
+    "GuardStats",
     "HitResult",
     "InternalError",
     "InvalidArgumentError",

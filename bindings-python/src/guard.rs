@@ -1,0 +1,408 @@
+//! `GuardCore`: the failure guard's decisions (`ratewindow_core::guard`) for `ratewindow.Guard` and
+//! `ratewindow.AsyncGuard` (`python/ratewindow/_guard.py`). The Python layer runs the stores, waits
+//! and races the timers; every decision — the policy's verdict, which errors are failures, what a late
+//! answer gets, the block cache, the counters — is made here by the core, once for Node and Python.
+//!
+//! Time is this module's own monotonic clock in whole milliseconds ([`GuardCore::now`]), so a call's
+//! start and the cache's expiry are on one clock.
+
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
+use ratewindow_core::guard::{
+    BlockCache, Failure, Guard, GuardConfig, GuardError, LateAction, OnFailure, Policy,
+    DEFAULT_MAX_KEYS,
+};
+use ratewindow_core::{BatchVerdict, Limit as CoreLimit};
+
+use crate::entry::{key_str, Entry, Key};
+use crate::errors::{guard, invalid_argument};
+use crate::limit::Limit;
+use crate::verdict::Verdict;
+
+/// Milliseconds on a monotonic clock that starts with the module.
+fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// A guard option the core refused, as `InvalidArgumentError` naming the field as Python spells it.
+fn option_error(error: &GuardError, given: &Bound<'_, PyAny>) -> PyErr {
+    let spelled = match error.field {
+        ratewindow_core::guard::GuardField::TimeoutMs => "timeout_ms",
+        ratewindow_core::guard::GuardField::Policy => "on_failure",
+        ratewindow_core::guard::GuardField::MaxKeys => "block_cache",
+    };
+    invalid_argument(spelled, given, error.field.range())
+}
+
+/// A host number for the core's checks: an `int` (any size) or a `float`; a `bool` or anything else
+/// is a `TypeError`.
+fn number(name: &str, given: &Bound<'_, PyAny>) -> PyResult<f64> {
+    if given.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{name} must be a number, not bool"
+        )));
+    }
+    if let Ok(i) = given.extract::<i128>() {
+        return Ok(i.clamp(-(1 << 60), 1 << 60) as f64);
+    }
+    if given.is_instance_of::<pyo3::types::PyInt>() {
+        // Beyond i128: out of every range.
+        return Ok(f64::INFINITY);
+    }
+    given.extract::<f64>().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "{name} must be a number, not {}",
+            given
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })
+}
+
+fn failure_of(name: &str) -> PyResult<Failure> {
+    Failure::parse(name)
+        .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("unknown failure {name:?}")))
+}
+
+/// The entries of a batch, borrowed: each key's UTF-8 and its core limit.
+fn batch<'py>(entries: &'py [Bound<'py, Entry>]) -> PyResult<Vec<(&'py str, CoreLimit)>> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, bound)| {
+            let e = bound.get();
+            let key = key_str(
+                e.key.bind(bound.py()),
+                ratewindow_core::input::KeyPosition::Entry(i),
+            )?;
+            Ok((key, e.limit.get().inner))
+        })
+        .collect()
+}
+
+/// A verdict of the store's with a release the guard tracks (or none), and no failure.
+fn copy(v: &Verdict, single: bool, release: Option<Py<PyAny>>) -> Verdict {
+    let mut core = v.to_core();
+    if single {
+        core.blocked = None;
+    }
+    Verdict::guarded(core, release, None)
+}
+
+/// The guard's state for one guarded store: its configuration, counters and block cache.
+#[pyclass(frozen, module = "ratewindow._ratewindow", name = "GuardCore")]
+pub(crate) struct GuardCore {
+    inner: Mutex<Guard>,
+    timeout_ms: u64,
+    policy: Policy,
+    caching: bool,
+}
+
+impl GuardCore {
+    fn lock(&self) -> MutexGuard<'_, Guard> {
+        // A poisoned lock only means a panic elsewhere mid-update; the counters are still usable.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[pymethods]
+impl GuardCore {
+    /// `timeout_ms`: a whole number of milliseconds from 1 to 2**31; `policy`: `'deny'`, `'allow'`, or
+    /// `None` when the binding holds a fallback store; `max_keys`: the block cache's bound, or `None`
+    /// for no cache.
+    #[new]
+    #[pyo3(signature = (timeout_ms, policy, max_keys))]
+    fn new(
+        timeout_ms: &Bound<'_, PyAny>,
+        policy: Option<&Bound<'_, PyAny>>,
+        max_keys: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<GuardCore> {
+        guard(|| {
+            let policy = match policy {
+                None => Policy::Fallback,
+                Some(p) => {
+                    let text = p.cast::<PyString>().map_err(|_| {
+                        pyo3::exceptions::PyTypeError::new_err(
+                            "on_failure must be 'deny', 'allow' or a cooldown store",
+                        )
+                    })?;
+                    Policy::parse(&text.to_cow()?).map_err(|e| option_error(&e, p))?
+                }
+            };
+            let config = GuardConfig::from_f64(number("timeout_ms", timeout_ms)?, policy)
+                .map_err(|e| option_error(&e, timeout_ms))?;
+            let cache = match max_keys {
+                None => None,
+                Some(n) => Some(
+                    BlockCache::from_f64(number("block_cache", n)?)
+                        .map_err(|e| option_error(&e, n))?,
+                ),
+            };
+            let caching = cache.is_some();
+            Ok(GuardCore {
+                inner: Mutex::new(Guard::new(config, cache)),
+                timeout_ms: config.timeout_ms(),
+                policy,
+                caching,
+            })
+        })
+    }
+
+    /// The block cache's default bound.
+    #[classattr]
+    const DEFAULT_MAX_KEYS: usize = DEFAULT_MAX_KEYS;
+
+    /// How long a call waits for the store, in ms.
+    #[getter]
+    fn timeout_ms(&self) -> u64 {
+        self.timeout_ms
+    }
+
+    /// `'deny'`, `'allow'` or `'fallback'`.
+    #[getter]
+    fn policy(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    /// Whether the block cache is on.
+    #[getter]
+    fn caching(&self) -> bool {
+        self.caching
+    }
+
+    /// Now, in whole ms on the guard's monotonic clock (a call's `started`).
+    #[staticmethod]
+    fn now() -> u64 {
+        now_ms()
+    }
+
+    /// Whether a call that started at `started` has run past the timeout.
+    fn expired(&self, started: u64) -> bool {
+        now_ms().saturating_sub(started) >= self.timeout_ms
+    }
+
+    /// Begins a call on one entry: counts it and, with the block cache, answers a remembered refusal
+    /// without a round trip (`None`: ask the store).
+    fn begin(&self, key: Key<'_>, limit: &Bound<'_, Limit>) -> PyResult<Option<Verdict>> {
+        guard(|| {
+            let mut g = self.lock();
+            if !self.caching {
+                g.begin();
+                return Ok(None);
+            }
+            let hit = g.begin_checked([(key.0, limit.get().inner)], now_ms());
+            Ok(hit.map(|mut v| {
+                v.blocked = None;
+                Verdict::guarded(v, None, None)
+            }))
+        })
+    }
+
+    /// `begin` for a batch: the refusal names the blocked entry's index.
+    fn begin_many(&self, entries: Vec<Bound<'_, Entry>>) -> PyResult<Option<Verdict>> {
+        guard(|| {
+            if !self.caching {
+                self.lock().begin();
+                return Ok(None);
+            }
+            let entries = batch(&entries)?;
+            let hit = self.lock().begin_checked(entries, now_ms());
+            Ok(hit.map(|v| Verdict::guarded(v, None, None)))
+        })
+    }
+
+    /// The store answered a call on one entry in time: counts it and remembers a refusal. Returns the
+    /// verdict the caller gets: the store's own, or — when `release` is given — a copy whose
+    /// `release()` is that callable (the guard's tracked give-back).
+    #[pyo3(signature = (verdict, key, limit, started, release = None))]
+    fn answered(
+        &self,
+        verdict: Bound<'_, Verdict>,
+        key: Key<'_>,
+        limit: &Bound<'_, Limit>,
+        started: u64,
+        release: Option<Py<PyAny>>,
+    ) -> PyResult<Py<Verdict>> {
+        guard(|| {
+            let v = verdict.get();
+            let mut core = v.to_core();
+            let batch = core.blocked.is_some();
+            core.blocked = Some(0);
+            self.lock()
+                .answered_verdict(&[(key.0, limit.get().inner)], &core, started);
+            // A batch verdict (the store's consume_many of one entry) answers as a single one.
+            if release.is_none() && !batch {
+                return Ok(verdict.unbind());
+            }
+            Py::new(verdict.py(), copy(v, true, release))
+        })
+    }
+
+    /// `answered` for a batch.
+    #[pyo3(signature = (verdict, entries, started, release = None))]
+    fn answered_many(
+        &self,
+        verdict: Bound<'_, Verdict>,
+        entries: Vec<Bound<'_, Entry>>,
+        started: u64,
+        release: Option<Py<PyAny>>,
+    ) -> PyResult<Py<Verdict>> {
+        guard(|| {
+            let v = verdict.get();
+            let core = v.to_core();
+            if self.caching && !core.allowed {
+                let entries = batch(&entries)?;
+                self.lock().answered_verdict(&entries, &core, started);
+            } else {
+                self.lock().answered(core.allowed);
+            }
+            match release {
+                None => Ok(verdict.unbind()),
+                Some(f) => Py::new(verdict.py(), copy(v, false, Some(f))),
+            }
+        })
+    }
+
+    /// What an error the store raised means: `None` when it is the caller's own mistake (an invalid
+    /// limit or argument, a `TypeError`: re-raise it), else the failure — `'timeout'` when the call had
+    /// already run `timeout_ms` (the client's own timeout fired), `'store-error'` before.
+    fn failure_of(&self, error: &Bound<'_, PyAny>, started: u64) -> PyResult<Option<&'static str>> {
+        guard(|| {
+            let code = match error.getattr("code") {
+                Ok(c) if c.is_instance_of::<PyString>() => c.extract::<String>()?,
+                _ => error.get_type().name()?.to_string(),
+            };
+            Ok(Failure::of_error_code(&code).map(|f| {
+                if f == Failure::StoreError && self.expired(started) {
+                    Failure::Timeout.name()
+                } else {
+                    f.name()
+                }
+            }))
+        })
+    }
+
+    /// A failure (`'timeout'`, `'store-error'`, `'not-ready'`) with its cause: counts it and answers
+    /// the policy's verdict, marked with `failed` and `cause`, or `None` (ask the fallback store).
+    fn failed(&self, failure: &str, cause: Py<PyAny>) -> PyResult<Option<Verdict>> {
+        guard(|| {
+            let failure = failure_of(failure)?;
+            Ok(match self.lock().failed(failure) {
+                OnFailure::Answer(v) => {
+                    Some(Verdict::guarded(v, None, Some((failure.name(), cause))))
+                }
+                OnFailure::Fallback => None,
+            })
+        })
+    }
+
+    /// The fallback store answered a failed call: counts it and answers its verdict marked with the
+    /// failure (a refusal of one entry without `blocked`), its `release()` being `release`.
+    #[pyo3(signature = (verdict, failure, cause, single, release = None))]
+    fn fallback_answered(
+        &self,
+        verdict: &Bound<'_, Verdict>,
+        failure: &str,
+        cause: Py<PyAny>,
+        single: bool,
+        release: Option<Py<PyAny>>,
+    ) -> PyResult<Verdict> {
+        guard(|| {
+            let failure = failure_of(failure)?;
+            let mut v: BatchVerdict = verdict.get().to_core();
+            if single {
+                v.blocked = None;
+            }
+            self.lock().fallback_answered(v.allowed);
+            Ok(Verdict::guarded(v, release, Some((failure.name(), cause))))
+        })
+    }
+
+    /// The fallback store failed too: the call is refused as under `'deny'`, marked with the failure.
+    fn fallback_failed(&self, failure: &str, cause: Py<PyAny>) -> PyResult<Verdict> {
+        guard(|| {
+            let failure = failure_of(failure)?;
+            let v = self.lock().fallback_failed();
+            Ok(Verdict::guarded(v, None, Some((failure.name(), cause))))
+        })
+    }
+
+    /// The late-answer rule: `'release'`, `'keep'` or `'ignore'`.
+    fn late(&self, answered_allowed: bool, late_allowed: bool) -> &'static str {
+        match self.lock().late(answered_allowed, late_allowed) {
+            LateAction::Release => "release",
+            LateAction::Keep => "keep",
+            LateAction::Ignore => "ignore",
+        }
+    }
+
+    /// A late answer's release finished (`ok`) or failed.
+    fn late_released(&self, ok: bool) {
+        self.lock().late_released(ok);
+    }
+
+    /// A call on one entry was given back through the guard: forgets it in the block cache.
+    fn forget(&self, key: Key<'_>, limit: &Bound<'_, Limit>) {
+        if self.caching {
+            self.lock().released([(key.0, limit.get().inner)]);
+        }
+    }
+
+    /// `forget` for a batch.
+    fn forget_many(&self, entries: Vec<Bound<'_, Entry>>) -> PyResult<()> {
+        if self.caching {
+            let entries = batch(&entries)?;
+            self.lock().released(entries);
+        }
+        Ok(())
+    }
+
+    /// The counters, in the order of `STATS`.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let s = self.lock().stats();
+        PyTuple::new(
+            py,
+            [
+                s.calls,
+                s.allowed,
+                s.refused,
+                s.timeouts,
+                s.store_errors,
+                s.not_ready,
+                s.late_releases,
+                s.late_releases_failed,
+                s.fallback_calls,
+                s.cache_hits,
+            ],
+        )
+    }
+
+    /// The counters' names, in the order `stats()` answers them.
+    #[classattr]
+    #[allow(non_snake_case)]
+    fn STATS() -> [&'static str; 10] {
+        [
+            "calls",
+            "allowed",
+            "refused",
+            "timeouts",
+            "store_errors",
+            "not_ready",
+            "late_releases",
+            "late_releases_failed",
+            "fallback_calls",
+            "cache_hits",
+        ]
+    }
+
+    /// Entries the block cache holds (0 without one).
+    fn cached(&self) -> usize {
+        self.lock().cache().map_or(0, BlockCache::len)
+    }
+}
