@@ -8,11 +8,13 @@
 //! only reads JS values (a reply as the client gave it, rows, a release token) and makes the few
 //! objects that are rare (an error, a release token, failed give-backs, SQL statements).
 
-use js_sys::{Array, Object, Reflect, Uint8Array};
+use js_sys::{Array, JsString, Object, Reflect, Uint8Array};
 use ratewindow_core::call::Fed;
+use ratewindow_core::input::{utf16_to_utf8, KeyPosition};
 use ratewindow_core::redis::Reply;
 use ratewindow_core::sql::{SqlValue, Statement};
 use ratewindow_js_glue::calls::{self, CallRecord, Calls};
+use ratewindow_js_glue::key::key_failure;
 use ratewindow_js_glue::Failure;
 use wasm_bindgen::prelude::*;
 
@@ -59,6 +61,31 @@ impl WasmCalls {
         let out = record(out)?;
         f(&mut self.calls, out).map_err(thrown)
     }
+}
+
+/// A key exactly as JavaScript holds it. wasm-bindgen's conversion replaces a lone surrogate with
+/// U+FFFD, which would make `'s\uD800'` and `'s\uFFFD'` one key; so a key whose conversion holds U+FFFD
+/// is read again as UTF-16, and one with a lone surrogate is refused naming `position`
+/// (`invalid_argument:key`), as the memory store does.
+fn key_of(value: &JsValue, position: KeyPosition) -> ratewindow_js_glue::Res<String> {
+    match value.as_string() {
+        Some(text) if !text.contains('\u{FFFD}') => Ok(text),
+        Some(_) => {
+            let units: Vec<u16> = value.unchecked_ref::<JsString>().iter().collect();
+            utf16_to_utf8(&units).map_err(|at| key_failure(position, at))
+        }
+        None => Err(Failure::new(
+            "invalid_argument:key",
+            format!("invalid {position}: not a string"),
+        )),
+    }
+}
+
+/// A batch's keys, each read by [`key_of`] (naming `entries[i].key`).
+fn keys_of(keys: &Array) -> ratewindow_js_glue::Res<Vec<String>> {
+    (0..keys.length())
+        .map(|i| key_of(&keys.get(i), KeyPosition::Entry(i as usize)))
+        .collect()
 }
 
 fn made(calls: ratewindow_js_glue::Res<Calls>) -> Result<WasmCalls, JsValue> {
@@ -123,14 +150,14 @@ impl WasmCalls {
     pub fn consume(
         &mut self,
         out: &mut [f64],
-        keys: Vec<String>,
+        #[wasm_bindgen(unchecked_param_type = "string[]")] keys: Array,
         uses: Vec<f64>,
         windows: Vec<f64>,
         release: bool,
         now: Option<f64>,
     ) -> Result<Option<String>, JsValue> {
         self.go(out, |c, out| {
-            let entries = calls::entries(keys, &uses, &windows)?;
+            let entries = calls::entries(keys_of(&keys)?, &uses, &windows)?;
             c.consume(out, entries, release, now)
         })
     }
@@ -140,25 +167,27 @@ impl WasmCalls {
     pub fn consume_one(
         &mut self,
         out: &mut [f64],
-        key: String,
+        #[wasm_bindgen(unchecked_param_type = "string")] key: JsString,
         uses: f64,
         window_ms: f64,
         now: Option<f64>,
     ) -> Result<Option<String>, JsValue> {
-        self.go(out, |c, out| c.consume_one(out, key, uses, window_ms, now))
+        self.go(out, |c, out| {
+            c.consume_one(out, key_of(&key, KeyPosition::Key)?, uses, window_ms, now)
+        })
     }
 
     /// Starts a peek.
     pub fn peek(
         &mut self,
         out: &mut [f64],
-        keys: Vec<String>,
+        #[wasm_bindgen(unchecked_param_type = "string[]")] keys: Array,
         uses: Vec<f64>,
         windows: Vec<f64>,
         now: Option<f64>,
     ) -> Result<Option<String>, JsValue> {
         self.go(out, |c, out| {
-            let entries = calls::entries(keys, &uses, &windows)?;
+            let entries = calls::entries(keys_of(&keys)?, &uses, &windows)?;
             c.peek(out, entries, now)
         })
     }
@@ -196,36 +225,42 @@ impl WasmCalls {
     pub fn hit(
         &mut self,
         out: &mut [f64],
-        key: String,
+        #[wasm_bindgen(unchecked_param_type = "string")] key: JsString,
         decay_ms: f64,
         amount: f64,
         now: Option<f64>,
     ) -> Result<Option<String>, JsValue> {
-        self.go(out, |c, out| c.hit(out, key, decay_ms, amount, now))
+        self.go(out, |c, out| {
+            c.hit(out, key_of(&key, KeyPosition::Key)?, decay_ms, amount, now)
+        })
     }
 
     /// Starts an atomic attempt.
     pub fn attempt(
         &mut self,
         out: &mut [f64],
-        key: String,
+        #[wasm_bindgen(unchecked_param_type = "string")] key: JsString,
         max: f64,
         decay_ms: f64,
         now: Option<f64>,
     ) -> Result<Option<String>, JsValue> {
-        self.go(out, |c, out| c.attempt(out, key, max, decay_ms, now))
+        self.go(out, |c, out| {
+            c.attempt(out, key_of(&key, KeyPosition::Key)?, max, decay_ms, now)
+        })
     }
 
     /// Starts a fixed window's read.
     pub fn read(
         &mut self,
         out: &mut [f64],
-        key: String,
+        #[wasm_bindgen(unchecked_param_type = "string")] key: JsString,
         query: String,
         max: f64,
         now: Option<f64>,
     ) -> Result<Option<String>, JsValue> {
-        self.go(out, |c, out| c.read(out, key, &query, max, now))
+        self.go(out, |c, out| {
+            c.read(out, key_of(&key, KeyPosition::Key)?, &query, max, now)
+        })
     }
 
     /// Starts a reset of a fixed window's count.
@@ -233,20 +268,24 @@ impl WasmCalls {
     pub fn reset_attempts(
         &mut self,
         out: &mut [f64],
-        key: String,
+        #[wasm_bindgen(unchecked_param_type = "string")] key: JsString,
         now: Option<f64>,
     ) -> Result<Option<String>, JsValue> {
-        self.go(out, |c, out| c.reset_attempts(out, key, now))
+        self.go(out, |c, out| {
+            c.reset_attempts(out, key_of(&key, KeyPosition::Key)?, now)
+        })
     }
 
     /// Starts a clear of a fixed window.
     pub fn clear(
         &mut self,
         out: &mut [f64],
-        key: String,
+        #[wasm_bindgen(unchecked_param_type = "string")] key: JsString,
         now: Option<f64>,
     ) -> Result<Option<String>, JsValue> {
-        self.go(out, |c, out| c.clear(out, key, now))
+        self.go(out, |c, out| {
+            c.clear(out, key_of(&key, KeyPosition::Key)?, now)
+        })
     }
 
     /// Feeds a reply as the client gave it.
