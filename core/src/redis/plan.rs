@@ -24,7 +24,7 @@ pub struct Script {
 pub static SLIDING: Script = Script {
     name: "sliding",
     source: include_str!("sliding.lua"),
-    sha1: "ce40376d91f1986fe5b92a3c97e72b5af567f830",
+    sha1: "4d63873a58ccfad123481533d92d4c6bc8b9dbf6",
 };
 /// The fixed-window script: hit, get, reset and clear of one key.
 pub static FIXED: Script = Script {
