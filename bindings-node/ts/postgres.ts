@@ -68,6 +68,12 @@ export interface PurgeResult {
   readonly windows: number;
 }
 
+/** The rows of what a query resolved to: its rows, or node-postgres' whole result's `rows`. */
+function rowsOf(rows: unknown): unknown {
+  if (!Array.isArray(rows) && Array.isArray((rows as { rows?: unknown } | null)?.rows)) return (rows as { rows: unknown[] }).rows;
+  return rows;
+}
+
 /** A name per statement text, process-wide: node-postgres prepares a named statement once per connection. */
 const statementNames = new Map<string, string>();
 function statementName(text: string): string {
@@ -155,14 +161,25 @@ export class PostgresStore extends CallStore<false> {
       if (what === undefined) throw e;
       throw storeError(e, what);
     }
-    if (!Array.isArray(rows) && Array.isArray((rows as { rows?: unknown } | null)?.rows)) rows = (rows as { rows: unknown[] }).rows;
-    return rows;
+    return rowsOf(rows);
   }
 
-  /** A call's statements, in order (the engine plans one per call); the rows of the last. */
-  protected override async runCommand(_kind: StepKind, id: number): Promise<unknown> {
+  /**
+   * A call's statements, in order; the rows of the last. The engine plans one per call: that one is
+   * the client's promise with one `then` (no async frames on the usual path).
+   */
+  protected override runCommand(_kind: StepKind, id: number): Promise<unknown> {
+    const statements = this.calls.statements(id);
+    if (statements.length === 1) {
+      const { sql, params } = statements[0]!;
+      return Promise.resolve(this.query(sql, params)).then(rowsOf);
+    }
+    return this.runAll(statements);
+  }
+
+  private async runAll(statements: readonly SqlStatement[]): Promise<unknown> {
     let rows: unknown = [];
-    for (const statement of this.calls.statements(id)) rows = await this.statement(statement);
+    for (const statement of statements) rows = await this.statement(statement);
     return rows;
   }
 
