@@ -1,10 +1,11 @@
 """PostgreSQL stores over the user's own psycopg 3 connection or pool (or any driver), for sync and
 asyncio code.
 
-Every call is **one statement**: the schema installs functions that take each key's advisory lock in a
-fixed order, trim, check and record every entry of the call, timed by the server's
-``clock_timestamp()``. On an autocommit connection that is one round trip and one transaction per call,
-however many entries.
+Every call is **one statement**, timed by the server's ``clock_timestamp()``. The log is a row per key:
+a one-entry call reads the key's row and answers a refusal from it (no lock, no write), and a call it
+lets through is written back by compare-and-set in the installed ``{prefix}_take1``; a batch runs
+``{prefix}_sliding``, which locks its keys' rows in key order. On an autocommit connection that is one
+round trip and one transaction per call, however many entries.
 
 Both stores drive the core's call machines (see :mod:`ratewindow._sansio`): :class:`PostgresStore`
 with a blocking connection, :class:`AsyncPostgresStore` with an asyncio one. psycopg is imported only
@@ -119,7 +120,7 @@ def _sync_executor(target: object) -> tuple[Query, Callable[[str], None]]:
                 cur.execute(sql, params)
                 return cur.fetchall() if _has_rows(cur) else []
             # Not autocommit: BEGIN … COMMIT around the statement (a savepoint inside a transaction of
-            # the caller's), so the advisory locks are released at once and an error rolls back.
+            # the caller's), so the row locks are released at once and an error rolls back.
             params = _durable_inside(conn, params)
             with lock, conn.transaction():
                 cur.execute(sql, params)
