@@ -383,6 +383,22 @@ fn one_entry_calls_racing_on_one_key_let_exactly_the_limit_through() {
     }
 }
 
+/// The largest limit a call can carry (u32::MAX uses) is counted like any other: the one-entry
+/// statement's refusal test never subscripts the log out of PostgreSQL's integer range.
+#[test]
+fn the_largest_limit_is_counted() {
+    let schema = Schema::install("largest");
+    let (plans, mut client) = (&schema.plans, connect());
+    let largest = [Entry::new("k", limit(u32::MAX as u64, 60_000))];
+    for remaining in [u32::MAX - 1, u32::MAX - 2] {
+        let v = consume(&mut client, plans, &largest).0;
+        assert!(v.allowed && v.quota.remaining == remaining, "{v:?}");
+    }
+    let peeked =
+        Postgres::decode_batch(&run(&mut client, &plans.plan_peek_many(&largest)), 1).unwrap();
+    assert_eq!(peeked.quota.remaining, u32::MAX - 2);
+}
+
 /// The one-entry statement and the batch function name their columns alike (a query function may
 /// return rows as objects keyed by column name).
 #[test]

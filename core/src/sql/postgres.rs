@@ -59,7 +59,8 @@ impl Postgres {
             // a call it does not refuse runs {p}_take1, handed the row it read (no second read).
             // The refusal test is one comparison: the times are ascending (an array from 1), so
             // `uses` calls lie inside the window exactly when the uses-th newest, `u`, does (NULL,
-            // never inside, when the row holds fewer). The columns are named (a query function may
+            // never inside, when the row holds fewer; the guard also keeps the subscript, an int4,
+            // in range for any `uses` up to u32::MAX). The columns are named (a query function may
             // return rows as objects keyed by name), in the order `decode_batch` reads them.
             consume_one: names.apply(&format!(
                 "SELECT v[1] = 1 AS allowed, v[2] AS retry_after_ms, v[3] AS retry_timestamp, \
@@ -70,7 +71,7 @@ impl Postgres {
                  greatest(1, s.u + s.w - s.now), s.ats[s.n] + s.w - s.now] \
                  ELSE {{p}}_take1($1, $2, $3, s.uses, s.w, $6::boolean, s.ats, s.ids, s.now) END AS v \
                  FROM (SELECT l.ats, l.ids, cardinality(l.ats) AS n, \
-                 l.ats[cardinality(l.ats) - $4::bigint + 1] AS u, \
+                 CASE WHEN cardinality(l.ats) >= $4::bigint THEN l.ats[cardinality(l.ats) - $4::bigint + 1] END AS u, \
                  greatest({NOW_MS}, l.ats[cardinality(l.ats)]) AS now, $4::bigint AS uses, $5::bigint AS w \
                  FROM (SELECT) AS o LEFT JOIN {{p}}_log AS l ON l.key = $3 OFFSET 0) AS s OFFSET 0) AS t"
             )),
