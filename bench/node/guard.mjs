@@ -45,12 +45,16 @@ const KEYS = Array.from({ length: N }, (_, i) => `user:${i}`);
 const clientNames = (process.env.BENCH_CLIENTS ?? 'node-redis,ioredis').split(',');
 const run = `benchguard:${Date.now().toString(36)}:`;
 
-/** Runs `op(i)` with `inflight` calls in flight for `ms`; returns completed calls per second. */
-async function throughput(op, inflight, ms = RUN_MS) {
+/**
+ * Runs `op(i)` with `inflight` calls in flight for `ms`; returns completed calls per second, and pushes
+ * this process's CPU time per call (µs) onto `cpu` (steadier than throughput on a loaded machine).
+ */
+async function throughput(op, inflight, ms = RUN_MS, cpu = null) {
   let next = 0;
   let done = 0;
   const end = performance.now() + ms;
   const start = performance.now();
+  const cpu0 = process.cpuUsage();
   const worker = async () => {
     while (performance.now() < end) {
       await op(next++);
@@ -58,6 +62,8 @@ async function throughput(op, inflight, ms = RUN_MS) {
     }
   };
   await Promise.all(Array.from({ length: inflight }, worker));
+  const used = process.cpuUsage(cpu0);
+  if (cpu) cpu.push((used.user + used.system) / done);
   return (done * 1000) / (performance.now() - start);
 }
 
@@ -113,12 +119,14 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 async function race(contenders, inflight) {
   for (const op of Object.values(contenders)) await throughput(op, inflight, quick ? 20 : 100); // warm up
   const samples = Object.fromEntries(Object.keys(contenders).map((k) => [k, []]));
+  const cpu = Object.fromEntries(Object.keys(contenders).map((k) => [k, []]));
   for (let r = 0; r < ROUNDS; r++) {
-    for (const [name, op] of Object.entries(contenders)) samples[name].push(await throughput(op, inflight));
+    for (const [name, op] of Object.entries(contenders)) samples[name].push(await throughput(op, inflight, RUN_MS, cpu[name]));
   }
   const m = Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, median(xs)]));
   const ratio = (a, b) => median(samples[a].map((x, i) => x / samples[b][i]));
-  return { m, ratio };
+  const us = Object.fromEntries(Object.entries(cpu).map(([k, xs]) => [k, median(xs)]));
+  return { m, ratio, us };
 }
 
 const fmt = (x) => Math.round(x).toLocaleString('en-US').padStart(10);
@@ -138,10 +146,14 @@ for (const c of (await clients()).filter((c) => clientNames.includes(c.name))) {
     gmany1: (i) => guarded.consumeMany([{ key: KEYS[i % N], limit: ALLOWED }]).then(count),
   };
   for (const inflight of [64, 1]) {
-    const { m, ratio } = await race(happy, inflight);
+    const { m, ratio, us } = await race(happy, inflight);
     console.log(
       `${c.name.padEnd(10)} happy path, ${String(inflight).padStart(2)} in flight: store ${fmt(m.store)}  guarded ${fmt(m.guarded)}  many1 ${fmt(m.many1)}  gmany1 ${fmt(m.gmany1)} calls/s | ` +
         `guarded/store ${x(ratio('guarded', 'store'))} (target >= 0.97)  gmany1/many1 ${x(ratio('gmany1', 'many1'))}  guarded/many1 ${x(ratio('guarded', 'many1'))}`,
+    );
+    console.log(
+      `${''.padEnd(10)}   this process's CPU per call: store ${us.store.toFixed(1)} µs  guarded ${us.guarded.toFixed(1)}  many1 ${us.many1.toFixed(1)}  gmany1 ${us.gmany1.toFixed(1)} ` +
+        `(the guard's own: ${(us.gmany1 - us.many1).toFixed(1)} µs; consume through consumeMany: ${(us.many1 - us.store).toFixed(1)} µs)`,
     );
   }
   const gs = guarded.stats();
