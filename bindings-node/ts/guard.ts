@@ -377,6 +377,13 @@ export class GuardedStore extends CooldownStore {
     this.closed = true;
     this.closing = (async () => {
       while (this.busy > 0) await new Promise<void>((resolve) => this.drained.push(resolve));
+      // Nothing is under way: the deadline timer (if armed for answered calls) need not keep the process.
+      if (this.timer !== undefined) {
+        clearTimeout(this.timer);
+        this.timer = undefined;
+        this.queue = [];
+        this.head = 0;
+      }
       const own = (this.store as { onShutdown?: unknown }).onShutdown;
       if (shutdown !== undefined) await shutdown();
       else if (typeof own === 'function') await (own as () => Awaitable<unknown>).call(this.store);
