@@ -188,38 +188,45 @@ impl GuardCore {
     }
 
     /// Begins a call on one entry: counts it and, with the block cache, answers a remembered refusal
-    /// without a round trip (`None`: ask the store).
-    fn begin(&self, key: Key<'_>, limit: &Bound<'_, Limit>) -> PyResult<Option<Verdict>> {
+    /// without a round trip (a `Verdict`); else the call's start (an `int`, ms): ask the store.
+    fn begin(&self, py: Python<'_>, key: Key<'_>, limit: &Bound<'_, Limit>) -> PyResult<Py<PyAny>> {
         guard(|| {
+            let now = now_ms();
             let mut g = self.lock();
             if !self.caching {
                 g.begin();
-                return Ok(None);
+                return Ok(now.into_pyobject(py)?.into_any().unbind());
             }
-            let hit = g.begin_checked([(key.0, limit.get().inner)], now_ms());
-            Ok(hit.map(|mut v| {
-                v.blocked = None;
-                Verdict::guarded(v, None, None)
-            }))
+            match g.begin_checked([(key.0, limit.get().inner)], now) {
+                None => Ok(now.into_pyobject(py)?.into_any().unbind()),
+                Some(mut v) => {
+                    v.blocked = None;
+                    Ok(Py::new(py, Verdict::guarded(v, None, None))?.into_any())
+                }
+            }
         })
     }
 
-    /// `begin` for a batch: the refusal names the blocked entry's index.
-    fn begin_many(&self, entries: Vec<Bound<'_, Entry>>) -> PyResult<Option<Verdict>> {
+    /// `begin` for a batch: a refusal names the blocked entry's index.
+    fn begin_many(&self, py: Python<'_>, entries: Vec<Bound<'_, Entry>>) -> PyResult<Py<PyAny>> {
         guard(|| {
+            let now = now_ms();
             if !self.caching {
                 self.lock().begin();
-                return Ok(None);
+                return Ok(now.into_pyobject(py)?.into_any().unbind());
             }
             let entries = batch(&entries)?;
-            let hit = self.lock().begin_checked(entries, now_ms());
-            Ok(hit.map(|v| Verdict::guarded(v, None, None)))
+            match self.lock().begin_checked(entries, now) {
+                None => Ok(now.into_pyobject(py)?.into_any().unbind()),
+                Some(v) => Ok(Py::new(py, Verdict::guarded(v, None, None))?.into_any()),
+            }
         })
     }
 
-    /// The store answered a call on one entry in time: counts it and remembers a refusal. Returns the
-    /// verdict the caller gets: the store's own, or — when `release` is given — a copy whose
-    /// `release()` is that callable (the guard's tracked give-back).
+    /// The store answered a call on one entry: `None` when it took `timeout_ms` or longer (a late
+    /// answer: nothing counted, the host applies the policy and the late-answer rule); else counts it,
+    /// remembers a refusal and returns the verdict the caller gets: the store's own, or — when
+    /// `release` is given — a copy whose `release()` is that callable (the guard's tracked give-back).
     #[pyo3(signature = (verdict, key, limit, started, release = None))]
     fn answered(
         &self,
@@ -228,8 +235,11 @@ impl GuardCore {
         limit: &Bound<'_, Limit>,
         started: u64,
         release: Option<Py<PyAny>>,
-    ) -> PyResult<Py<Verdict>> {
+    ) -> PyResult<Option<Py<Verdict>>> {
         guard(|| {
+            if self.expired(started) {
+                return Ok(None);
+            }
             let v = verdict.get();
             let mut core = v.to_core();
             let batch = core.blocked.is_some();
@@ -238,9 +248,9 @@ impl GuardCore {
                 .answered_verdict(&[(key.0, limit.get().inner)], &core, started);
             // A batch verdict (the store's consume_many of one entry) answers as a single one.
             if release.is_none() && !batch {
-                return Ok(verdict.unbind());
+                return Ok(Some(verdict.unbind()));
             }
-            Py::new(verdict.py(), copy(v, true, release))
+            Py::new(verdict.py(), copy(v, true, release)).map(Some)
         })
     }
 
@@ -252,8 +262,11 @@ impl GuardCore {
         entries: Vec<Bound<'_, Entry>>,
         started: u64,
         release: Option<Py<PyAny>>,
-    ) -> PyResult<Py<Verdict>> {
+    ) -> PyResult<Option<Py<Verdict>>> {
         guard(|| {
+            if self.expired(started) {
+                return Ok(None);
+            }
             let v = verdict.get();
             let core = v.to_core();
             if self.caching && !core.allowed {
@@ -263,8 +276,8 @@ impl GuardCore {
                 self.lock().answered(core.allowed);
             }
             match release {
-                None => Ok(verdict.unbind()),
-                Some(f) => Py::new(verdict.py(), copy(v, false, Some(f))),
+                None => Ok(Some(verdict.unbind())),
+                Some(f) => Py::new(verdict.py(), copy(v, false, Some(f))).map(Some),
             }
         })
     }

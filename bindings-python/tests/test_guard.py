@@ -435,3 +435,20 @@ def test_kit_on_a_guarded_async_memory_store() -> None:
 def test_store_error_names() -> None:
     assert isinstance(Guard(Slow(), timeout_ms=10).stats().calls, int)
     assert StoreError("x").code == "store_error"
+
+
+def test_async_guard_outlives_its_event_loop() -> None:
+    """One AsyncGuard used from two event loops in turn (asyncio.run twice): the timeout holds in both."""
+    store = AsyncSlow()
+    store.delay = 0.2
+    g = AsyncGuard(store, timeout_ms=50)
+
+    async def once() -> None:
+        v, t = None, time.monotonic()
+        v = await g.consume("loop", LIMIT)
+        assert v.failed == "timeout" and time.monotonic() - t < 0.15
+        await asyncio.sleep(0.25)  # the late answer comes and is given back in this loop
+
+    asyncio.run(once())
+    asyncio.run(once())
+    assert used(store.inner, "loop") == 0 and g.stats().late_releases == 2

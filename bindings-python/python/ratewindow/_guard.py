@@ -54,6 +54,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -236,7 +238,7 @@ class Guard(_Common, CooldownStore):
     mistake (an invalid limit or key) are raised, not answered by the policy. Thread-safe.
     """
 
-    __slots__ = ("_cond", "_busy", "_ready", "_ready_error", "_shut", "__weakref__")
+    __slots__ = ("_inflight", "_shut_lock", "_ready", "_ready_error", "_shut", "__weakref__")
 
     def __init__(
         self,
@@ -248,8 +250,9 @@ class Guard(_Common, CooldownStore):
         on_event: Callable[[GuardEvent], object] | None = None,
     ) -> None:
         self._setup(store, CooldownStore, timeout_ms, on_failure, block_cache, on_event)
-        self._cond = threading.Condition()
-        self._busy = 0
+        # One item per call or release under way (deque's append and pop are atomic: no lock per call).
+        self._inflight: deque[None] = deque()
+        self._shut_lock = threading.Lock()
         self._ready = threading.Event()
         self._ready.set()
         self._ready_error: BaseException | None = None
@@ -262,15 +265,15 @@ class Guard(_Common, CooldownStore):
         if not self._direct:
             return self._many("consume", [Entry(key, limit)], single=True)
         core = self._core
-        hit = core.begin(key, limit)
-        if hit is not None:
-            return hit
+        started = core.begin(key, limit)
+        if type(started) is not int:
+            return started  # type: ignore[return-value]  # the block cache's refusal
         if self._gated:
             early = self._gate("consume", (Entry(key, limit),))
             if early is not None:
                 return early
-        started = core.now()
-        self._enter()
+        inflight = self._inflight
+        inflight.append(None)
         try:
             try:
                 v = self._store.consume(key, limit)
@@ -279,12 +282,12 @@ class Guard(_Common, CooldownStore):
                 if failed is None:
                     raise
                 return self._failure("consume", (Entry(key, limit),), True, failed, error)
-            if core.expired(started):
+            out = core.answered(v, key, limit, started, self._tracked(v, key, limit) if v.releasable else None)
+            if out is None:
                 return self._late_now("consume", (Entry(key, limit),), True, v)
-            release = self._tracked(v, key, limit) if v.releasable else None
-            return core.answered(v, key, limit, started, release)
+            return out
         finally:
-            self._leave()
+            inflight.pop()
 
     def consume_many(self, entries: Iterable[Entry]) -> Verdict:
         """Counts one call against every entry through the store (a store with the default
@@ -309,15 +312,15 @@ class Guard(_Common, CooldownStore):
     def _many(self, op: GuardOperation, given: Iterable[Entry], single: bool = False) -> Verdict:
         entries = given if isinstance(given, list) else list(given)
         core = self._core
-        hit = core.begin(entries[0].key, entries[0].limit) if single else core.begin_many(entries)
-        if hit is not None:
-            return hit
+        started = core.begin(entries[0].key, entries[0].limit) if single else core.begin_many(entries)
+        if type(started) is not int:
+            return started  # type: ignore[return-value]  # the block cache's refusal
         if self._gated:
             early = self._gate(op, entries)
             if early is not None:
                 return early
-        started = core.now()
-        self._enter()
+        inflight = self._inflight
+        inflight.append(None)
         try:
             try:
                 v = self._store.consume_many(entries) if op == "consume" else self._invoke(self._store, op, entries)
@@ -326,16 +329,18 @@ class Guard(_Common, CooldownStore):
                 if failed is None:
                     raise
                 return self._failure(op, entries, single, failed, error)
-            if core.expired(started):
-                return self._late_now(op, entries, single, v)
             if single:
                 key, limit = entries[0].key, entries[0].limit
                 release = self._tracked(v, key, limit) if op == "consume" and v.releasable else None
-                return core.answered(v, key, limit, started, release)
-            release = self._tracked_many(v, entries) if op == "consume_many" and v.releasable else None
-            return core.answered_many(v, entries, started, release)
+                out = core.answered(v, key, limit, started, release)
+            else:
+                release = self._tracked_many(v, entries) if op == "consume_many" and v.releasable else None
+                out = core.answered_many(v, entries, started, release)
+            if out is None:
+                return self._late_now(op, entries, single, v)
+            return out
         finally:
-            self._leave()
+            inflight.pop()
 
     @staticmethod
     def _invoke(store: CooldownStore, op: GuardOperation, entries: list[Entry]) -> Verdict:
@@ -393,22 +398,22 @@ class Guard(_Common, CooldownStore):
     def _tracked(self, v: Verdict, key: str, limit: Limit) -> Callable[[], object]:
         def release() -> object:
             self._core.forget(key, limit)
-            self._enter()
+            self._inflight.append(None)
             try:
                 return v.release()
             finally:
-                self._leave()
+                self._inflight.pop()
 
         return release
 
     def _tracked_many(self, v: Verdict, entries: list[Entry]) -> Callable[[], object]:
         def release() -> object:
             self._core.forget_many(entries)
-            self._enter()
+            self._inflight.append(None)
             try:
                 return v.release()
             finally:
-                self._leave()
+                self._inflight.pop()
 
         return release
 
@@ -425,16 +430,6 @@ class Guard(_Common, CooldownStore):
         if self._ready_error is not None:
             return self._failure(op, entries, single, "not-ready", self._ready_error)
         return None
-
-    def _enter(self) -> None:
-        with self._cond:
-            self._busy += 1
-
-    def _leave(self) -> None:
-        with self._cond:
-            self._busy -= 1
-            if self._busy == 0:
-                self._cond.notify_all()
 
     def ready(self, connect: Callable[[], object] | None = None) -> None:
         """Connects the store: runs ``connect`` (default: the store's ``on_ready()``, if it has one).
@@ -463,9 +458,9 @@ class Guard(_Common, CooldownStore):
         ``on_shutdown()``, if it has one), once, so the store closes after its last write."""
         self._closed = True
         self._gated = True
-        with self._cond:
-            while self._busy:
-                self._cond.wait()
+        while self._inflight:
+            time.sleep(0.001)
+        with self._shut_lock:
             if self._shut:
                 return
             self._shut = True
@@ -492,7 +487,7 @@ class AsyncGuard(_Common, AsyncCooldownStore):
     waiting is treated the same way: its call did not run, so a recorded answer is given back.
     """
 
-    __slots__ = ("_busy", "_drained", "_ready_wait", "_ready_error", "_closing", "__weakref__")
+    __slots__ = ("_busy", "_drained", "_ready_wait", "_ready_error", "_closing", "_deadlines", "_timer", "_timer_loop", "__weakref__")
 
     def __init__(
         self,
@@ -509,6 +504,11 @@ class AsyncGuard(_Common, AsyncCooldownStore):
         self._ready_wait: asyncio.Future[None] | None = None
         self._ready_error: BaseException | None = None
         self._closing: asyncio.Future[None] | None = None
+        # Calls waiting for their deadline, in deadline order (one timeout for all: arrival order), and
+        # the one timer armed for the first of them: no timer per call.
+        self._deadlines: deque[tuple[float, asyncio.Future[None]]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None  # a guard may outlive its loop
 
     async def consume(self, key: str, limit: Limit) -> Verdict:
         """Counts one call to ``key`` under ``limit`` through the store within ``timeout_ms``, or the
@@ -516,16 +516,15 @@ class AsyncGuard(_Common, AsyncCooldownStore):
         if not self._direct:
             return await self._many("consume", [Entry(key, limit)], single=True)
         core = self._core
-        hit = core.begin(key, limit)
-        if hit is not None:
-            return hit
+        started = core.begin(key, limit)
+        if type(started) is not int:
+            return started  # type: ignore[return-value]  # the block cache's refusal
         entries = None
         if self._gated:
             entries = [Entry(key, limit)]
             early = await self._gate("consume", entries)
             if early is not None:
                 return early
-        started = core.now()
         try:
             aw = self._store.consume(key, limit)
         except Exception as error:
@@ -536,7 +535,10 @@ class AsyncGuard(_Common, AsyncCooldownStore):
         if isinstance(outcome, BaseException):
             return await self._thrown("consume", [Entry(key, limit)], True, outcome, started)
         release = self._tracked(outcome, lambda: core.forget(key, limit)) if outcome.releasable else None
-        return core.answered(outcome, key, limit, started, release)
+        out = core.answered(outcome, key, limit, started, release)
+        if out is None:
+            return await self._late_in_hand("consume", entries or [Entry(key, limit)], True, outcome)
+        return out
 
     async def consume_many(self, entries: Iterable[Entry]) -> Verdict:
         """Counts one call against every entry through the store within ``timeout_ms`` (a store with the
@@ -561,14 +563,13 @@ class AsyncGuard(_Common, AsyncCooldownStore):
 
     async def _many(self, op: GuardOperation, entries: list[Entry], single: bool = False) -> Verdict:
         core = self._core
-        hit = core.begin(entries[0].key, entries[0].limit) if single else core.begin_many(entries)
-        if hit is not None:
-            return hit
+        started = core.begin(entries[0].key, entries[0].limit) if single else core.begin_many(entries)
+        if type(started) is not int:
+            return started  # type: ignore[return-value]  # the block cache's refusal
         if self._gated:
             early = await self._gate(op, entries)
             if early is not None:
                 return early
-        started = core.now()
         try:
             aw = self._store.consume_many(entries) if op == "consume" else _invoke_async(self._store, op, entries)
         except Exception as error:
@@ -583,11 +584,15 @@ class AsyncGuard(_Common, AsyncCooldownStore):
             release = None
             if op == "consume" and outcome.releasable:
                 release = self._tracked(outcome, lambda: core.forget(key, limit))
-            return core.answered(outcome, key, limit, started, release)
-        release = None
-        if op == "consume_many" and outcome.releasable:
-            release = self._tracked(outcome, lambda: core.forget_many(entries))
-        return core.answered_many(outcome, entries, started, release)
+            out = core.answered(outcome, key, limit, started, release)
+        else:
+            release = None
+            if op == "consume_many" and outcome.releasable:
+                release = self._tracked(outcome, lambda: core.forget_many(entries))
+            out = core.answered_many(outcome, entries, started, release)
+        if out is None:
+            return await self._late_in_hand(op, entries, single, outcome)
+        return out
 
     # --- the race ---------------------------------------------------------------------------------
 
@@ -603,20 +608,20 @@ class AsyncGuard(_Common, AsyncCooldownStore):
             if not waiter.done():
                 waiter.set_result(None)
 
-        timer = loop.call_later(self._core.timeout_ms / 1000, wake)
+        self._deadlines.append((loop.time() + self._core.timeout_ms / 1000, waiter))
+        if self._timer is None or self._timer_loop is not loop:
+            self._arm(loop)
         task.add_done_callback(wake)
         try:
             await waiter
         except asyncio.CancelledError:
             # The caller gave up: its call did not run; a recorded late answer is given back.
-            timer.cancel()
             listed = entries if entries is not None else []
             if task.done():
                 self._late_async(op, listed, False, task)
             else:
                 task.add_done_callback(lambda t: self._late_async(op, listed, False, t))
             raise
-        timer.cancel()
         if not task.done():
             return _Late(task)
         self._leave()
@@ -627,6 +632,27 @@ class AsyncGuard(_Common, AsyncCooldownStore):
             return error
         return task.result()
 
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Arms the timer for the first call still waiting (answered ones are dropped first)."""
+        deadlines = self._deadlines
+        while deadlines and (deadlines[0][1].done() or deadlines[0][1].get_loop() is not loop):
+            deadlines.popleft()  # answered, or left behind by an event loop that has ended
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(deadlines[0][0], self._expire, loop) if deadlines else None
+        self._timer_loop = loop
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The timer: wakes every call whose deadline has passed (as timed out), then re-arms."""
+        now = loop.time()
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            waiter = deadlines.popleft()[1]
+            if not waiter.done() and waiter.get_loop() is loop:
+                waiter.set_result(None)
+        self._timer = None
+        self._arm(loop)
+
     async def _timed_out(self, op: GuardOperation, entries: list[Entry], single: bool, late: _Late) -> Verdict:
         answer = await self._failure(op, entries, single, "timeout", _timeout(self.timeout_ms))
         if op in ("consume", "consume_many"):
@@ -636,12 +662,24 @@ class AsyncGuard(_Common, AsyncCooldownStore):
             late.task.add_done_callback(lambda _: self._leave())
         return answer
 
+    async def _late_in_hand(self, op: GuardOperation, entries: list[Entry], single: bool, late: Verdict) -> Verdict:
+        """The answer came in hand but at or after ``timeout_ms`` (the timer had not fired yet): the
+        policy answers, and the late-answer rule applies at once."""
+        answer = await self._failure(op, entries, single, "timeout", _timeout(self.timeout_ms))
+        if op in ("consume", "consume_many"):
+            self._busy += 1
+            self._late_verdict(op, entries, answer.allowed, late)
+        return answer
+
     def _late_async(self, op: GuardOperation, entries: list[Entry], answered_allowed: bool, task: asyncio.Future[Verdict]) -> None:
         """A store's call finished after the guard answered it (a done callback): the late-answer rule."""
         if task.cancelled() or task.exception() is not None:
             self._leave()  # a late failure recorded nothing the guard could give back
             return
-        late = task.result()
+        self._late_verdict(op, entries, answered_allowed, task.result())
+
+    def _late_verdict(self, op: GuardOperation, entries: list[Entry], answered_allowed: bool, late: Verdict) -> None:
+        """The late-answer rule on ``late`` (one ``_busy`` held, let go when done)."""
         core = self._core
         if core.late(answered_allowed, late.allowed) != "release":
             self._leave()
