@@ -1,7 +1,7 @@
 """Server time per script call, from Redis's own ``INFO commandstats``: ratewindow's sliding-log script
 against the scripts its peers run, on the peers' workload.
 
-Starts a private ``redis-server`` on a spare loopback port (``--port``, default 6390), so no other
+Starts a private ``redis-server`` on a spare loopback port (``--port``, default 6397: the Node tests own 6390-6394), so no other
 traffic counts, and stops it at the end. Workload: 10,000 keys round-robin. For each script, each
 round, three timed parts:
 
@@ -29,7 +29,7 @@ Contenders (the scripts are the peers' own, sent by ``EVALSHA``):
 - a plain sliding-log script: ``ZREMRANGEBYSCORE``, ``ZCARD``, ``ZADD`` + ``PEXPIRE`` (or ``ZRANGE`` of
   the oldest for the wait), on the server's clock.
 
-Run: ``.venv/bin/python bench/redis_commandstats.py [--rounds 5] [--port 6390] [--before old.lua ...]``
+Run: ``.venv/bin/python bench/redis_commandstats.py [--rounds 5] [--port 6397] [--before old.lua ...]``
 (``redis-server`` and redis-py are all it needs).
 """
 
@@ -172,7 +172,7 @@ def server_cpu_s(pid: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--port", type=int, default=6390)
+    parser.add_argument("--port", type=int, default=6397)
     parser.add_argument("--before", action="append", default=[],
                         help="another version of sliding.lua to measure beside this checkout's (repeatable)")
     args = parser.parse_args()
