@@ -5,7 +5,7 @@
 //   - refusals: every key filled to its 5 uses first (a 600 s window, so none leaves during the run), then
 //     every timed call is a refusal — abuse traffic, what a limiter mostly answers under attack;
 //   - allowed:  1,000 uses per 10 s, so every timed call is allowed and recorded.
-// Contenders run interleaved (a, b, c, a, b, c ...); each round gives a ratio per pair, and the median of
+// Contenders run interleaved, the order rotating each round (a, b, c, b, c, a ...); each round gives a ratio per pair, and the median of
 // the per-round ratios is reported, so drift of the machine affects all alike. A refusal is an answer
 // (rate-limiter-flexible rejects; the rejection is caught and counted).
 //   PostgreSQL (the machine's server over its unix socket, a pg Pool of 8 each; 1 and 16 calls in flight):
@@ -17,7 +17,7 @@
 //                (waits for the WAL flush each call)
 //   - rlf-rel:   the same on a pool whose connections run with synchronous_commit = off
 //   - bare:      pool.query('SELECT 1') (the floor: one round trip)
-//   - batch3:    PostgresStore.consumeMany of 3 entries (still one statement)
+//   - batch3:    PostgresStore.consumeMany of 3 entries (still one statement), in tables of its own
 //   - prev:      before/after in the same run: the same PostgresStore, but its one-entry statement swapped
 //                for the previous schema's (`SELECT … FROM {p}_sliding1(…)`, PL/pgSQL reading the row
 //                itself), installed from the upgrade-test fixture core/tests/data/postgres_schema_0_1_log.sql
@@ -75,9 +75,14 @@ const ignoreRefusal = (p) => p.catch((e) => { if (e instanceof Error) throw e; }
 /** Interleaved rounds: each contender's median rate, and the median over rounds of each pair's ratio. */
 async function interleaved(contenders, inflight, pairs = []) {
   const rounds = [];
+  const entries = Object.entries(contenders);
   for (let r = 0; r < ROUNDS; r++) {
     const round = {};
-    for (const [name, op] of Object.entries(contenders)) round[name] = await throughput(op, inflight);
+    // A rotating order: no contender always runs first (after the previous round's last) or last.
+    for (let k = 0; k < entries.length; k++) {
+      const [name, op] = entries[(k + r) % entries.length];
+      round[name] = await throughput(op, inflight);
+    }
     rounds.push(round);
   }
   const rates = Object.fromEntries(Object.keys(contenders).map((k) => [k, median(rounds.map((r) => r[k]))]));
@@ -115,8 +120,12 @@ async function postgres() {
   const rlfTables = [];
   const store = PostgresStore.using(counted, { prefix });
   const durable = PostgresStore.using(pool, { prefix: durPrefix, durable: true });
+  // Batches of 3 in tables of their own, so their writes do not touch the rows `ours` reads.
+  const batchPrefix = `rw_bench3_${tag}`;
+  const batches = PostgresStore.using(counted, { prefix: batchPrefix });
   await store.installSchema();
   await durable.installSchema();
+  await batches.installSchema();
   // The previous one-entry statement, through the same store code: only its text is swapped.
   const prevPrefix = `rw_benchp_${tag}`;
   const fixture = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'core', 'tests', 'data', 'postgres_schema_0_1_log.sql');
@@ -161,7 +170,7 @@ async function postgres() {
         rlf: (i) => ignoreRefusal(rlf.consume(KEYS[i % N])),
         'rlf-rel': (i) => ignoreRefusal(rlfRel.consume(KEYS[i % N])),
         bare: () => pool.query('SELECT 1'),
-        batch3: (i) => (calls++, store.consumeMany([
+        batch3: (i) => (calls++, batches.consumeMany([
           { key: `a:${KEYS[i % N]}`, limit: LIMIT },
           { key: `b:${KEYS[i % N]}`, limit: LIMIT },
           { key: `c:${KEYS[i % N]}`, limit: LIMIT },
@@ -179,7 +188,7 @@ async function postgres() {
       console.log(`    round trips per call (ours, consume and consumeMany): ${(roundTrips / calls).toFixed(3)}`);
     }
   } finally {
-    for (const p of [prefix, durPrefix, prevPrefix]) {
+    for (const p of [prefix, durPrefix, prevPrefix, batchPrefix]) {
       const { rows } = await pool.query(`SELECT oid::regprocedure::text AS f FROM pg_proc WHERE proname LIKE $1`, [`${p.replace(/_/g, '\\_')}\\_%`]);
       for (const { f } of rows) await pool.query(`DROP FUNCTION IF EXISTS ${f}`);
       await pool.query(`DROP TABLE IF EXISTS ${p}_log, ${p}_calls, ${p}_windows`);
