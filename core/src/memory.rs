@@ -203,13 +203,12 @@ impl Shard {
         self.logs[index] = new_log(&mut self.next_instance, limit);
     }
 
-    /// Removes the logs at `indices` (left empty by [`trimmed_log`](Self::trimmed_log)), highest index
-    /// first, so that each removal moves only a log not yet visited.
-    fn remove_empty(&mut self, indices: &mut [usize]) {
-        indices.sort_unstable_by(|a, b| b.cmp(a));
-        for &index in indices.iter() {
-            debug_assert!(self.logs[index].is_empty());
-            self.logs.swap_remove_index(index);
+    /// Removes `key`'s log if it is empty (left so by [`trimmed_log`](Self::trimmed_log)).
+    fn remove_empty(&mut self, key: Key<'_>) {
+        if let Some(index) = self.log_index(key) {
+            if self.logs[index].is_empty() {
+                self.logs.swap_remove_index(index);
+            }
         }
     }
 
@@ -258,7 +257,6 @@ fn log_at(shard: &Shard, index: Option<usize>) -> Option<&KeyLog> {
 }
 
 /// A new, empty log for a key counted under `limit`, in the shard's next life.
-#[inline]
 fn new_log(next_instance: &mut u64, limit: Limit) -> KeyLog {
     let instance = *next_instance;
     *next_instance += 1;
@@ -576,19 +574,24 @@ impl MemoryStore {
         // for the whole batch, because nothing is removed until the end and recording only appends.
         // A consume trims each log to the key's longest window (clearing a dead one); a log it
         // empties stays, empty, and counts as no log.
-        let mut found: SmallVec<[Option<usize>; 8]> = SmallVec::from_elem(None, entries.len());
+        // (Indices as `usize`, `usize::MAX` for none: the SmallVec type the batch already uses, which
+        // keeps the component small.)
+        let mut found_at: SmallVec<[usize; 8]> = SmallVec::new();
+        found_at.resize(entries.len(), usize::MAX);
         for i in keys() {
             let shard = &mut guards[slot(i)];
-            found[i] = if record {
+            let index = if record {
                 shard.trimmed_log(key(i), now, horizon, longest(i))
             } else {
                 shard.peek_index(key(i), horizon)
             };
+            found_at[i] = index.unwrap_or(usize::MAX);
         }
+        let found = |i: usize| Some(found_at[i]).filter(|&index| index != usize::MAX);
 
         let mut blocked: Option<(usize, u64)> = None;
         for (i, entry) in entries.iter().enumerate() {
-            let wait = log_at(&guards[slot(i)], found[first[i]])
+            let wait = log_at(&guards[slot(i)], found(first[i]))
                 .and_then(|log| log.wait_until(entry.limit, now));
             if let Some(until) = wait {
                 if blocked.is_none_or(|(_, longest)| until > longest) {
@@ -601,28 +604,18 @@ impl MemoryStore {
         let mut recorded: SmallVec<[usize; 8]> = SmallVec::new();
         let release = (record && verdict.allowed).then(|| {
             recorded.resize(entries.len(), usize::MAX);
-            // Room for the new keys at once, rather than growing each shard's map step by step.
-            let mut new_keys: SmallVec<[usize; 16]> = SmallVec::from_elem(0, guards.len());
-            for i in keys().filter(|&i| found[i].is_none()) {
-                new_keys[slot(i)] += 1;
-            }
-            for (guard, &n) in guards.iter_mut().zip(&new_keys) {
-                if n > 1 {
-                    guard.logs.reserve(n);
-                }
-            }
             let calls = keys()
                 .map(|i| {
                     let window_ms = longest(i);
                     let moment = Moment { now, horizon };
                     let shard = &mut guards[slot(i)];
-                    if let Some(index) = found[i] {
+                    if let Some(index) = found(i) {
                         if shard.logs[index].is_empty() {
                             shard.renew(index, entries[i].limit);
                         }
                     }
                     let (instance, at, index) =
-                        shard.record(key(i), found[i], entries[i].limit, window_ms, moment);
+                        shard.record(key(i), found(i), entries[i].limit, window_ms, moment);
                     recorded[i] = index;
                     RecordedCall {
                         key: entries[i].key.clone(),
@@ -638,13 +631,13 @@ impl MemoryStore {
             }
         });
         let quota = match verdict.blocked {
-            Some(b) => log_at(&guards[slot(b)], found[first[b]]).map_or(Quota::NONE, |log| {
+            Some(b) => log_at(&guards[slot(b)], found(first[b])).map_or(Quota::NONE, |log| {
                 log.refused_quota(entries[b].limit, now, verdict.retry_after_ms)
             }),
             None => Quota::tightest(entries.iter().enumerate().map(|(i, entry)| {
                 let quota = match recorded.get(first[i]) {
                     Some(&index) => guards[slot(i)].logs[index].quota(entry.limit, now),
-                    None => log_at(&guards[slot(i)], found[first[i]])
+                    None => log_at(&guards[slot(i)], found(first[i]))
                         .map_or(Quota::unused(entry.limit), |log| {
                             log.quota(entry.limit, now)
                         }),
@@ -652,20 +645,14 @@ impl MemoryStore {
                 (quota, entry.limit.window_ms())
             })),
         };
-        // A refused consume removes the logs its trimming emptied (an allowed one renewed them all).
+        // A refused consume removes the logs its trimming emptied (an allowed one renewed them all):
+        // found again by key, since each removal moves another log (no sort: the component's size).
         if record && !verdict.allowed {
-            let mut emptied: SmallVec<[(usize, usize); 8]> = keys()
-                .filter_map(|i| {
-                    let index = found[i]?;
-                    guards[slot(i)].logs[index]
-                        .is_empty()
-                        .then_some((slot(i), index))
-                })
+            let emptied: SmallVec<[usize; 8]> = keys()
+                .filter(|&i| found(i).is_some_and(|index| guards[slot(i)].logs[index].is_empty()))
                 .collect();
-            emptied.sort_unstable();
-            for run in emptied.chunk_by(|a, b| a.0 == b.0) {
-                let mut indices: SmallVec<[usize; 8]> = run.iter().map(|&(_, i)| i).collect();
-                guards[run[0].0].remove_empty(&mut indices);
+            for i in emptied {
+                guards[slot(i)].remove_empty(key(i));
             }
         }
         let verdict = verdict.with_quota(quota);
