@@ -90,3 +90,37 @@ test('hosted: the Redis store reports the host runner error as store-failed', as
     assert.deepStrictEqual(attempt(call).err, { tag: 'store-failed', val: ops.host.noClient });
   }
 });
+
+test('hosted: a Redis store whose prefix could name another prefix\'s keys refuses every call as invalid-argument', async () => {
+  const ops = await hostedOps();
+  const lim = { uses: 1, windowMs: 1000 };
+  for (const prefix of ['p:log:', 'plog:', 'a:win:b']) {
+    // The constructor cannot fail (WIT 0.2.0): the store is made, and each call is refused before any command.
+    const store = new ops.redis.RedisStore({ prefix, hashTagBefore: undefined });
+    for (const call of [
+      () => store.consume('k', lim),
+      () => store.peekMany([{ key: 'k', limit: lim }]),
+      () => store.hit('k', 1000, 1n),
+      () => store.attempt('k', 3, 1000),
+      () => store.clear('k'),
+    ]) {
+      assert.deepStrictEqual(attempt(call).err, { tag: 'invalid-argument', val: { field: 'prefix', value: prefix } });
+    }
+  }
+  // A prefix without a marker reaches the host's runner (which has no client here).
+  const fine = new ops.redis.RedisStore({ prefix: 'p:lo', hashTagBefore: undefined });
+  assert.equal(attempt(() => fine.hit('k', 1000, 1n)).err.tag, 'store-failed');
+});
+
+test('jco replaces a lone surrogate before the component sees the key (a host limit, documented)', async () => {
+  // jco lowers a JS string with TextEncoder, which writes U+FFFD for a lone surrogate: the component
+  // receives valid UTF-8 and cannot tell `s\uD800` from `s\uFFFD`. The component ships no JS wrapper of
+  // ours that could check first; the README says to check keys in the host (`str.isWellFormed()`).
+  const ops = await engineOps();
+  ops.freshStore();
+  const lim = { uses: 1, window_ms: 60_000 };
+  assert.equal(ops.consume('s\uFFFD', lim, 1_000).ok.allowed, true);
+  assert.equal(ops.consume('s\uD800', lim, 1_001).ok.allowed, false, 'one key: jco replaced the surrogate');
+  assert.equal(ops.consume('s\uDC00', lim, 1_002).ok.allowed, false);
+  assert.equal('s\uD800'.isWellFormed(), false, 'what a host checks before the call');
+});

@@ -11,10 +11,11 @@ use std::cell::RefCell;
 use ratewindow_core::call::{
     CallError, Command, Fed, Op, Outcome, Redis, ReleaseToken, WindowQuery,
 };
+use ratewindow_core::input::check_redis_prefix;
 use ratewindow_core::redis::{RedisOptions as CoreOptions, Reply};
 
 use crate::bindings::exports::ratewindow::engine::{
-    errors::{Error, MalformedReply},
+    errors::{Error, InvalidArgument, MalformedReply},
     redis::{
         self as wit, GuestRedisRelease, GuestRedisStore, RedisConsumed, RedisConsumedOne,
         RedisOptions, RedisRelease as ReleaseHandle, RedisReleaseBorrow,
@@ -32,6 +33,10 @@ impl wit::Guest for Component {
 /// A store over the host's client: the machines' options; every call runs through `store-io`.
 pub struct RedisStore {
     machine: Redis,
+    /// A prefix that could name another prefix's keys (`core::input::check_redis_prefix`). The WIT
+    /// constructor cannot fail, so the store is made and every call is refused with
+    /// `invalid-argument { field: "prefix" }` before any command runs.
+    bad_prefix: Option<String>,
 }
 
 /// The release of one allowed consume: taken when a release succeeds, so a second does nothing.
@@ -163,6 +168,12 @@ fn unit(outcome: Outcome) -> Result<(), Error> {
 impl RedisStore {
     /// Drives `op`'s machine to its end, reporting the give-backs that failed on the way.
     fn call(&self, op: Op) -> Result<Outcome, Error> {
+        if let Some(prefix) = &self.bad_prefix {
+            return Err(Error::InvalidArgument(InvalidArgument {
+                field: "prefix".to_owned(),
+                value: prefix.clone(),
+            }));
+        }
         let (result, failures) = self.machine.start(op).drive(run);
         for f in failures {
             store_io::give_back_failed(&GiveBackFailure {
@@ -208,7 +219,11 @@ fn entry(key: String, limit: Limit) -> Vec<Entry> {
 impl GuestRedisStore for RedisStore {
     fn new(options: RedisOptions) -> RedisStore {
         let mut core = CoreOptions::default();
+        let mut bad_prefix = None;
         if let Some(prefix) = options.prefix {
+            if check_redis_prefix(&prefix).is_err() {
+                bad_prefix = Some(prefix.clone());
+            }
             core = core.with_prefix(prefix);
         }
         if let Some(separator) = options.hash_tag_before {
@@ -217,6 +232,7 @@ impl GuestRedisStore for RedisStore {
         }
         RedisStore {
             machine: Redis::new(core).evalsha(options.evalsha.unwrap_or(true)),
+            bad_prefix,
         }
     }
 

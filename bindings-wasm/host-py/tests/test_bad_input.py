@@ -124,3 +124,40 @@ def test_hosted_redis_store_reports_the_host_runner_error() -> None:
         with pytest.raises(ComponentError) as e:
             ok(call())
         assert (e.value.tag, e.value.payload) == ("store-failed", w.no_client)
+
+
+@pytest.mark.parametrize("prefix", ["p:log:", "plog:", "a:win:b"])
+def test_hosted_redis_store_with_a_colliding_prefix_refuses_every_call(prefix: str) -> None:
+    # `p:` + `log:x` and `p:log:` + `x` would be one Redis key. The WIT constructor cannot fail, so the
+    # store is made and each call is the `invalid-argument` variant naming `prefix`, before any command.
+    w = HostedWorld()
+    s = w.redis_store(prefix=prefix)
+    calls: list[Callable[[], Any]] = [
+        lambda: s.call("consume", "k", limit(1, 1000)),
+        lambda: s.call("peek-many", [entry("k", limit(1, 1000))]),
+        lambda: s.call("hit", "k", 1000.0, 1),
+        lambda: s.call("attempt", "k", 3, 1000.0),
+        lambda: s.call("clear", "k"),
+    ]
+    for call in calls:
+        with pytest.raises(ComponentError) as e:
+            ok(call())
+        assert e.value.tag == "invalid-argument"
+        assert (e.value.payload.field, e.value.payload.value) == ("prefix", prefix)
+    # A prefix without a marker reaches the host's runner (which has no client here).
+    fine = w.redis_store(prefix="p:lo")
+    with pytest.raises(ComponentError) as e:
+        ok(fine.call("hit", "k", 1000.0, 1))
+    assert e.value.tag == "store-failed"
+
+
+def test_a_lone_surrogate_key_is_refused_by_wasmtime_py_before_the_component(world: Any) -> None:
+    # wasmtime-py encodes a `str` as strict UTF-8: a lone surrogate raises UnicodeEncodeError in the host
+    # and the component is not called (a host limit, documented in the component README). Nothing is
+    # counted, and `s\ufffd` stays its own key.
+    assert ok(world.consume("s\ufffd", limit(1, 60_000), 1_000)).allowed
+    for key in ["s\ud800", "\udc00"]:
+        with pytest.raises(UnicodeEncodeError):
+            world.consume(key, limit(1, 60_000), 1_001)
+    assert not ok(world.consume("s\ufffd", limit(1, 60_000), 1_002)).allowed
+    assert ok(world.consume("s\U0001f600", limit(1, 60_000), 1_003)).allowed
