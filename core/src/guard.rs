@@ -489,7 +489,8 @@ impl BlockCache {
 
     /// A cache of at most `max_keys` entries (1 to 2^32 - 1), or an error naming `max_keys`.
     pub fn new(max_keys: usize) -> Result<BlockCache, GuardError> {
-        if max_keys == 0 || max_keys > MAX_MAX_KEYS {
+        // Compared as u64: on a 32-bit target (wasm32) `MAX_MAX_KEYS` is `usize::MAX`.
+        if max_keys == 0 || max_keys as u64 > MAX_MAX_KEYS as u64 {
             return Err(GuardError::new(GuardField::MaxKeys, max_keys));
         }
         Ok(BlockCache::with_bound(max_keys))
