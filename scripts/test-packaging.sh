@@ -184,7 +184,12 @@ if ! "$ROOT/scripts/redis-cluster.sh" status > /dev/null 2>&1; then
   "$ROOT/scripts/redis-cluster.sh" start
   trap '"$ROOT/scripts/redis-cluster.sh" stop; cleanup' EXIT
 fi
-(cd "$work/pytree/bindings-python" && RUST_BACKTRACE=0 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests)
+# The guard tests put tests/faultproxy in front of the servers: the copied tests cannot find the
+# workspace's build from outside the tree, so they are told where it is (built here if absent).
+proxy="${CARGO_TARGET_DIR:-$ROOT/target}/release/ratewindow-faultproxy"
+[ -x "$proxy" ] || (cd "$ROOT" && cargo build --release -p ratewindow-faultproxy --quiet)
+(cd "$work/pytree/bindings-python" && RATEWINDOW_FAULTPROXY="$proxy" RUST_BACKTRACE=0 \
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider tests)
 
 step "Python: the README example from the installed wheel"
 "$venv/bin/python" - <<'EOF'
