@@ -103,14 +103,15 @@ def _free(port: int) -> bool:
 
 
 class PrivateRedis:
-    """A redis-server of this test's own (ports 6395-6399), which the test may stop, restart or pause.
+    """A redis-server of this test's own (the first free port of ``ports``, by default 6395-6399), which
+    the test may stop, restart or pause.
 
     Always stopped by :meth:`stop` (use it as a context manager)."""
 
-    def __init__(self) -> None:
-        port = next((p for p in range(6395, 6400) if _free(p)), None)
+    def __init__(self, ports: range = range(6395, 6400)) -> None:
+        port = next((p for p in ports if _free(p)), None)
         if port is None:
-            raise RuntimeError("ports 6395-6399 are all taken")
+            raise RuntimeError(f"ports {ports.start}-{ports.stop - 1} are all taken")
         self.port = port
         self.dir = tempfile.mkdtemp(prefix=f"rw-redis-{port}-")
         self.process: subprocess.Popen[bytes] | None = None

@@ -11,9 +11,6 @@ waiting for a release under way, and the conformance kit on a guarded RedisStore
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -269,48 +266,15 @@ def test_sync_redis_client_timeout_is_a_timeout(redis_proxy: FaultProxy) -> None
     client.close()
 
 
-class PrivateRedis:
+def private_redis() -> rs.PrivateRedis:
     """A redis-server of this module's own on 6420-6429, to kill and restart on the same port."""
-
-    def __init__(self) -> None:
-        port = next((p for p in range(6420, 6430) if rs._free(p)), None)
-        if port is None:
-            raise RuntimeError("ports 6420-6429 are all taken")
-        self.port = port
-        self.dir = tempfile.mkdtemp(prefix=f"rw-guard-{port}-")
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self.dir],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                redis.Redis(port=self.port, socket_timeout=0.5).ping()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.02)
-        raise RuntimeError(f"redis-server on {self.port} did not start")
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait()
-            self.process = None
-
-    def stop(self) -> None:
-        self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
+    return rs.PrivateRedis(range(6420, 6430))
 
 
 def test_sync_redis_restarted_mid_run_with_a_fallback() -> None:
     """The server dies: the fallback store counts; it comes back empty (scripts flushed): the main
     store answers again, loading its script after NOSCRIPT."""
-    server = PrivateRedis()
+    server = private_redis()
     server.start()
     try:
         client = redis.Redis(port=server.port, socket_timeout=0.3, socket_connect_timeout=0.3, retry=no_retry())
