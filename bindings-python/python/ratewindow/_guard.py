@@ -323,7 +323,7 @@ class Guard(_Common, CooldownStore):
         inflight.append(None)
         try:
             try:
-                v = self._store.consume_many(entries) if op == "consume" else self._invoke(self._store, op, entries)
+                v = self._store.consume_many(entries) if op == "consume" else _invoke(self._store, op, entries)
             except Exception as error:
                 failed = core.failure_of(error, started)
                 if failed is None:
@@ -342,16 +342,6 @@ class Guard(_Common, CooldownStore):
         finally:
             inflight.pop()
 
-    @staticmethod
-    def _invoke(store: CooldownStore, op: GuardOperation, entries: list[Entry]) -> Verdict:
-        if op == "consume_many":
-            return store.consume_many(entries)
-        if op == "peek_many":
-            return store.peek_many(entries)
-        if op == "peek":
-            return store.peek(entries[0].key, entries[0].limit)
-        return store.consume(entries[0].key, entries[0].limit)
-
     # --- failures, late answers -------------------------------------------------------------------
 
     def _failure(
@@ -363,7 +353,7 @@ class Guard(_Common, CooldownStore):
             return v
         fallback = self._fallback
         try:
-            fv = self._invoke(fallback, op, list(entries))  # type: ignore[arg-type]
+            fv = _invoke(fallback, op, list(entries))
         except Exception as error:
             self._emit(GuardEvent("fallback-error", op, tuple(entries), cause=error))
             return self._core.fallback_failed(failed, cause)
@@ -571,7 +561,7 @@ class AsyncGuard(_Common, AsyncCooldownStore):
             if early is not None:
                 return early
         try:
-            aw = self._store.consume_many(entries) if op == "consume" else _invoke_async(self._store, op, entries)
+            aw = self._store.consume_many(entries) if op == "consume" else _invoke(self._store, op, entries)
         except Exception as error:
             return await self._thrown(op, entries, single, error, started)
         outcome = await self._race(op, entries, aw)
@@ -727,7 +717,7 @@ class AsyncGuard(_Common, AsyncCooldownStore):
         if v is not None:
             return v
         try:
-            fv = _invoke_async(self._fallback, op, entries)
+            fv = _invoke(self._fallback, op, entries)
             if inspect.isawaitable(fv):
                 fv = await fv
         except Exception as error:
@@ -861,7 +851,8 @@ class _Late:
         self.task = task
 
 
-def _invoke_async(store: Any, op: GuardOperation, entries: list[Entry]) -> Any:
+def _invoke(store: Any, op: GuardOperation, entries: list[Entry]) -> Any:
+    """Runs ``op`` on a store: its verdict (a sync store) or the awaitable of it (an asyncio one)."""
     if op == "consume_many":
         return store.consume_many(entries)
     if op == "peek_many":
