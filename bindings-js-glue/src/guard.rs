@@ -55,7 +55,8 @@ pub const NAMES: [&str; LEN] = [
 /// One guard record.
 pub type GuardRecord = [f64; LEN];
 
-/// The counters' names, in the order [`JsGuard::stats`] answers them.
+/// The counters' names as JavaScript spells them, in the order [`JsGuard::stats`] answers them (that of
+/// [`GuardStats::NAMES`](ratewindow_core::guard::GuardStats::NAMES)).
 pub const STATS: [&str; 10] = [
     "calls",
     "allowed",
@@ -318,20 +319,7 @@ impl JsGuard {
 
     /// The counters, in the order of [`STATS`].
     pub fn stats(&self) -> [f64; STATS.len()] {
-        let s = self.guard.stats();
-        [
-            s.calls,
-            s.allowed,
-            s.refused,
-            s.timeouts,
-            s.store_errors,
-            s.not_ready,
-            s.late_releases,
-            s.late_releases_failed,
-            s.fallback_calls,
-            s.cache_hits,
-        ]
-        .map(|n| n as f64)
+        self.guard.stats().counts().map(|n| n as f64)
     }
 
     /// Entries the block cache holds (0 without one).

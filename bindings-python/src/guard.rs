@@ -12,7 +12,7 @@ use std::time::Instant;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 use ratewindow_core::guard::{
-    BlockCache, Failure, Guard, GuardConfig, GuardError, LateAction, OnFailure, Policy,
+    BlockCache, Failure, Guard, GuardConfig, GuardError, GuardStats, LateAction, OnFailure, Policy,
     DEFAULT_MAX_KEYS,
 };
 use ratewindow_core::{BatchVerdict, Limit as CoreLimit};
@@ -378,40 +378,14 @@ impl GuardCore {
 
     /// The counters, in the order of `STATS`.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let s = self.lock().stats();
-        PyTuple::new(
-            py,
-            [
-                s.calls,
-                s.allowed,
-                s.refused,
-                s.timeouts,
-                s.store_errors,
-                s.not_ready,
-                s.late_releases,
-                s.late_releases_failed,
-                s.fallback_calls,
-                s.cache_hits,
-            ],
-        )
+        PyTuple::new(py, self.lock().stats().counts())
     }
 
     /// The counters' names, in the order `stats()` answers them.
     #[classattr]
     #[allow(non_snake_case)]
     fn STATS() -> [&'static str; 10] {
-        [
-            "calls",
-            "allowed",
-            "refused",
-            "timeouts",
-            "store_errors",
-            "not_ready",
-            "late_releases",
-            "late_releases_failed",
-            "fallback_calls",
-            "cache_hits",
-        ]
+        GuardStats::NAMES
     }
 
     /// Entries the block cache holds (0 without one).

@@ -409,6 +409,38 @@ pub struct GuardStats {
     pub cache_hits: u64,
 }
 
+impl GuardStats {
+    /// The counters' names (as Rust and Python spell them), in the order of [`GuardStats::counts`].
+    pub const NAMES: [&'static str; 10] = [
+        "calls",
+        "allowed",
+        "refused",
+        "timeouts",
+        "store_errors",
+        "not_ready",
+        "late_releases",
+        "late_releases_failed",
+        "fallback_calls",
+        "cache_hits",
+    ];
+
+    /// The counters, in the order of [`GuardStats::NAMES`].
+    pub fn counts(&self) -> [u64; 10] {
+        [
+            self.calls,
+            self.allowed,
+            self.refused,
+            self.timeouts,
+            self.store_errors,
+            self.not_ready,
+            self.late_releases,
+            self.late_releases_failed,
+            self.fallback_calls,
+            self.cache_hits,
+        ]
+    }
+}
+
 /// A cached entry's identity: key, uses, window. The key is shared with the expiry order.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct CacheKey {
