@@ -196,7 +196,11 @@ async fn serve(first: TcpListener, shared: Arc<Shared>) {
     loop {
         let refusing = faults.borrow_and_update().refusing;
         if refusing && listener.is_some() {
-            listener = None; // dropping it closes the socket: connects now get ECONNREFUSED
+            // Connections the kernel completed but the loop has not accepted yet are open from the
+            // client's side: take them before closing, so they carry on like the others.
+            if let Some(l) = listener.take() {
+                drain_backlog(l, &shared);
+            } // the socket is closed now: connects get ECONNREFUSED
             shared.listening.send_replace(false);
         } else if !refusing && listener.is_none() {
             match rebind(shared.listen).await {
@@ -225,6 +229,20 @@ async fn serve(first: TcpListener, shared: Arc<Shared>) {
             None => {
                 let _ = faults.changed().await;
             }
+        }
+    }
+}
+
+/// Accepts every connection already queued on `l` (without waiting), then closes `l`.
+fn drain_backlog(l: TcpListener, shared: &Arc<Shared>) {
+    let Ok(std) = l.into_std() else { return };
+    // `into_std` keeps the socket non-blocking: `accept` answers `WouldBlock` once the queue is empty.
+    while let Ok((client, _)) = std.accept() {
+        if client.set_nonblocking(true).is_err() {
+            continue;
+        }
+        if let Ok(client) = TcpStream::from_std(client) {
+            tokio::spawn(connection(client, shared.clone()));
         }
     }
 }
