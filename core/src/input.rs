@@ -113,8 +113,8 @@ pub fn utf16_to_utf8(units: &[u16]) -> Result<String, usize> {
     Ok(out)
 }
 
-/// Markers the Redis store puts between its prefix and a key (`log:`, `win:`).
-pub const REDIS_NAMESPACES: [&str; 2] = ["log:", "win:"];
+/// Markers the Redis store puts between its prefix and a key (`log:`, `win:`, and `lck:` for locks).
+pub const REDIS_NAMESPACES: [&str; 3] = ["log:", "win:", "lck:"];
 
 /// A Redis key prefix that could make two stores share a key: one containing `log:` or `win:`.
 ///
@@ -124,7 +124,7 @@ pub const REDIS_NAMESPACES: [&str; 2] = ["log:", "win:"];
 /// extension would have to begin with a marker (or a marker would have to begin with part of itself
 /// followed by another, which neither does).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-#[error("invalid prefix {prefix:?}: a Redis key prefix must not contain \"log:\" or \"win:\" (the store's own markers), so that no two prefixes can name one key")]
+#[error("invalid prefix {prefix:?}: a Redis key prefix must not contain \"log:\", \"win:\" or \"lck:\" (the store's own markers), so that no two prefixes can name one key")]
 pub struct PrefixError {
     /// The refused prefix.
     pub prefix: String,

@@ -23,11 +23,13 @@
 //! on, then the data back), h11 (`next_event` / `send`).
 
 mod ids;
+mod lock;
 mod redis;
 
 use serde::{Deserialize, Serialize};
 
 pub use self::ids::CallIds;
+pub use self::lock::LOCK;
 pub use self::redis::Redis;
 use crate::redis::{Reply, ReplyError, Script};
 use crate::sql::{RowError, SqlRelease, SqlValue, Statement};
@@ -170,6 +172,8 @@ pub enum Outcome {
     Bool(bool),
     /// Done, nothing to say (release, reset, clear).
     Unit,
+    /// A lock's holder ([`LockOp::Owner`](crate::lock::LockOp::Owner)): its owner token, or `None`.
+    Owner(Option<String>),
 }
 
 /// Why a call failed. Hosts map each kind to their language's typed error.
@@ -295,6 +299,7 @@ pub struct Call {
 enum Inner {
     Redis(self::redis::RedisCall),
     Sql(crate::sql::SqlCall),
+    Lock(self::lock::LockCall),
     Finished(Option<Result<Outcome, CallError>>),
 }
 
@@ -313,6 +318,13 @@ impl Call {
         }
     }
 
+    pub(crate) fn lock(call: self::lock::LockCall) -> Call {
+        Call {
+            inner: Inner::Lock(call),
+            ..Call::done(Ok(Outcome::Unit))
+        }
+    }
+
     /// A call that is over before it starts (an empty batch, a refused argument).
     pub(crate) fn done(result: Result<Outcome, CallError>) -> Call {
         Call {
@@ -328,6 +340,7 @@ impl Call {
         if let Some(result) = match &mut self.inner {
             Inner::Redis(call) => call.result(&mut self.give_back_failures),
             Inner::Sql(call) => call.result(),
+            Inner::Lock(call) => call.result(),
             Inner::Finished(_) => None,
         } {
             self.inner = Inner::Finished(Some(result));
@@ -335,6 +348,7 @@ impl Call {
         match &mut self.inner {
             Inner::Redis(call) => Next::Run(call.command()),
             Inner::Sql(call) => Next::Run(call.command()),
+            Inner::Lock(call) => Next::Run(call.command()),
             Inner::Finished(result) => {
                 Next::Done(result.take().unwrap_or(Err(CallError::Protocol {
                     expected: "nothing (the call is over)",
@@ -349,6 +363,7 @@ impl Call {
         match &mut self.inner {
             Inner::Redis(call) => call.feed(Ok(fed)),
             Inner::Sql(call) => call.feed(Ok(fed)),
+            Inner::Lock(call) => call.feed(Ok(fed)),
             Inner::Finished(_) => self.protocol("nothing (the call is over)", fed.name()),
         }
     }
@@ -360,6 +375,7 @@ impl Call {
         match &mut self.inner {
             Inner::Redis(call) => call.feed(Err(message)),
             Inner::Sql(call) => call.feed(Err(message)),
+            Inner::Lock(call) => call.feed(Err(message)),
             Inner::Finished(_) => self.protocol("nothing (the call is over)", "a failure"),
         }
     }

@@ -57,6 +57,11 @@ impl Redis {
         &self.options
     }
 
+    /// Whether calls run scripts by SHA1 first.
+    pub fn runs_by_sha1(&self) -> bool {
+        self.evalsha
+    }
+
     /// Starts `op`. Times are the server's (`TIME` inside the scripts).
     pub fn start(&self, op: Op) -> Call {
         let o = &self.options;

@@ -216,6 +216,11 @@ impl RedisOptions {
     pub fn window_key(&self, key: &str) -> String {
         self.key("win:", key)
     }
+
+    /// The Redis key holding the lock `key` (see [`crate::lock`]).
+    pub fn lock_key(&self, key: &str) -> String {
+        self.key("lck:", key)
+    }
 }
 
 /// What an allowed consume needs to give its call back: the keys it recorded under and its id.

@@ -432,4 +432,14 @@ BEGIN
   RETURN QUERY SELECT true, v_hits, v_ends - v_now;
 END
 $fn$;
+
+-- ---- Locks (ratewindow_core::lock) ----------------------------------------------------------------
+-- One row per lock: its owner's token and when it frees itself (the server's clock). Each lock
+-- operation is one statement on this table (an upsert that takes an expired or absent lock, a
+-- compare-and-delete release). Added in 0.3; installing it on an older schema only adds the table.
+CREATE TABLE IF NOT EXISTS {p}_locks (
+  key text PRIMARY KEY,
+  owner text NOT NULL,
+  expires_at timestamptz NOT NULL
+);
 COMMIT;

@@ -13,3 +13,9 @@ CREATE TABLE IF NOT EXISTS {p}_windows (
   hits INTEGER NOT NULL,
   ends_at INTEGER NOT NULL
 );
+-- Locks (ratewindow_core::lock): one row per lock, its owner's token and when it frees itself (ms).
+CREATE TABLE IF NOT EXISTS {p}_locks (
+  key TEXT PRIMARY KEY,
+  owner TEXT NOT NULL,
+  expires_at INTEGER NOT NULL
+) WITHOUT ROWID;

@@ -1,0 +1,383 @@
+//! The lock's call machines: one command a call on every networked store (see [`crate::lock`]).
+//!
+//! Redis: one script on one key, by SHA1 first and with its source after `NOSCRIPT` (the rule of
+//! [`errors::is_noscript`], as every Redis call). PostgreSQL and SQLite: one statement whose rows
+//! answer. Any other failure is the store's; a reply or rows of the wrong shape are never read as an
+//! answer.
+
+use super::{errors, Call, CallError, Command, Fed, Outcome, Redis};
+use crate::lock::{LockError, LockOp};
+use crate::redis::{Plan, Reply, ReplyError, Script};
+use crate::sql::{Postgres, RowError, SqlValue, Sqlite, Statement};
+
+/// The lock script: acquire (`SET NX PX`), release (compare and delete), force release, owner.
+pub static LOCK: Script = Script {
+    name: "lock",
+    source: include_str!("../redis/lock.lua"),
+    sha1: "7913aec43bb3729b2b0768bdb8e5e1ff0f9758d2",
+};
+
+/// What the answer means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    /// A yes or no (acquire, release, force release).
+    Bool,
+    /// The holder's token, or none.
+    Owner,
+}
+
+impl Asked {
+    fn of(op: &LockOp) -> Asked {
+        match op {
+            LockOp::Owner { .. } => Asked::Owner,
+            _ => Asked::Bool,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Step {
+    Script { plan: Plan, by_sha1: bool },
+    Sql(Vec<Statement>),
+}
+
+/// One lock call in progress.
+#[derive(Debug)]
+pub(crate) struct LockCall {
+    step: Step,
+    asked: Asked,
+    done: Option<Result<Outcome, CallError>>,
+    over: bool,
+}
+
+/// An operation the binding should have refused (its owner token): the hosts check arguments with
+/// [`LockOp::check`] first, to raise their language's typed error naming the field.
+fn refused(_: LockError) -> Call {
+    Call::done(Err(CallError::Unsupported(
+        "invalid lock owner: a non-empty string of at most 256 bytes (check with LockOp::check first)",
+    )))
+}
+
+impl LockCall {
+    pub(crate) fn command(&self) -> Command<'_> {
+        match &self.step {
+            Step::Script { plan, by_sha1 } => Command::Script {
+                script: plan.script,
+                keys: &plan.keys,
+                args: &plan.args,
+                by_sha1: *by_sha1,
+            },
+            Step::Sql(statements) => Command::Sql { statements },
+        }
+    }
+
+    pub(crate) fn result(&mut self) -> Option<Result<Outcome, CallError>> {
+        let done = self.done.take();
+        if done.is_some() {
+            self.over = true;
+        }
+        done
+    }
+
+    pub(crate) fn feed(&mut self, fed: Result<Fed, String>) {
+        if self.over || self.done.is_some() {
+            self.done = Some(Err(CallError::Protocol {
+                expected: "nothing (the call is over)",
+                got: "a result",
+            }));
+            return;
+        }
+        self.done = Some(match (&mut self.step, fed) {
+            (Step::Script { by_sha1, .. }, Err(message))
+                if *by_sha1 && errors::is_noscript(&message) =>
+            {
+                // Nothing ran: the same command again, with the source.
+                *by_sha1 = false;
+                return;
+            }
+            (_, Err(message)) => Err(CallError::Store { message }),
+            (Step::Script { .. }, Ok(Fed::Reply(reply))) => decode_reply(self.asked, &reply),
+            (Step::Sql(_), Ok(Fed::Rows(rows))) => decode_rows(self.asked, &rows),
+            (Step::Script { .. }, Ok(Fed::Rows(_))) => Err(CallError::Protocol {
+                expected: "a Redis reply",
+                got: "rows",
+            }),
+            (Step::Sql(_), Ok(Fed::Reply(_))) => Err(CallError::Protocol {
+                expected: "rows",
+                got: "a Redis reply",
+            }),
+        });
+    }
+}
+
+fn start(step: Step, asked: Asked) -> Call {
+    Call::lock(LockCall {
+        step,
+        asked,
+        done: None,
+        over: false,
+    })
+}
+
+/// The lock script's reply: 1 or 0; for `owner` the token or nil.
+fn decode_reply(asked: Asked, reply: &Reply) -> Result<Outcome, CallError> {
+    let error = |expected| CallError::Reply(ReplyError::new("lock", expected, reply));
+    match (asked, reply) {
+        (Asked::Bool, Reply::Int(n @ (0 | 1))) => Ok(Outcome::Bool(*n == 1)),
+        (Asked::Bool, Reply::Text(t)) if t == "0" || t == "1" => Ok(Outcome::Bool(t == "1")),
+        (Asked::Bool, _) => Err(error("1 or 0")),
+        (Asked::Owner, Reply::Nil) => Ok(Outcome::Owner(None)),
+        (Asked::Owner, Reply::Text(owner)) => Ok(Outcome::Owner(Some(owner.clone()))),
+        (Asked::Owner, _) => Err(error("the owner's token, or nil")),
+    }
+}
+
+/// The lock statement's rows: none or one row of one boolean (or 1/0); for `owner` none or one row
+/// of the token.
+fn decode_rows(asked: Asked, rows: &[Vec<SqlValue>]) -> Result<Outcome, CallError> {
+    let error = |expected| {
+        let shown: Vec<String> = rows
+            .iter()
+            .take(4)
+            .map(|row| {
+                let values: Vec<String> = row.iter().map(ToString::to_string).collect();
+                format!("({})", values.join(", "))
+            })
+            .collect();
+        CallError::Rows(RowError {
+            statement: "lock",
+            expected,
+            got: format!("[{}]", shown.join(", ")),
+        })
+    };
+    match (asked, rows) {
+        (Asked::Bool, []) => Ok(Outcome::Bool(false)),
+        (Asked::Bool, [row]) => match row.as_slice() {
+            [value] => boolean(value)
+                .map(Outcome::Bool)
+                .ok_or_else(|| error("no row, or one row of one boolean")),
+            _ => Err(error("no row, or one row of one boolean")),
+        },
+        (Asked::Owner, []) => Ok(Outcome::Owner(None)),
+        (Asked::Owner, [row]) => match row.as_slice() {
+            [SqlValue::Text(owner)] => Ok(Outcome::Owner(Some(owner.clone()))),
+            _ => Err(error("no row, or one row of the owner's token")),
+        },
+        _ => Err(error("at most one row")),
+    }
+}
+
+fn boolean(value: &SqlValue) -> Option<bool> {
+    match value {
+        SqlValue::Bool(b) => Some(*b),
+        SqlValue::Int(0) => Some(false),
+        SqlValue::Int(1) => Some(true),
+        SqlValue::Text(s) if s == "t" || s == "true" || s == "1" => Some(true),
+        SqlValue::Text(s) if s == "f" || s == "false" || s == "0" => Some(false),
+        _ => None,
+    }
+}
+
+impl Redis {
+    /// Starts a lock operation: one script on the key `{prefix}lck:{key}` (hash-tagged like every
+    /// key), on the server's clock.
+    pub fn lock(&self, op: LockOp) -> Call {
+        if let Err(e) = op.check() {
+            return refused(e);
+        }
+        let keys = vec![self.options().lock_key(op.key())];
+        let asked = Asked::of(&op);
+        let args = match op {
+            LockOp::Acquire { owner, ttl, .. } => {
+                vec!["acquire".to_owned(), owner, ttl.ms().to_string()]
+            }
+            LockOp::Release { owner, .. } => vec!["release".to_owned(), owner],
+            LockOp::ForceRelease { .. } => vec!["force".to_owned()],
+            LockOp::Owner { .. } => vec!["owner".to_owned()],
+        };
+        let plan = Plan {
+            script: &LOCK,
+            keys,
+            args,
+        };
+        let by_sha1 = self.runs_by_sha1();
+        start(Step::Script { plan, by_sha1 }, asked)
+    }
+}
+
+/// PostgreSQL's lock statements (`{p}` is the name prefix): times by `clock_timestamp()`.
+const PG_ACQUIRE: &str = "INSERT INTO {p}_locks AS l (key, owner, expires_at) \
+     VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 millisecond') \
+     ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
+     WHERE l.expires_at <= clock_timestamp() RETURNING true";
+const PG_RELEASE: &str = "DELETE FROM {p}_locks WHERE key = $1 AND owner = $2 \
+     RETURNING expires_at > clock_timestamp()";
+const PG_FORCE: &str =
+    "DELETE FROM {p}_locks WHERE key = $1 RETURNING expires_at > clock_timestamp()";
+const PG_OWNER: &str =
+    "SELECT owner FROM {p}_locks WHERE key = $1 AND expires_at > clock_timestamp()";
+
+/// SQLite's lock statements: times are the host's ms, given as parameters.
+const SQLITE_ACQUIRE: &str = "INSERT INTO {p}_locks (key, owner, expires_at) VALUES (?, ?, ?) \
+     ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
+     WHERE {p}_locks.expires_at <= ? RETURNING 1";
+const SQLITE_RELEASE: &str =
+    "DELETE FROM {p}_locks WHERE key = ? AND owner = ? RETURNING expires_at > ?";
+const SQLITE_FORCE: &str = "DELETE FROM {p}_locks WHERE key = ? RETURNING expires_at > ?";
+const SQLITE_OWNER: &str = "SELECT owner FROM {p}_locks WHERE key = ? AND expires_at > ?";
+
+fn text(s: String) -> SqlValue {
+    SqlValue::Text(s)
+}
+
+fn int(n: u64) -> SqlValue {
+    SqlValue::Int(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+impl Postgres {
+    /// Starts a lock operation: one statement on `{prefix}_locks`, on the server's clock.
+    pub fn lock(&self, op: LockOp) -> Call {
+        if let Err(e) = op.check() {
+            return refused(e);
+        }
+        let p = self.names().prefix();
+        let asked = Asked::of(&op);
+        let (sql, params) = match op {
+            LockOp::Acquire { key, owner, ttl } => {
+                (PG_ACQUIRE, vec![text(key), text(owner), int(ttl.ms())])
+            }
+            LockOp::Release { key, owner } => (PG_RELEASE, vec![text(key), text(owner)]),
+            LockOp::ForceRelease { key } => (PG_FORCE, vec![text(key)]),
+            LockOp::Owner { key } => (PG_OWNER, vec![text(key)]),
+        };
+        let statement = Statement {
+            sql: sql.replace("{p}", p),
+            params,
+        };
+        start(Step::Sql(vec![statement]), asked)
+    }
+}
+
+impl Sqlite {
+    /// Starts a lock operation at `now` (the host's clock, ms): one statement on `{prefix}_locks`.
+    pub fn lock(&self, op: LockOp, now: u64) -> Call {
+        if let Err(e) = op.check() {
+            return refused(e);
+        }
+        let p = self.names().prefix();
+        let asked = Asked::of(&op);
+        let (sql, params) = match op {
+            LockOp::Acquire { key, owner, ttl } => (
+                SQLITE_ACQUIRE,
+                vec![
+                    text(key),
+                    text(owner),
+                    int(now.saturating_add(ttl.ms())),
+                    int(now),
+                ],
+            ),
+            LockOp::Release { key, owner } => {
+                (SQLITE_RELEASE, vec![text(key), text(owner), int(now)])
+            }
+            LockOp::ForceRelease { key } => (SQLITE_FORCE, vec![text(key), int(now)]),
+            LockOp::Owner { key } => (SQLITE_OWNER, vec![text(key), int(now)]),
+        };
+        let statement = Statement {
+            sql: sql.replace("{p}", p),
+            params,
+        };
+        start(Step::Sql(vec![statement]), asked)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::Next;
+    use crate::lock::LockTtl;
+    use crate::redis::RedisOptions;
+
+    #[test]
+    fn the_lock_script_sha1_is_its_source_sha1() {
+        let computed = sha1_smol::Sha1::from(LOCK.source).digest().to_string();
+        assert_eq!(
+            LOCK.sha1, computed,
+            "update the lock script's sha1 constant"
+        );
+    }
+
+    fn acquire(owner: &str) -> LockOp {
+        LockOp::Acquire {
+            key: "job".into(),
+            owner: owner.into(),
+            ttl: LockTtl::from_ms(5_000).unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_redis_acquire_is_one_script_by_sha1_then_its_source_on_noscript() {
+        let redis = Redis::new(RedisOptions::default().with_prefix("p:"));
+        let mut call = redis.lock(acquire("me"));
+        let Next::Run(Command::Script {
+            script,
+            keys,
+            args,
+            by_sha1,
+        }) = call.next()
+        else {
+            panic!("a script")
+        };
+        assert_eq!((script.name, by_sha1), ("lock", true));
+        assert_eq!(keys, ["p:lck:job"]);
+        assert_eq!(args, ["acquire", "me", "5000"]);
+        call.fail("NOSCRIPT No matching script");
+        let Next::Run(Command::Script { by_sha1: false, .. }) = call.next() else {
+            panic!("the source")
+        };
+        call.feed(Fed::Reply(Reply::Int(1)));
+        assert!(matches!(call.next(), Next::Done(Ok(Outcome::Bool(true)))));
+        assert!(matches!(
+            call.next(),
+            Next::Done(Err(CallError::Protocol { .. }))
+        ));
+    }
+
+    #[test]
+    fn replies_and_rows_of_the_wrong_shape_are_reply_errors() {
+        let redis = Redis::new(RedisOptions::default());
+        let (result, _) = redis
+            .lock(acquire("me"))
+            .drive(|_| Ok(Fed::Reply(Reply::Int(7))));
+        assert_eq!(result.unwrap_err().kind(), "reply");
+        let (result, _) = redis
+            .lock(LockOp::Owner { key: "k".into() })
+            .drive(|_| Ok(Fed::Reply(Reply::Int(1))));
+        assert_eq!(result.unwrap_err().kind(), "reply");
+        let (result, _) = redis
+            .lock(LockOp::Owner { key: "k".into() })
+            .drive(|_| Ok(Fed::Reply(Reply::Nil)));
+        assert_eq!(result, Ok(Outcome::Owner(None)));
+        let pg = Postgres::new(crate::sql::SqlNames::default());
+        let (result, _) = pg
+            .lock(acquire("me"))
+            .drive(|_| Ok(Fed::Rows(vec![vec![SqlValue::Bool(true)]; 2])));
+        assert_eq!(result.unwrap_err().kind(), "reply");
+        let (result, _) = pg.lock(acquire("me")).drive(|_| Ok(Fed::Rows(vec![])));
+        assert_eq!(result, Ok(Outcome::Bool(false)));
+        let (result, _) = pg
+            .lock(acquire("me"))
+            .drive(|_| Err("connection lost".into()));
+        assert_eq!(result.unwrap_err().kind(), "store");
+    }
+
+    #[test]
+    fn a_bad_owner_is_refused_before_any_command() {
+        let call = Sqlite::default().lock(acquire(""), 0);
+        let (result, _) = call.drive(|_| panic!("no command"));
+        assert_eq!(result.unwrap_err().kind(), "unsupported");
+        assert_eq!(
+            acquire("").check().unwrap_err().field,
+            crate::lock::LockField::Owner
+        );
+    }
+}
