@@ -100,6 +100,7 @@ fn try_run(
                     "bool" => SqlValue::Bool(row.get(i)),
                     "int4" => SqlValue::Int(row.get::<_, i32>(i) as i64),
                     "int8" => SqlValue::Int(row.get(i)),
+                    "text" => SqlValue::Text(row.get(i)),
                     other => panic!("unexpected column type {other}"),
                 })
                 .collect()
@@ -399,8 +400,8 @@ fn the_largest_limit_is_counted() {
     assert_eq!(peeked.quota.remaining, u32::MAX - 2);
 }
 
-/// The one-entry statement and the batch function name their columns alike (a query function may
-/// return rows as objects keyed by column name).
+/// The batch function names the verdict's nine columns, the one-entry statement its one text column
+/// `verdict` (a query function may return rows as objects keyed by column name).
 #[test]
 fn every_consume_statement_names_the_verdicts_columns() {
     let schema = Schema::install("columns");
@@ -431,7 +432,12 @@ fn every_consume_statement_names_the_verdicts_columns() {
             let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
             let row = client.query_one(statement.sql.as_str(), &refs).unwrap();
             let got: Vec<&str> = row.columns().iter().map(|c| c.name()).collect();
-            assert_eq!(got, names, "{}", statement.sql);
+            if entries.len() == 1 {
+                assert_eq!(got, ["verdict"], "{}", statement.sql);
+                assert_eq!(row.columns()[0].type_().name(), "text");
+            } else {
+                assert_eq!(got, names, "{}", statement.sql);
+            }
         }
     }
 }
@@ -511,6 +517,32 @@ fn rows_of_the_wrong_shape_are_typed_errors() {
     assert!(Postgres::decode_batch(&[vec![SqlValue::Bool(true)]], 1).is_err());
     // allowed, retry_after, retry_ts, blocked, now, limit, remaining, refill, reset
     assert!(Postgres::decode_batch(&row(vec![1, 0, -1, -1, 1, 3, 2, 10, 10]), 1).is_ok());
+    // The one-entry statement's one column: the nine as a bigint[]'s text, or an array of integers.
+    let column = |v: SqlValue| Postgres::decode_batch(&[vec![v]], 1);
+    let text = |s: &str| column(SqlValue::Text(s.to_owned()));
+    let verdict = text("{1,0,-1,-1,1,3,2,10,10}").unwrap();
+    assert!(
+        verdict.allowed && verdict.quota.remaining == 2,
+        "{verdict:?}"
+    );
+    let refused = text("{0,5,15,0,10,3,0,5,10}").unwrap();
+    assert_eq!((refused.allowed, refused.retry_after_ms), (false, 5));
+    assert!(column(SqlValue::Ints(vec![1, 0, -1, -1, 1, 3, 2, 10, 10])).is_ok());
+    for bad in [
+        "{1,0,-1,-1,1,3,2,10}",      // eight
+        "{1,0,-1,-1,1,3,2,10,10,0}", // ten
+        "1,0,-1,-1,1,3,2,10,10",     // no braces
+        "{1,0,-1,-1,1,3,2,10,NULL}", // a NULL
+        "{1, 0,-1,-1,1,3,2,10,10}",  // a space
+        "{2,0,-1,-1,1,3,2,10,10}",   // allowed neither 1 nor 0
+        "{1,0,-1,-1,1,3,4,10,10}",   // more left than the limit
+        "{}",
+        "",
+    ] {
+        assert!(text(bad).is_err(), "{bad:?}");
+    }
+    assert!(column(SqlValue::Ints(vec![1, 0, -1])).is_err());
+    assert!(column(SqlValue::Int(1)).is_err());
     assert!(
         Postgres::decode_batch(&row(vec![1, 0, -1, -1, 1]), 1).is_err(),
         "no quota"

@@ -28,6 +28,7 @@ pub struct Postgres {
     durable: bool,
     consume: String,
     consume_one: String,
+    peek_one: String,
     window: String,
     attempt: String,
     release: String,
@@ -60,21 +61,14 @@ impl Postgres {
             // The refusal test is one comparison: the times are ascending (an array from 1), so
             // `uses` calls lie inside the window exactly when the uses-th newest, `u`, does (NULL,
             // never inside, when the row holds fewer; the guard also keeps the subscript, an int4,
-            // in range for any `uses` up to u32::MAX). The columns are named (a query function may
-            // return rows as objects keyed by name), in the order `decode_batch` reads them.
-            consume_one: names.apply(&format!(
-                "SELECT v[1] = 1 AS allowed, v[2] AS retry_after_ms, v[3] AS retry_timestamp, \
-                 v[4] AS blocked, v[5] AS now_ms, v[6] AS quota_limit, v[7] AS remaining, \
-                 v[8] AS refill_after_ms, v[9] AS reset_after_ms \
-                 FROM (SELECT CASE WHEN s.u > s.now - s.w \
-                 THEN ARRAY[0, greatest(1, s.u + s.w - s.now), s.u + s.w, 0, s.now, s.uses, 0, \
-                 greatest(1, s.u + s.w - s.now), s.ats[s.n] + s.w - s.now] \
-                 ELSE {{p}}_take1($1, $2, $3, s.uses, s.w, $6::boolean, s.ats, s.ids, s.now) END AS v \
-                 FROM (SELECT l.ats, l.ids, cardinality(l.ats) AS n, \
-                 CASE WHEN cardinality(l.ats) >= $4::bigint THEN l.ats[cardinality(l.ats) - $4::bigint + 1] END AS u, \
-                 greatest({NOW_MS}, l.ats[cardinality(l.ats)]) AS now, $4::bigint AS uses, $5::bigint AS w \
-                 FROM (SELECT) AS o LEFT JOIN {{p}}_log AS l ON l.key = $3 OFFSET 0) AS s OFFSET 0) AS t"
-            )),
+            // in range for any `uses` up to u32::MAX). The verdict leaves as ONE text column, the
+            // nine numbers as PostgreSQL prints a `bigint[]` (`{0,412,…}`, allowed as 1 or 0): a
+            // driver passes text through without a parser per column (node-postgres parsed nine
+            // fields, bigints by a regex each, and built a row template from their names every
+            // call). The mode is part of the text (a consume and a peek are two statements); the
+            // parameters are the key, the call id, uses, window and whether the commit is relaxed.
+            consume_one: Self::one_entry(&names, 'c'),
+            peek_one: Self::one_entry(&names, 'p'),
             window: names.apply("SELECT hits, ms_left FROM {p}_window($1, $2, $3::bigint, $4::bigint, $5::boolean)"),
             attempt: names.apply(
                 "SELECT counted, hits, ms_left FROM {p}_attempt($1, $2::bigint, $3::bigint, $4::boolean)",
@@ -100,6 +94,22 @@ impl Postgres {
         }
     }
 
+    /// The one-entry statement of `mode` (`'c'` consume, `'p'` peek): `$1` key, `$2` call id,
+    /// `$3` uses, `$4` window (ms), `$5` relaxed commit; one row of one text column, `verdict`.
+    fn one_entry(names: &SqlNames, mode: char) -> String {
+        names.apply(&format!(
+            "SELECT (CASE WHEN s.u > s.now - $4::bigint \
+             THEN ARRAY[0, greatest(1, s.u + $4::bigint - s.now), s.u + $4::bigint, 0, s.now, $3::bigint, 0, \
+             greatest(1, s.u + $4::bigint - s.now), s.ats[s.n] + $4::bigint - s.now] \
+             ELSE {{p}}_take1('{mode}', $2::text, $1::text, $3::bigint, $4::bigint, $5::boolean, s.ats, s.ids, s.now) \
+             END)::text AS verdict \
+             FROM (SELECT l.ats, l.ids, cardinality(l.ats) AS n, \
+             CASE WHEN cardinality(l.ats) >= $3::bigint THEN l.ats[cardinality(l.ats) - $3::bigint + 1] END AS u, \
+             greatest({NOW_MS}, l.ats[cardinality(l.ats)]) AS now \
+             FROM (SELECT) AS o LEFT JOIN {{p}}_log AS l ON l.key = $1::text OFFSET 0) AS s"
+        ))
+    }
+
     /// Whether each call waits for its commit to be flushed (the server's `synchronous_commit`),
     /// rather than the default `off` for the call's own transaction. Plan durable calls for statements
     /// that run inside a transaction of the caller's: the relaxed setting would apply to its commit.
@@ -121,12 +131,16 @@ impl Postgres {
     fn sliding(&self, mode: &str, entries: &[Entry], call_id: &str) -> Statement {
         // One entry, the usual call: scalar parameters, a function of one row.
         if let [entry] = entries {
+            let sql = if mode == "c" {
+                &self.consume_one
+            } else {
+                &self.peek_one
+            };
             return Statement::new(
-                self.consume_one.clone(),
+                sql.clone(),
                 vec![
-                    SqlValue::Text(mode.to_owned()),
-                    SqlValue::Text(call_id.to_owned()),
                     SqlValue::Text(entry.key.clone()),
+                    SqlValue::Text(call_id.to_owned()),
                     SqlValue::Int(entry.limit.uses() as i64),
                     SqlValue::Int(entry.limit.window_ms() as i64),
                     SqlValue::Bool(!self.durable),
@@ -298,6 +312,36 @@ impl Postgres {
     }
 }
 
+/// The one-entry statement's verdict column as nine integers: the text PostgreSQL prints for a
+/// `bigint[]` (`{1,0,-1,-1,1700000000000,5,4,10000,10000}`: braces, no spaces, no NULLs), or an
+/// array a driver parsed. Anything else (another length, a NULL, a number that is not an integer)
+/// is `None`: rows of the wrong shape.
+fn verdict_array(value: &SqlValue) -> Option<[SqlValue; 9]> {
+    let mut out: [SqlValue; 9] = std::array::from_fn(|_| SqlValue::Null);
+    let mut n = 0;
+    let mut put = |v: i64| {
+        let slot = out.get_mut(n)?;
+        *slot = SqlValue::Int(v);
+        n += 1;
+        Some(())
+    };
+    match value {
+        SqlValue::Text(text) => {
+            let inner = text.strip_prefix('{')?.strip_suffix('}')?;
+            for item in inner.split(',') {
+                put(item.parse().ok()?)?;
+            }
+        }
+        SqlValue::Ints(items) => {
+            for &item in items {
+                put(item)?;
+            }
+        }
+        _ => return None,
+    }
+    (n == 9).then_some(out)
+}
+
 /// Decodes the row of a consume or peek of `entries` entries. With `limits` (the machine knows them)
 /// the quota is checked against the call too: its limit is an entry's (the blocked one's on a
 /// refusal), its times within that entry's window, and an allowed consume (`consumed`) has used one.
@@ -309,10 +353,20 @@ pub(crate) fn decode_sliding(
     known: Option<(&[crate::Limit], bool)>,
 ) -> Result<BatchVerdict, RowError> {
     const EXPECTED: &str = "one row (allowed, retry_after_ms, retry_timestamp, blocked, now_ms, \
-                            quota_limit, remaining, refill_after_ms, reset_after_ms) of one verdict";
+                            quota_limit, remaining, refill_after_ms, reset_after_ms) of one verdict, \
+                            or one column of those nine as a bigint array";
     let err = || RowError::new("consume", EXPECTED, rows);
     let [row] = rows else { return Err(err()) };
-    let [allowed, rest @ ..] = row.as_slice() else {
+    // The one-entry statement's one column (`{1,0,-1,…}`): its nine numbers, read as the columns.
+    let nine;
+    let row: &[SqlValue] = match row.as_slice() {
+        [one] => {
+            nine = verdict_array(one).ok_or_else(err)?;
+            &nine
+        }
+        columns => columns,
+    };
+    let [allowed, rest @ ..] = row else {
         return Err(err());
     };
     let allowed = allowed.bool().ok_or_else(err)?;
