@@ -3,11 +3,14 @@ against the scripts its peers run, on the peers' workload.
 
 Starts a private ``redis-server`` on a spare loopback port (``--port``, default 6397: the Node tests own 6390-6394), so no other
 traffic counts, and stops it at the end. Workload: 10,000 keys round-robin. For each script, each
-round, three timed parts:
+round, four timed parts:
 
 - ``fill``: 5 uses a key (per 600 s, so the fill outlasts the timed part), 5 passes over the keys,
   every call allowed;
-- ``refused``: two more passes over the same keys, every call refused (the peers' abuse workload);
+- ``refused 1st``: one more pass over the same keys, every call refused for the first time (ours
+  writes its refusal marker here);
+- ``refused``: two more passes, every call refused again (the peers' abuse workload: a key refused
+  repeatedly);
 - ``allowed``: a limit the keys never reach (10^9 uses per 10 s, as ``bench/node/redis.mjs``'s allowed
   variant), 5 passes over fresh keys, every call allowed and recorded.
 
@@ -196,7 +199,7 @@ def main() -> None:
         scripts = contenders(args.before)
         shas = {name: r.script_load(c[0]) for name, c in scripts.items()}
         counter = itertools.count()
-        parts = ("fill", "refused", "allowed", "fill cpu", "refused cpu", "allowed cpu")
+        parts = ("fill", "refused 1st", "refused", "allowed", "fill cpu", "refused 1st cpu", "refused cpu", "allowed cpu")
         results: dict[str, dict[str, list[float]]] = {name: {k: [] for k in parts} for name in scripts}
         names = list(scripts)
 
@@ -211,20 +214,22 @@ def main() -> None:
         for rnd in range(args.rounds):
             for name in names[rnd % len(names):] + names[: rnd % len(names)]:
                 timed(name, "fill", USES, f"r{rnd}:", USES, WINDOW_MS)
+                timed(name, "refused 1st", 1, f"r{rnd}:", USES, WINDOW_MS)
                 timed(name, "refused", 2, f"r{rnd}:", USES, WINDOW_MS)
                 timed(name, "allowed", USES, f"r{rnd}:big:", BIG_USES, BIG_WINDOW_MS)
             r.flushall()  # the private server's keys only
         load = os.getloadavg()
         print(f"Server µs per EVALSHA, {KEYS:,} keys round-robin; median of {args.rounds} interleaved rounds; "
               f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-        print(f"fill: {USES} per {WINDOW_MS // 1000} s, {USES} passes (allowed); refused: 2 more passes; "
+        print(f"fill: {USES} per {WINDOW_MS // 1000} s, {USES} passes (allowed); refused 1st: one more pass; refused: 2 more; "
               f"allowed: {BIG_USES:.0e} per {BIG_WINDOW_MS // 1000} s, {USES} passes over fresh keys")
         print("cmdstats: µs inside EVALSHA (INFO commandstats); CPU: the whole server process's CPU µs per call")
-        print(f"{'script':<40} {'fill':>6} {'refused':>8} {'allowed':>8} | {'fill CPU':>9} {'refused CPU':>12} "
-              f"{'allowed CPU':>12}")
+        print(f"{'script':<40} {'fill':>6} {'ref 1st':>8} {'refused':>8} {'allowed':>8} | {'fill CPU':>9} "
+              f"{'ref 1st CPU':>12} {'refused CPU':>12} {'allowed CPU':>12}")
         for name in names:
             m = [statistics.median(results[name][k]) for k in parts]
-            print(f"{name:<40} {m[0]:>6.2f} {m[1]:>8.2f} {m[2]:>8.2f} | {m[3]:>9.2f} {m[4]:>12.2f} {m[5]:>12.2f}")
+            print(f"{name:<40} {m[0]:>6.2f} {m[1]:>8.2f} {m[2]:>8.2f} {m[3]:>8.2f} | {m[4]:>9.2f} {m[5]:>12.2f} "
+                  f"{m[6]:>12.2f} {m[7]:>12.2f}")
     finally:
         server.terminate()
         server.wait()

@@ -6,6 +6,7 @@
 //   git worktree add /tmp/before <commit> && (build its bindings-node: napi build --release + tsc)
 //   RATEWINDOW_BEFORE=/tmp/before/bindings-node node bench/node/before-after.mjs
 //   BENCH_QUICK=1 …   a smoke run;  BENCH_SKIP_PG=1 …   without the PostgreSQL rows
+//   REDIS_PORT=6430 …   a private redis-server (default: the shared 6379);  BENCH_ROUNDS=15 …   more rounds
 //
 // Contenders: MemoryStore.consume; RedisStore.consume on node-redis and ioredis (1 and 64 in flight);
 // PostgresStore.consume on pg (1 and 16 in flight). Each side has its own key prefix (and SQL name
@@ -29,7 +30,8 @@ const IORedis = require('ioredis');
 const pg = require('pg');
 
 const quick = process.env.BENCH_QUICK === '1';
-const ROUNDS = quick ? 2 : 7;
+const ROUNDS = quick ? 2 : Number(process.env.BENCH_ROUNDS ?? 7);
+const REDIS_PORT = Number(process.env.REDIS_PORT ?? 6379);
 const RUN_MS = quick ? 80 : 300;
 const N = 10_000;
 const KEYS = Array.from({ length: N }, (_, i) => `user:${i}`);
@@ -99,7 +101,8 @@ async function fill(consume) {
   }
 }
 
-console.log(`before: ${beforePkg}\nafter:  ${afterPkg}\n(throughput, median of ${ROUNDS} interleaved rounds)`);
+const { loadavg } = await import('node:os');
+console.log(`before: ${beforePkg}\nafter:  ${afterPkg}\nredis:  127.0.0.1:${REDIS_PORT}\n(throughput, median of ${ROUNDS} interleaved rounds; load average ${loadavg().map((x) => x.toFixed(2)).join(' ')})`);
 
 for (const variant of ['refused', 'allowed']) {
   await compare(`memory consume (${variant})`, async (pkg) => {
@@ -110,9 +113,9 @@ for (const variant of ['refused', 'allowed']) {
   }, 1, true);
 }
 
-const nr = createClient({ socket: { host: '127.0.0.1', port: 6379 } });
+const nr = createClient({ socket: { host: '127.0.0.1', port: REDIS_PORT } });
 await nr.connect();
-const io = new IORedis({ host: '127.0.0.1', port: 6379 });
+const io = new IORedis({ host: '127.0.0.1', port: REDIS_PORT });
 const redisClients = {
   'node-redis': {
     run: (s, keys, args) => nr.eval(s, { keys, arguments: args }),

@@ -1,7 +1,7 @@
 // Benchmark: ratewindow's RedisStore against the same client's bare EVALSHA of a trivial script, and
 // against rate-limiter-flexible's RateLimiterRedis (and RateLimiterUnion for batches).
 //
-// Workload (the peers' harness): 10,000 keys taken round-robin on the shared Redis (127.0.0.1:6379),
+// Workload (the peers' harness): 10,000 keys taken round-robin on the Redis at 127.0.0.1:$REDIS_PORT (6379),
 // node-redis 6 and ioredis 6, 1 and 64 calls in flight, two variants:
 //   - refused: 5 uses per 60 s, every contender's keys filled first (5 calls each), so the timed calls
 //     are all refusals (abuse traffic). 60 s rather than the peers' 10 s so that the fill outlives the
@@ -25,6 +25,7 @@
 //   node bench/node/redis.mjs               full run (~3 min)
 //   BENCH_QUICK=1 node bench/node/redis.mjs a smoke run
 //   BENCH_VARIANTS=refused … / BENCH_CLIENTS=ioredis …   a part of it
+//   REDIS_PORT=6430 …   a private redis-server (default: the shared 6379);  BENCH_ROUNDS=9 …   more rounds
 // The last line is ratewindow's own CPU per consume with a client that answers at once (no I/O).
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
@@ -38,7 +39,8 @@ const { createClient } = require('redis');
 const IORedis = require('ioredis');
 
 const quick = process.env.BENCH_QUICK === '1';
-const ROUNDS = quick ? 1 : 5;
+const ROUNDS = quick ? 1 : Number(process.env.BENCH_ROUNDS ?? 5);
+const REDIS_PORT = Number(process.env.REDIS_PORT ?? 6379);
 const RUN_MS = quick ? 40 : 250;
 const N = quick ? 200 : 10_000;
 const KEYS = Array.from({ length: N }, (_, i) => `user:${i}`);
@@ -96,9 +98,9 @@ async function serverStats(c) {
 }
 
 async function clients() {
-  const nr = createClient({ socket: { host: '127.0.0.1', port: 6379 } });
+  const nr = createClient({ socket: { host: '127.0.0.1', port: REDIS_PORT } });
   await nr.connect();
-  const io = new IORedis({ host: '127.0.0.1', port: 6379 });
+  const io = new IORedis({ host: '127.0.0.1', port: REDIS_PORT });
   return [
     {
       name: 'node-redis',
@@ -237,7 +239,8 @@ for (const c of (await clients()).filter((c) => clientNames.includes(c.name))) {
 }
 
 const fmt = (x) => Math.round(x).toLocaleString('en-US').padStart(8);
-console.log(`RedisStore benchmark: ${N} keys round-robin, median of ${ROUNDS} interleaved rounds (calls/s; ratios: medians of per-round ratios)`);
+const { loadavg } = await import('node:os');
+console.log(`RedisStore benchmark: ${N} keys round-robin on 127.0.0.1:${REDIS_PORT}, median of ${ROUNDS} interleaved rounds (calls/s; ratios: medians of per-round ratios); load average at the end ${loadavg().map((x) => x.toFixed(2)).join(' ')}`);
 console.log('client      variant in flight     ours     bare   script     slog      rlf   batch3   union3 | ours/bare ours/script ours/slog ours/rlf 3-batch time/1 batch3/union3');
 for (const r of results) {
   const x = (v) => `${v.toFixed(2)}x`.padStart(9);
