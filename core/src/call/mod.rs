@@ -293,6 +293,7 @@ pub enum Next<'a> {
 pub struct Call {
     inner: Inner,
     give_back_failures: Vec<GiveBackFailure>,
+    failed_release: Option<ReleaseToken>,
 }
 
 #[derive(Debug)]
@@ -308,6 +309,7 @@ impl Call {
         Call {
             inner: Inner::Redis(call),
             give_back_failures: Vec::new(),
+            failed_release: None,
         }
     }
 
@@ -315,6 +317,7 @@ impl Call {
         Call {
             inner: Inner::Sql(call),
             give_back_failures: Vec::new(),
+            failed_release: None,
         }
     }
 
@@ -330,6 +333,7 @@ impl Call {
         Call {
             inner: Inner::Finished(Some(result)),
             give_back_failures: Vec::new(),
+            failed_release: None,
         }
     }
 
@@ -338,8 +342,10 @@ impl Call {
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Next<'_> {
         if let Some(result) = match &mut self.inner {
-            Inner::Redis(call) => call.result(&mut self.give_back_failures),
-            Inner::Sql(call) => call.result(),
+            Inner::Redis(call) => {
+                call.result(&mut self.give_back_failures, &mut self.failed_release)
+            }
+            Inner::Sql(call) => call.result(&mut self.failed_release),
             Inner::Lock(call) => call.result(),
             Inner::Finished(_) => None,
         } {
@@ -392,6 +398,29 @@ impl Call {
     /// Takes the give-back failures, leaving none.
     pub fn take_give_back_failures(&mut self) -> Vec<GiveBackFailure> {
         std::mem::take(&mut self.give_back_failures)
+    }
+
+    /// After a consume ended in a [`CallError::Store`] or [`CallError::Reply`] whose command may have
+    /// run on the server: the token that gives that call back, by its `call_id` (an [`Op::Release`]
+    /// like an allowed consume's). Giving back is idempotent — a member that was never added is not
+    /// removed — so a host may run it whether or not the call counted. The failure guard does, when
+    /// its policy refused the call (`ratewindow_core::guard`, "the failed call").
+    ///
+    /// - **Redis**: the one script may have run before its reply was lost (a connection cut after the
+    ///   server answered, a client timeout): `Some`. A call counted key by key (Redis Cluster) gives its
+    ///   keys back itself and answers `None`.
+    /// - **PostgreSQL**: the one statement commits on its own; a connection lost after the commit
+    ///   leaves the call counted: `Some`.
+    /// - **SQLite**: a failed step is rolled back and a failed `COMMIT` commits nothing: `None`.
+    /// - **The fixed window** (`hit`, `attempt`): `None`. A hit has no id of its own, and taking one
+    ///   hit off a key whose failed hit never ran would take someone else's: nothing is exact there.
+    pub fn failed_release(&self) -> Option<&ReleaseToken> {
+        self.failed_release.as_ref()
+    }
+
+    /// Takes [`failed_release`](Call::failed_release)'s token, leaving none.
+    pub fn take_failed_release(&mut self) -> Option<ReleaseToken> {
+        self.failed_release.take()
     }
 
     /// Drives the call to its end with a blocking `run` (tests, Rust hosts): `run` answers each

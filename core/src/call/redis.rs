@@ -194,10 +194,21 @@ impl RedisCall {
     pub(crate) fn result(
         &mut self,
         give_back_failures: &mut Vec<GiveBackFailure>,
+        failed_release: &mut Option<ReleaseToken>,
     ) -> Option<Result<Outcome, CallError>> {
         let done = self.done.take()?;
         if let Some(apart) = &mut self.apart {
             give_back_failures.append(&mut apart.failures);
+        } else if let (
+            Err(CallError::Store { .. } | CallError::Reply(_)),
+            Kind::Consume { call_id, .. },
+        ) = (&done, &mut self.kind)
+        {
+            // The script may have run before its reply was lost: its release, by the call's id.
+            *failed_release = Some(ReleaseToken::Redis(RedisRelease {
+                keys: std::mem::take(&mut self.plan.keys),
+                call_id: std::mem::take(call_id),
+            }));
         }
         Some(done)
     }

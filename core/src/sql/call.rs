@@ -37,6 +37,8 @@ pub(crate) struct SqlCall {
     statements: Vec<Statement>,
     step: Step,
     result: Option<Result<Outcome, CallError>>,
+    /// A PostgreSQL consume's release, kept when its statement failed (it may have committed).
+    failed_release: Option<SqlRelease>,
 }
 
 /// What the rows of the statements asked for mean.
@@ -124,6 +126,7 @@ impl SqlCall {
             statements,
             step,
             result: None,
+            failed_release: None,
         })
     }
 
@@ -153,6 +156,9 @@ impl SqlCall {
             },
             Err(message) => CallError::Store { message },
         };
+        if matches!(failure, CallError::Store { .. }) {
+            self.keep_release();
+        }
         match std::mem::replace(&mut self.step, Step::Over) {
             // The original error stands, whatever the rollback gave.
             Step::RollBack(error) => self.finish(Err(error)),
@@ -187,6 +193,18 @@ impl SqlCall {
         self.result = Some(result);
     }
 
+    /// PostgreSQL's consume statement failed, or answered rows of the wrong shape: it commits on its
+    /// own, so it may have counted; its release is kept ([`Call::failed_release`](crate::call::Call)).
+    fn keep_release(&mut self) {
+        if let Step::Postgres(PgRows::Sliding {
+            release: Some(release),
+            ..
+        }) = &self.step
+        {
+            self.failed_release = Some(release.clone());
+        }
+    }
+
     fn rows(&mut self, rows: Vec<Vec<SqlValue>>) {
         let decided: Result<Outcome, RowError> =
             match std::mem::replace(&mut self.step, Step::Over) {
@@ -200,7 +218,13 @@ impl SqlCall {
                 Step::Then(outcome) => Ok(outcome),
                 Step::Postgres(PgRows::Sliding { limits, release }) => {
                     let known = Some((limits.as_slice(), release.is_some()));
-                    decode_sliding(&rows, limits.len(), known).map(|v| verdict(v, release))
+                    match decode_sliding(&rows, limits.len(), known) {
+                        Ok(v) => Ok(verdict(v, release)),
+                        Err(e) => {
+                            self.failed_release = release;
+                            Err(e)
+                        }
+                    }
                 }
                 Step::Postgres(PgRows::Hit) => {
                     Postgres::decode_window(&rows).and_then(|w| match w {
@@ -267,8 +291,15 @@ impl SqlCall {
         }
     }
 
-    pub(crate) fn result(&mut self) -> Option<Result<Outcome, CallError>> {
-        self.result.take()
+    pub(crate) fn result(
+        &mut self,
+        failed_release: &mut Option<ReleaseToken>,
+    ) -> Option<Result<Outcome, CallError>> {
+        let result = self.result.take()?;
+        if result.is_err() {
+            *failed_release = self.failed_release.take().map(ReleaseToken::Sql);
+        }
+        Some(result)
     }
 }
 
