@@ -229,7 +229,8 @@ impl Trust {
 
     /// The client's address from the peer's (`None`: there is none) and the request's
     /// `X-Forwarded-For` / `Forwarded` values (repeated lines joined by `", "`), normalised.
-    /// `HttpError` (`invalid_peer`) when the peer is not an IP address.
+    /// A peer that is not an IP address is the client as its text; no peer at all (`None`, a Unix
+    /// socket) walks on into a trusted hop's header, else `HttpError` (`no_peer`).
     #[pyo3(signature = (peer, forwarded_for = None, forwarded = None))]
     fn client_address(
         &self,

@@ -93,12 +93,14 @@ pub enum HttpError {
         /// [`MAX_KEY_BYTES`].
         max: usize,
     },
-    /// The peer address is not an IP address (a Unix socket, a closed connection, garbage).
-    #[error("peer address {peer:?} is not an IP address")]
-    InvalidPeer {
-        /// The peer as given (at most its first 80 characters).
-        peer: String,
-    },
+    /// A request with no peer address (a server on a Unix socket, a closed connection, a Rust server
+    /// served without connect info) from which no trusted proxy's forwarded address was believed:
+    /// answered 500 rather than counting every such request as one client.
+    #[error(
+        "the request has no peer address (a Unix socket?) and no trusted proxy forwarded one: \
+         trust the proxy in front (hops) so its forwarded address is the client"
+    )]
+    NoPeer,
     /// A trusted proxy that is not an address or `address/prefix`.
     #[error("trusted proxy {proxy:?} is not an IP address or CIDR block")]
     InvalidProxy {
@@ -114,13 +116,13 @@ pub enum HttpError {
 }
 
 impl HttpError {
-    /// The error's stable name: `invalid_name`, `key_too_long`, `invalid_peer`, `invalid_proxy`,
+    /// The error's stable name: `invalid_name`, `key_too_long`, `no_peer`, `invalid_proxy`,
     /// `invalid_prefix`.
     pub const fn kind(&self) -> &'static str {
         match self {
             HttpError::InvalidName { .. } => "invalid_name",
             HttpError::KeyTooLong { .. } => "key_too_long",
-            HttpError::InvalidPeer { .. } => "invalid_peer",
+            HttpError::NoPeer => "no_peer",
             HttpError::InvalidProxy { .. } => "invalid_proxy",
             HttpError::InvalidPrefix { .. } => "invalid_prefix",
         }
@@ -670,15 +672,35 @@ impl Trust {
 ///
 /// The answer is normalised: an IPv4-mapped IPv6 address is its IPv4 address, IPv6 is written as RFC
 /// 5952 has it (lower case, shortest), and with [`Trust::with_ipv6_prefix`] an IPv6 client is its block
-/// (`2001:db8:1:2::/64`). A peer that is not an IP address is [`HttpError::InvalidPeer`].
+/// (`2001:db8:1:2::/64`).
+///
+/// **A peer that is not an IP address** never fails a request by itself. It is a server on a Unix
+/// socket (whose peer has no address: pass `""`), a closed connection, or a server that already
+/// rewrote the peer from a forwarded header (uvicorn's `--proxy-headers` copies an `X-Forwarded-For`
+/// entry as it is, garbage included):
+///
+/// - [`Trust::hops`]`(n)` takes it as the first trusted proxy, as it takes any peer: the walk goes on
+///   into the forwarded header (a Unix socket behind nginx or a load balancer).
+/// - [`Trust::proxies`] lists address blocks, which a non-IP peer is in none of: it is the client.
+/// - When the client is that peer itself (no trust, or a walk that believed no address): a peer with
+///   text is the client as that text, spaces and tabs trimmed (`garbage`: the key the server gave the
+///   request; never an IP address, so it cannot take the counter of a client that has one, and a long
+///   one is refused as a store key, [`HttpError::KeyTooLong`]); an empty peer is
+///   [`HttpError::NoPeer`] (500) — every request of that server would be one client, a limit for
+///   everyone that looks like a per-client one.
 pub fn client_address(
     peer: &str,
     forwarded_for: Option<&str>,
     forwarded: Option<&str>,
     trust: &Trust,
 ) -> Result<String, HttpError> {
-    let peer = parse_address(peer).ok_or_else(|| HttpError::InvalidPeer { peer: clip(peer) })?;
-    Ok(client_address_of(peer, forwarded_for, forwarded, trust))
+    match walk(parse_address(peer), forwarded_for, forwarded, trust) {
+        Some(ip) => Ok(render_address(ip, trust.ipv6_prefix)),
+        None => match peer.trim_matches([' ', '\t']) {
+            "" => Err(HttpError::NoPeer),
+            text => Ok(text.to_owned()),
+        },
+    }
 }
 
 /// [`client_address`] for a peer the host already holds as an [`IpAddr`] (a Rust server's
@@ -689,39 +711,55 @@ pub fn client_address_of(
     forwarded: Option<&str>,
     trust: &Trust,
 ) -> String {
-    let mut current = match peer {
+    let peer = match peer {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, IpAddr::V4),
         v4 => v4,
     };
+    let ip = walk(Some(peer), forwarded_for, forwarded, trust).unwrap_or(peer);
+    render_address(ip, trust.ipv6_prefix)
+}
+
+/// The walk of [`client_address`] from `start` (`None`: a peer that is not an IP address) through the
+/// trusted header: the address reached, `None` while still at a non-IP peer.
+fn walk(
+    start: Option<IpAddr>,
+    forwarded_for: Option<&str>,
+    forwarded: Option<&str>,
+    trust: &Trust,
+) -> Option<IpAddr> {
+    let mut current = start;
     let header = match trust.header {
         ProxyHeader::XForwardedFor => forwarded_for,
         ProxyHeader::Forwarded => forwarded,
     };
-    if let (Some(value), false) = (header, trust.proxies == Proxies::None) {
-        let mut steps: Box<dyn Iterator<Item = Option<IpAddr>> + '_> = match trust.header {
-            ProxyHeader::XForwardedFor => Box::new(value.rsplit(',').map(parse_address)),
-            ProxyHeader::Forwarded => Box::new(forwarded_fors(value).into_iter().rev()),
+    let (Some(value), false) = (header, trust.proxies == Proxies::None) else {
+        return current;
+    };
+    let mut steps: Box<dyn Iterator<Item = Option<IpAddr>> + '_> = match trust.header {
+        ProxyHeader::XForwardedFor => Box::new(value.rsplit(',').map(parse_address)),
+        ProxyHeader::Forwarded => Box::new(forwarded_fors(value).into_iter().rev()),
+    };
+    let mut walked = 0usize;
+    loop {
+        let go_on = match &trust.proxies {
+            Proxies::None => false,
+            Proxies::Hops(n) => walked < *n as usize,
+            // A non-IP peer is in no block: it is the client.
+            Proxies::List(list) => {
+                walked < MAX_FORWARDED_HOPS
+                    && current.is_some_and(|ip| list.iter().any(|c| c.contains(ip)))
+            }
         };
-        let mut walked = 0usize;
-        loop {
-            let go_on = match &trust.proxies {
-                Proxies::None => false,
-                Proxies::Hops(n) => walked < *n as usize,
-                Proxies::List(list) => {
-                    walked < MAX_FORWARDED_HOPS && list.iter().any(|c| c.contains(current))
-                }
-            };
-            if !go_on {
-                break;
-            }
-            match steps.next() {
-                Some(Some(ip)) => current = ip,
-                _ => break,
-            }
-            walked += 1;
+        if !go_on {
+            break;
         }
+        match steps.next() {
+            Some(Some(ip)) => current = Some(ip),
+            _ => break,
+        }
+        walked += 1;
     }
-    render_address(current, trust.ipv6_prefix)
+    current
 }
 
 fn render_address(ip: IpAddr, ipv6_prefix: u8) -> String {

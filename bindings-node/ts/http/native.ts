@@ -54,13 +54,13 @@ interface NativeTrust {
 }
 
 /**
- * A request the HTTP layer cannot key (a key longer than the core's 1024 bytes, a peer that is no IP
- * address) or a configuration it cannot hold (an invalid limiter name, trusted proxy or IPv6
+ * A request the HTTP layer cannot key (a key longer than the core's 1024 bytes, no peer address — a Unix
+ * socket — and no trusted proxy that forwarded one) or a configuration it cannot hold (an invalid limiter name, trusted proxy or IPv6
  * prefix). `reason` is the core's name for it; `statusCode` the status to answer with (400 for a key
  * too long: the request carried it; 500 otherwise), which Express's and Fastify's error handlers read.
  */
 export class HttpInputError extends RateWindowError {
-  /** The core's name: `key_too_long`, `invalid_name`, `invalid_peer`, `invalid_proxy`, `invalid_prefix`. */
+  /** The core's name: `key_too_long`, `invalid_name`, `no_peer`, `invalid_proxy`, `invalid_prefix`. */
   readonly reason: string;
   /** The status to answer the request with. */
   readonly statusCode: number;

@@ -34,7 +34,8 @@ class HttpError(RateWindowError, ValueError):
 
     ``kind`` is the core's stable name: ``invalid_name`` (a limiter name that is empty, too long or
     holds ``:``), ``key_too_long`` (a store key over 1024 bytes: a huge user id or header),
-    ``invalid_peer`` (the peer is not an IP address), ``invalid_proxy``, ``invalid_prefix``.
+    ``no_peer`` (the request has no peer address, as on a Unix socket, and no trusted proxy forwarded
+    one), ``invalid_proxy``, ``invalid_prefix``.
     ``status`` is what the middleware answers: 400 for ``key_too_long`` (the request carried it; the
     middleware answers it itself), 500 for the rest (raised to the framework's error handling).
     """
@@ -96,8 +97,10 @@ class HttpRequest:
 
     @property
     def ip(self) -> str:
-        """The client address (see the class): :class:`HttpError` (``invalid_peer``) when the peer is
-        not an IP address (a Unix socket)."""
+        """The client address (see the class). A peer that is not an IP address (a server's rewrite
+        of it from a forwarded header, garbage included) is the client as its text; with no peer at
+        all (a Unix socket) a trusted hop's forwarded address is the client, else :class:`HttpError`
+        (``no_peer``)."""
         if self._ip is None:
             which = self._trust.header  # the one header the trust reads, None for the peer alone
             value = None if which is None else self.headers.get(which)

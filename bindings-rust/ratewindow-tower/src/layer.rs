@@ -76,7 +76,12 @@ impl<'a> RequestInfo<'a> {
     /// The client's address ([`ratewindow_core::http::client_address`]): the peer — axum's
     /// `ConnectInfo<SocketAddr>` (serve with `into_make_service_with_connect_info::<SocketAddr>()`) or a
     /// `SocketAddr` extension — or, only when the limiter was given a [`Trust`] that says so, the
-    /// address its trusted proxies forwarded. No peer: [`HttpError::InvalidPeer`] (answered 500).
+    /// address its trusted proxies forwarded.
+    ///
+    /// A request with neither extension (a server on a Unix socket, or one served without connect
+    /// info) has no peer address: [`Trust::hops`] walks on from it into the forwarded header (a Unix
+    /// socket behind a proxy); when no forwarded address is believed, [`HttpError::NoPeer`]
+    /// (answered 500, never one shared key for every request).
     pub fn client_ip(&self) -> Result<&str, HttpError> {
         self.ip
             .get_or_init(|| {
@@ -84,10 +89,7 @@ impl<'a> RequestInfo<'a> {
                     .extensions
                     .get::<ConnectInfo<SocketAddr>>()
                     .map(|c| c.0)
-                    .or_else(|| self.extensions.get::<SocketAddr>().copied())
-                    .ok_or_else(|| HttpError::InvalidPeer {
-                        peer: String::new(),
-                    })?;
+                    .or_else(|| self.extensions.get::<SocketAddr>().copied());
                 let (mut xff, mut fwd) = (None, None);
                 match self.trust.header() {
                     Some(core_http::ProxyHeader::XForwardedFor) => {
@@ -98,12 +100,17 @@ impl<'a> RequestInfo<'a> {
                     }
                     _ => {}
                 }
-                Ok(core_http::client_address_of(
-                    peer.ip(),
-                    xff.as_deref(),
-                    fwd.as_deref(),
-                    self.trust,
-                ))
+                match peer {
+                    Some(peer) => Ok(core_http::client_address_of(
+                        peer.ip(),
+                        xff.as_deref(),
+                        fwd.as_deref(),
+                        self.trust,
+                    )),
+                    None => {
+                        core_http::client_address("", xff.as_deref(), fwd.as_deref(), self.trust)
+                    }
+                }
             })
             .as_deref()
             .map_err(Clone::clone)

@@ -416,6 +416,48 @@ async fn no_peer_address_is_a_500_not_a_shared_key() {
     assert_eq!(a.status, StatusCode::INTERNAL_SERVER_ERROR);
 }
 
+#[tokio::test]
+async fn no_peer_address_behind_a_trusted_hop_is_keyed_by_the_forwarded_address() {
+    // A Unix socket behind a proxy has no peer address: with one trusted hop, the proxy's
+    // X-Forwarded-For entry is the client; without one, the request is still a 500.
+    let one = limit(1, 60_000);
+    let limiter = RateLimiter::new(Memory::new())
+        .trust(Trust::hops(1))
+        .limiter("ip", move |req| {
+            Ok(vec![RouteLimit::new(one).by(req.client_ip()?)])
+        });
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route_layer(limiter.throttle("ip").unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let c = client();
+    let xff = |v: &'static str| [("x-forwarded-for", v)];
+    assert_eq!(
+        send(&c, addr, "/", &xff("198.51.100.1")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&c, addr, "/", &xff("198.51.100.2")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&c, addr, "/", &xff("203.0.113.5, 198.51.100.1"))
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        send(&c, addr, "/", &xff("not-an-ip")).await.status,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert_eq!(
+        send(&c, addr, "/", &[]).await.status,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+}
+
 #[test]
 fn throttle_refuses_unknown_and_invalid_names() {
     let limiter = RateLimiter::new(Memory::new()).limiter("a:b", |_| Ok(vec![]));
