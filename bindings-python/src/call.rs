@@ -225,6 +225,8 @@ impl Call {
             Outcome::Int(n) => n.into_pyobject(py)?.into_any().unbind(),
             Outcome::Bool(b) => PyBool::new(py, b).to_owned().into_any().unbind(),
             Outcome::Unit => py.None(),
+            Outcome::Owner(Some(owner)) => owner.into_pyobject(py)?.into_any().unbind(),
+            Outcome::Owner(None) => py.None(),
         })
     }
 }
@@ -365,6 +367,26 @@ impl Machine {
                 .filter(|_| keeps)
                 .map(|f| f.clone_ref(py)),
             report: self.report.as_ref().map(|f| f.clone_ref(py)),
+            causes: Vec::new(),
+        })
+    }
+
+    /// Starts a lock operation (`src/lock.rs`): its outcome a `bool`, or the holder's token.
+    pub(crate) fn start_lock(
+        &self,
+        py: Python<'_>,
+        op: ratewindow_core::lock::LockOp,
+    ) -> PyResult<Call> {
+        let call = match &self.store {
+            Store::Redis(store) => store.lock(op),
+            Store::Postgres(store) => store.lock(op),
+            Store::Sqlite(store, clock) => store.lock(op, read_clock(py, clock.as_ref())?),
+        };
+        Ok(Call {
+            call,
+            shape: Shape::Plain,
+            release: None,
+            report: None,
             causes: Vec::new(),
         })
     }

@@ -13,6 +13,7 @@ mod errors;
 mod guard;
 mod http;
 mod limit;
+mod lock;
 mod redis;
 mod sql;
 mod store;
@@ -47,6 +48,10 @@ fn _ratewindow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<http::HttpPlan>()?;
     m.add_class::<http::Trust>()?;
     m.add_function(wrap_pyfunction!(redis::redis_scripts, m)?)?;
+    m.add_class::<lock::MemoryLocks>()?;
+    m.add_class::<lock::LockWait>()?;
+    m.add_function(wrap_pyfunction!(lock::check_lock, m)?)?;
+    m.add_function(wrap_pyfunction!(lock::lock_call, m)?)?;
     m.add_function(wrap_pyfunction!(limit::check_window, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add("MAX_WINDOW_MS", ratewindow_core::MAX_WINDOW_MS)?;

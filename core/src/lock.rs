@@ -148,7 +148,7 @@ impl LockTtl {
     /// A TTL of `secs` seconds (the hosts' unit), rounded up to a whole millisecond. Not a number, not
     /// above 0, or above the longest TTL: refused.
     pub fn from_secs(secs: f64) -> Result<LockTtl, LockError> {
-        if !(secs > 0.0) || !secs.is_finite() || secs * 1000.0 > MAX_TTL_MS as f64 {
+        if secs.is_nan() || secs <= 0.0 || !secs.is_finite() || secs * 1000.0 > MAX_TTL_MS as f64 {
             return Err(LockError::new(LockField::Ttl, secs));
         }
         Ok(LockTtl(
@@ -187,7 +187,7 @@ impl LockWait {
         if seconds.is_nan() || seconds < 0.0 {
             return Err(LockError::new(LockField::Seconds, seconds));
         }
-        if !(retry_ms >= 1.0) || retry_ms > MAX_RETRY_MS as f64 {
+        if retry_ms.is_nan() || retry_ms < 1.0 || retry_ms > MAX_RETRY_MS as f64 {
             return Err(LockError::new(LockField::RetryMs, retry_ms));
         }
         let deadline = if seconds.is_finite() && seconds * 1000.0 < 9.0e15 {

@@ -26,6 +26,7 @@ from ._errors import (
 from ._guard import AsyncGuard, Guard, GuardEvent, GuardFailure, GuardOperation, GuardStats
 from ._limiter import AsyncRateLimiter, RateLimiter
 from ._limits import MAX_USES, MAX_WINDOW_MS, Entry, GlobalLimit, Limit, Unlimited
+from ._lock import AsyncLock, Lock, LockTimeoutError
 from ._memory import AsyncMemoryStore, MemoryStore
 from ._postgres import AsyncPostgresStore, PostgresStore
 from ._redis import AsyncRedisStore, GiveBackError, GiveBackWarning, RedisStore
@@ -41,6 +42,9 @@ from ._store import (
 )
 
 __all__ = [
+    "AsyncLock",
+    "Lock",
+    "LockTimeoutError",
     "AsyncCooldownStore",
     "AsyncFixedWindowStore",
     "AsyncGuard",

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 
 from . import _ratewindow
 from ._limits import Entry, Limit
+from ._lock import AsyncLock, AsyncMemoryOps, Lock, MemoryOps
 from ._store import AsyncCooldownStore, AttemptResult, CooldownStore, HitResult, Verdict
 
 __all__ = ["MemoryStore", "AsyncMemoryStore"]
@@ -25,10 +26,19 @@ class MemoryStore(CooldownStore):
     for it). An injected ``clock`` is called without any store lock held, so it may be any callable.
     """
 
-    __slots__ = ("_native",)
+    __slots__ = ("_native", "_locks")
 
     def __init__(self, clock: Callable[[], int] | None = None, *, shards: int = 16) -> None:
         self._native = _ratewindow.MemoryStore(clock, shards=shards)
+        self._locks = MemoryOps(self.now)
+
+    def lock(
+        self, key: str, ttl: float, owner: str | None = None, *, wait: float = 0, retry_ms: float = 250
+    ) -> Lock:
+        """A lock on ``key`` held for ``ttl`` seconds once taken, owned by ``owner`` (default: a random
+        token; pass another lock's ``owner`` to restore it). As a context manager it waits ``wait``
+        seconds (default 0: one try), trying every ``retry_ms``. See :mod:`ratewindow._lock`."""
+        return Lock(self._locks, key, ttl, owner, wait=wait, retry_ms=retry_ms)
 
     def now(self) -> int:
         """The store's clock, in Unix ms."""
@@ -127,6 +137,14 @@ class AsyncMemoryStore(AsyncCooldownStore):
     def now(self) -> int:
         """The store's clock, in Unix ms."""
         return self.sync.now()
+
+    def lock(
+        self, key: str, ttl: float, owner: str | None = None, *, wait: float = 0, retry_ms: float = 250
+    ) -> AsyncLock:
+        """A lock on ``key`` held for ``ttl`` seconds once taken, owned by ``owner`` (default: a random
+        token; pass another lock's ``owner`` to restore it). As a context manager it waits ``wait``
+        seconds (default 0: one try), trying every ``retry_ms``. See :mod:`ratewindow._lock`."""
+        return AsyncLock(AsyncMemoryOps(self.sync._locks), key, ttl, owner, wait=wait, retry_ms=retry_ms)
 
     async def consume(self, key: str, limit: Limit) -> Verdict:
         """See :meth:`MemoryStore.consume`."""

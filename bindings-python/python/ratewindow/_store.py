@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from . import _ratewindow
 from ._limits import Entry, Limit
+from ._lock import AsyncLock, CallOps, Lock
 from ._sansio import Command, Op, drive, run_async, run_call_async, run_sync
 
 __all__ = [
@@ -205,6 +206,14 @@ class CallStore(CooldownStore):
     def _release(self, token: _ratewindow.ReleaseToken) -> None:
         self._run(self._machine.release(token))
 
+    def lock(
+        self, key: str, ttl: float, owner: str | None = None, *, wait: float = 0, retry_ms: float = 250
+    ) -> Lock:
+        """A lock on ``key`` held for ``ttl`` seconds once taken, owned by ``owner`` (default: a random
+        token; pass another lock's ``owner`` to restore it). As a context manager it waits ``wait``
+        seconds (default 0: one try), trying every ``retry_ms``. See :mod:`ratewindow._lock`."""
+        return Lock(CallOps(self._machine, self._run), key, ttl, owner, wait=wait, retry_ms=retry_ms)
+
     @property
     def prefix(self) -> str:
         """The key prefix (Redis) or the name prefix of the tables (SQL)."""
@@ -284,6 +293,14 @@ class AsyncCallStore(AsyncCooldownStore):
 
     def _release(self, token: _ratewindow.ReleaseToken) -> Awaitable[None]:
         return self._run(self._machine.release(token))
+
+    def lock(
+        self, key: str, ttl: float, owner: str | None = None, *, wait: float = 0, retry_ms: float = 250
+    ) -> AsyncLock:
+        """A lock on ``key`` held for ``ttl`` seconds once taken, owned by ``owner`` (default: a random
+        token; pass another lock's ``owner`` to restore it). As a context manager it waits ``wait``
+        seconds (default 0: one try), trying every ``retry_ms``. See :mod:`ratewindow._lock`."""
+        return AsyncLock(CallOps(self._machine, self._run), key, ttl, owner, wait=wait, retry_ms=retry_ms)
 
     @property
     def prefix(self) -> str:

@@ -300,7 +300,7 @@ pub struct Call {
 enum Inner {
     Redis(self::redis::RedisCall),
     Sql(crate::sql::SqlCall),
-    Lock(self::lock::LockCall),
+    Lock(Box<self::lock::LockCall>),
     Finished(Option<Result<Outcome, CallError>>),
 }
 
@@ -323,7 +323,7 @@ impl Call {
 
     pub(crate) fn lock(call: self::lock::LockCall) -> Call {
         Call {
-            inner: Inner::Lock(call),
+            inner: Inner::Lock(Box::new(call)),
             ..Call::done(Ok(Outcome::Unit))
         }
     }

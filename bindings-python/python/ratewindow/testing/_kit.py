@@ -354,6 +354,50 @@ async def check_fixed_window(s: _Store) -> None:
     assert await s.call("available_in", key) == 0
 
 
+async def check_lock(s: _Store) -> None:
+    """Locks (when the store has ``lock``): one holder, released only by its owner (or restored from
+    its token), exactly one of 8 concurrent acquirers, free when its TTL ends on the store's clock."""
+    if not callable(getattr(s.store, "lock", None)):
+        return
+
+    async def call(lock: Any, method: str) -> Any:
+        result = getattr(lock, method)()
+        return await result if inspect.isawaitable(result) else result
+
+    key = s.key("lock")
+    a, b = s.store.lock(key, 5), s.store.lock(key, 5)
+    assert a.owner != b.owner, "each lock has an owner token of its own"
+    assert await call(a, "current_owner") is None
+    assert await call(a, "acquire") is True
+    assert await call(b, "acquire") is False, "a held lock is refused to another owner"
+    assert await call(a, "acquire") is False, "a lock is not re-entrant"
+    assert await call(b, "release") is False, "a release by another owner changes nothing"
+    assert await call(a, "current_owner") == a.owner
+    assert await call(s.store.lock(key, 5, a.owner), "release") is True, "restored from its token"
+    assert await call(a, "current_owner") is None
+    racers = [s.store.lock(key, 5) for _ in range(8)]
+    if s.is_async:
+        won = list(await asyncio.gather(*(call(r, "acquire") for r in racers)))
+    else:
+        barrier = threading.Barrier(len(racers))
+
+        def take(lock: Any) -> bool:
+            barrier.wait()
+            return bool(lock.acquire())
+
+        with ThreadPoolExecutor(max_workers=len(racers)) as pool:
+            won = list(pool.map(take, racers))
+    assert won.count(True) == 1, f"exactly one of 8 acquirers: {won}"
+    assert await call(a, "force_release") is True
+    short = s.store.lock(key, 0.3)
+    assert await call(short, "acquire") is True
+    taken = _ms()
+    await _sleep_until(taken + 500)
+    assert await call(a, "current_owner") is None, "the lock frees itself when its TTL ends"
+    assert await call(b, "acquire") is True
+    await call(b, "release")
+
+
 CHECKS: dict[str, Callable[[_Store], Awaitable[None]]] = {
     "allows_uses_within_window": check_allows_uses_within_window,
     "never_more_than_uses_in_any_window": check_never_more_than_uses_in_any_window,
@@ -367,6 +411,7 @@ CHECKS: dict[str, Callable[[_Store], Awaitable[None]]] = {
     "peek_records_nothing": check_peek_records_nothing,
     "release_gives_back_exactly_the_call": check_release_gives_back_exactly_the_call,
     "fixed_window": check_fixed_window,
+    "lock": check_lock,
 }
 """Every check, by name."""
 

@@ -1,0 +1,294 @@
+"""The lock on every store: the vectors of ``tests/vectors/lock/lock.json`` (memory and SQLite on an
+injected clock; a real Redis through redis-py sync and asyncio, and a real PostgreSQL through psycopg,
+on the server's clock: each step at its offset from the case's start, ``exact`` steps skipped); the
+argument errors and ``block``'s schedule; ``block``, the context managers and restore by token; exactly
+one holder among 4 processes (``multiprocessing``) x 64 concurrent acquirers on Redis, PostgreSQL and
+SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import multiprocessing as mp
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aredis
+import sql_support as sq
+
+from ratewindow import (
+    AsyncMemoryStore,
+    AsyncPostgresStore,
+    AsyncRedisStore,
+    InvalidArgumentError,
+    Lock,
+    LockTimeoutError,
+    MemoryStore,
+    PostgresStore,
+    RedisStore,
+    SqliteStore,
+    _ratewindow,
+)
+
+VECTORS = json.loads((Path(__file__).parents[2] / "tests" / "vectors" / "lock" / "lock.json").read_text())
+BASE = 1_700_000_000_000
+REDIS_PREFIX = "rwtest:pylock:"
+PREFIX = sq.new_prefix("lock")
+
+
+def num(v: Any) -> float:
+    if isinstance(v, str):
+        return {"NaN": math.nan, "Infinity": math.inf}[v]
+    return float(v)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = BASE
+
+    def __call__(self) -> int:
+        return self.t
+
+
+def run_step(store: Any, key: str, step: dict[str, Any]) -> Any:
+    op = step["op"]
+    if op == "acquire":
+        return store.lock(key, num(step["ttl"]), step["owner"]).acquire()
+    if op == "release":
+        return store.lock(key, 1, step["owner"]).release()
+    if op == "force_release":
+        return store.lock(key, 1).force_release()
+    return store.lock(key, 1).current_owner()
+
+
+def run_cases(store: Any, clock: Clock | None) -> None:
+    for case in VECTORS["cases"]:
+        prefix = secrets.token_hex(4) + ":"
+        start = time.monotonic()
+        for step in case["steps"]:
+            if clock is None and step.get("exact"):
+                continue
+            if clock is None:
+                time.sleep(max(0.0, start + step["at"] / 1000 - time.monotonic()))
+            else:
+                clock.t = BASE + step["at"]
+            got = run_step(store, prefix + step["key"], step)
+            assert got == step["expect"], f"{case['name']}: {step}"
+
+
+async def run_cases_async(store: Any) -> None:
+    for case in VECTORS["cases"]:
+        prefix = secrets.token_hex(4) + ":"
+        start = time.monotonic()
+        for step in case["steps"]:
+            if step.get("exact"):
+                continue
+            await asyncio.sleep(max(0.0, start + step["at"] / 1000 - time.monotonic()))
+            got = await run_step(store, prefix + step["key"], step)
+            assert got == step["expect"], f"{case['name']}: {step}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def schema() -> Iterator[None]:
+    with sq.connect() as conn:
+        PostgresStore.using(conn, prefix=PREFIX).install_schema()
+    yield
+    sq.drop_schema(PREFIX)
+    with sq.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {PREFIX}_locks".encode())
+
+
+def test_vectors_on_memory() -> None:
+    clock = Clock()
+    run_cases(MemoryStore(clock), clock)
+
+
+def test_vectors_on_sqlite(tmp_path: Path) -> None:
+    clock = Clock()
+    store = SqliteStore(sq.sqlite_connect(tmp_path / "lock.db"), clock=clock)
+    store.install_schema()
+    run_cases(store, clock)
+
+
+def test_vectors_on_redis() -> None:
+    with redis.Redis() as client:
+        run_cases(RedisStore.from_client(client, prefix=REDIS_PREFIX), None)
+
+
+def test_vectors_on_postgres() -> None:
+    with sq.connect() as conn:
+        run_cases(PostgresStore.using(conn, prefix=PREFIX), None)
+
+
+def test_vectors_on_asyncio_stores() -> None:
+    async def go() -> None:
+        client = aredis.Redis()
+        try:
+            await run_cases_async(AsyncRedisStore.from_client(client, prefix=REDIS_PREFIX))
+        finally:
+            await client.aclose()
+        clock = Clock()
+        store = AsyncMemoryStore(clock=clock)
+        for case in VECTORS["cases"]:
+            prefix = secrets.token_hex(4) + ":"
+            for step in case["steps"]:
+                clock.t = BASE + step["at"]
+                assert await run_step(store, prefix + step["key"], step) == step["expect"], case["name"]
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(sq.DSN, autocommit=True) as conn:
+            await run_cases_async(AsyncPostgresStore.using(conn, prefix=PREFIX))
+
+    asyncio.run(go())
+
+
+def test_argument_errors_name_the_field() -> None:
+    store = MemoryStore()
+    for e in VECTORS["errors"]:
+        with pytest.raises(InvalidArgumentError) as raised:
+            if e["op"] == "acquire":
+                store.lock(e["key"], num(e["ttl"]), e["owner"])
+            else:
+                store.lock("k", 1).block(num(e["seconds"]), num(e["retry_ms"]))
+        assert raised.value.field == e["error"], e["name"]
+        assert str(raised.value).startswith(f"invalid {e['error']}:"), e["name"]
+    with pytest.raises(TypeError):
+        store.lock("k", "10")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        store.lock("k", True)
+    with pytest.raises(InvalidArgumentError):
+        store.lock("k", 1, wait=-1)
+
+
+def test_block_schedule_is_the_cores() -> None:
+    for w in VECTORS["waits"]:
+        if "error" in w:
+            with pytest.raises(InvalidArgumentError):
+                _ratewindow.LockWait(num(w["seconds"]), num(w["retry_ms"]), w["start"])
+            continue
+        wait = _ratewindow.LockWait(num(w["seconds"]), num(w["retry_ms"]), w["start"])
+        for r in w["refusals"]:
+            assert wait.after_refusal(r["at"]) == r["sleep"], (w["name"], r)
+
+
+def test_block_waits_for_a_release_and_times_out() -> None:
+    store = MemoryStore()
+    holder = store.lock("job", 10)
+    assert holder.acquire()
+    waiter = store.lock("job", 10)
+    started = time.monotonic()
+    with pytest.raises(LockTimeoutError) as raised:
+        waiter.block(0.2, 50)
+    assert raised.value.key == "job" and time.monotonic() - started >= 0.19
+    threading.Timer(0.1, holder.release).start()
+    waiter.block(5, 20)
+    assert waiter.is_owned()
+
+
+def test_context_managers_release_on_error_and_refuse_when_held() -> None:
+    store = MemoryStore()
+    with pytest.raises(RuntimeError):
+        with store.lock("c", 10) as lock:
+            assert isinstance(lock, Lock) and lock.is_owned()
+            raise RuntimeError("boom")
+    assert store.lock("c", 1).current_owner() is None
+    held = store.lock("c", 10)
+    assert held.acquire()
+    with pytest.raises(LockTimeoutError):
+        with store.lock("c", 10):
+            pass
+    assert held.is_owned()
+
+    async def go() -> None:
+        astore = AsyncMemoryStore(store)
+        held.release()
+        async with astore.lock("c", 10, wait=1) as lock:
+            assert await lock.is_owned()
+            assert store.lock("c", 1).current_owner() == lock.owner
+        assert await astore.lock("c", 1).current_owner() is None
+
+    asyncio.run(go())
+
+
+# ---- Other processes ---------------------------------------------------------------------------------
+
+
+def _store(kind: str, target: str) -> tuple[Any, Callable[[], None]]:
+    if kind == "redis":
+        client = redis.Redis(max_connections=64)
+        return RedisStore.from_client(client, prefix=target), client.close
+    if kind == "pg":
+        import psycopg_pool
+
+        pool = psycopg_pool.ConnectionPool(sq.DSN, min_size=8, max_size=8, kwargs={"autocommit": True}, open=True)
+        pool.wait()
+        return PostgresStore.using(pool, prefix=target), pool.close
+    connection = sq.sqlite_connect(target)
+    connection.execute("PRAGMA busy_timeout = 10000")
+    return SqliteStore(connection), connection.close
+
+
+def _release_worker(kind: str, target: str, key: str, owner: str, out: Any) -> None:
+    store, close = _store(kind, target)
+    out.put(store.lock(key, 60, owner).release())
+    close()
+
+
+def _race_worker(kind: str, target: str, key: str, n: int, barrier: Any, out: Any) -> None:
+    store, close = _store(kind, target)
+    won = []
+    barrier.wait()
+    threads = [threading.Thread(target=lambda: won.append(store.lock(key, 60).acquire())) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out.put(sum(won))
+    close()
+
+
+def test_a_lock_restored_in_another_process_releases_it() -> None:
+    ctx = mp.get_context("spawn")
+    with redis.Redis() as client:
+        store = RedisStore.from_client(client, prefix=REDIS_PREFIX)
+        key = f"restore:{secrets.token_hex(4)}"
+        lock = store.lock(key, 60)
+        assert lock.acquire()
+        for owner, expect in [("not-the-owner", False), (lock.owner, True)]:
+            out = ctx.Queue()
+            p = ctx.Process(target=_release_worker, args=("redis", REDIS_PREFIX, key, owner, out))
+            p.start()
+            assert out.get(timeout=60) is expect
+            p.join(60)
+        assert lock.current_owner() is None
+
+
+@pytest.mark.parametrize("kind", ["redis", "pg", "sqlite"])
+def test_exactly_one_holder_among_4_processes_x_64(kind: str, tmp_path: Path) -> None:
+    if kind == "sqlite":
+        target = str(tmp_path / "race.db")
+        connection = sq.sqlite_connect(target)
+        connection.execute("PRAGMA journal_mode = WAL")
+        SqliteStore(connection).install_schema()
+        connection.close()
+    else:
+        target = REDIS_PREFIX if kind == "redis" else PREFIX
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(4)
+    out = ctx.Queue()
+    key = f"race:{secrets.token_hex(4)}"
+    procs = [ctx.Process(target=_race_worker, args=(kind, target, key, 64, barrier, out)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    total = sum(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert total == 1
