@@ -174,6 +174,20 @@ impl Call {
         }
     }
 
+    /// A failed consume that may have counted (its reply lost after the script ran, a statement that
+    /// committed): its error gets `release()`, the store's release of the call by its id (idempotent:
+    /// the core's `Call::failed_release`). The failure guard calls it when it refused the call.
+    fn give_release(&mut self, py: Python<'_>, error: &PyErr) -> PyResult<()> {
+        let (Some(token), Some(release)) = (self.call.take_failed_release(), &self.release) else {
+            return Ok(());
+        };
+        let partial = py
+            .import("functools")?
+            .getattr("partial")?
+            .call1((release.clone_ref(py), PyReleaseToken(token)))?;
+        error.value(py).setattr("release", partial)
+    }
+
     /// Hands each failed give-back to the store's reporter as a `GiveBackError`.
     fn report(&mut self, py: Python<'_>) -> PyResult<()> {
         let failures = self.call.take_give_back_failures();
@@ -275,7 +289,11 @@ impl Call {
             self.report(py)?;
             match result {
                 Ok(outcome) => self.outcome(py, outcome),
-                Err(error) => Err(self.error(py, error)),
+                Err(error) => {
+                    let error = self.error(py, error);
+                    self.give_release(py, &error)?;
+                    Err(error)
+                }
             }
         })
     }

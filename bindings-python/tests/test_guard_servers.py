@@ -181,25 +181,51 @@ def test_redis_reset_connections(redis_proxy: FaultProxy) -> None:
     asyncio.run(main())
 
 
-def test_redis_reply_cut_midway(redis_proxy: FaultProxy) -> None:
-    """The script ran but its reply is cut after 2 bytes: a store error (refused under deny). The call
-    is counted whole on every key of the batch, never half; the guard cannot give back a call whose
-    verdict never arrived (see the README)."""
+@pytest.mark.parametrize("policy", ["deny", "allow"])
+def test_redis_reply_cut_midway(redis_proxy: FaultProxy, policy: str) -> None:
+    """The script ran but its reply is cut after 2 bytes: a store error. The call was counted whole on
+    every key of the batch, never half; under deny the guard gives it back by its call id (the store's
+    error carries the release), so nothing stays counted; under allow the count stays (the call ran)."""
+
+    async def main() -> None:
+        client = async_redis_through(redis_proxy)
+        store = rs.async_store(client, prefix=rs.unique_prefix("guard"))
+        guard = AsyncGuard(store, timeout_ms=1000, on_failure=policy)  # type: ignore[arg-type]
+        k = key("cut")
+        assert (await guard.consume(k + ":warm", LIMIT)).allowed
+        redis_proxy.cut(2)
+        v, took = await timed(guard.consume_many([Entry(k + ":a", LIMIT), Entry(k + ":b", LIMIT)]))
+        assert (v.allowed, v.failed) == (policy == "allow", "store-error") and took < 0.5
+        assert (await guard.consume(k + ":warm", LIMIT)).failed is None  # a new connection, warmed
+        redis_proxy.cut(2)
+        single = await guard.consume(k + ":c", LIMIT)
+        assert (single.allowed, single.failed) == (policy == "allow", "store-error")
+        await guard.close()  # waits for the give-backs
+        kept = int(policy == "allow")
+        assert (redis_count(store, k + ":a"), redis_count(store, k + ":b")) == (kept, kept)
+        assert redis_count(store, k + ":c") == kept
+        assert guard.stats().late_releases == (2 if policy == "deny" else 0)
+        assert guard.stats().late_releases_failed == 0
+        await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_redis_reply_cut_then_the_next_call_counts(redis_proxy: FaultProxy) -> None:
+    """After a cut reply given back, the same key counts again from where the verdicts left it."""
 
     async def main() -> None:
         client = async_redis_through(redis_proxy)
         store = rs.async_store(client, prefix=rs.unique_prefix("guard"))
         guard = AsyncGuard(store, timeout_ms=1000)
-        k = key("cut")
-        assert (await guard.consume(k + ":warm", LIMIT)).allowed
+        k = key("cut-next")
+        assert (await guard.consume(k, LIMIT)).allowed
         redis_proxy.cut(2)
-        v, took = await timed(guard.consume_many([Entry(k + ":a", LIMIT), Entry(k + ":b", LIMIT)]))
-        assert (v.allowed, v.failed) == (False, "store-error") and took < 0.5
-        assert (redis_count(store, k + ":a"), redis_count(store, k + ":b")) == (1, 1)
-        ok = await guard.consume_many([Entry(k + ":a", LIMIT), Entry(k + ":b", LIMIT)])
+        assert (await guard.consume(k, LIMIT)).failed == "store-error"
+        ok = await guard.consume(k, LIMIT)
         assert ok.allowed and ok.failed is None
         await guard.close()
-        assert (redis_count(store, k + ":a"), redis_count(store, k + ":b")) == (2, 2)
+        assert redis_count(store, k) == 2
         await client.aclose()
 
     asyncio.run(main())
@@ -244,6 +270,29 @@ def test_sync_redis_reply_later_than_the_timeout(redis_proxy: FaultProxy) -> Non
     assert (v.allowed, v.failed) == (False, "timeout")
     assert redis_count(store, k) == 1
     redis_proxy.resume()
+    guard.close()
+    client.close()
+
+
+@pytest.mark.parametrize("policy", ["deny", "allow"])
+def test_sync_redis_reply_cut_midway(redis_proxy: FaultProxy, policy: str) -> None:
+    """The synchronous guard: a reply cut after the script ran is given back under deny before the
+    call returns, and kept under allow."""
+    client = redis.Redis(host=redis_proxy.host, port=redis_proxy.port, retry=no_retry())
+    store = rs.sync_store(client, prefix=rs.unique_prefix("guard"))
+    guard = Guard(store, timeout_ms=1000, on_failure=policy)  # type: ignore[arg-type]
+    k = key("sync-cut")
+    assert guard.consume(k + ":warm", LIMIT).allowed
+    redis_proxy.cut(2)
+    v = guard.consume(k, LIMIT)
+    assert (v.allowed, v.failed) == (policy == "allow", "store-error")
+    assert guard.consume(k + ":warm", LIMIT).failed is None  # a new connection, warmed
+    redis_proxy.cut(2)
+    batch = guard.consume_many([Entry(k + ":a", LIMIT), Entry(k + ":b", LIMIT)])
+    assert (batch.allowed, batch.failed) == (policy == "allow", "store-error")
+    kept = int(policy == "allow")
+    assert (redis_count(store, k), redis_count(store, k + ":a"), redis_count(store, k + ":b")) == (kept,) * 3
+    assert guard.stats().late_releases == (2 if policy == "deny" else 0)
     guard.close()
     client.close()
 

@@ -218,6 +218,27 @@ def _timeout(ms: int) -> StoreError:
 _NO_RELEASE = "the store's verdict has no release(): the late call stays counted"
 
 
+class _Counted:
+    """A consume that failed after its command may have run (its reply lost after the script ran, a
+    statement that committed): to the late-answer rule, an answer that counted. ratewindow's stores
+    give such an error ``release()``, the call given back by its id (idempotent)."""
+
+    __slots__ = ("release",)
+    allowed = True
+    releasable = True
+
+    def __init__(self, release: Callable[[], object]) -> None:
+        self.release = release
+
+
+def _counted(op: GuardOperation, error: BaseException) -> _Counted | None:
+    """A consume's failure that may have counted: the ``release()`` its error carries, as a late answer."""
+    if op not in ("consume", "consume_many"):
+        return None
+    release = getattr(error, "release", None)
+    return _Counted(release) if callable(release) else None
+
+
 class Guard(_Common, CooldownStore):
     """A :class:`~ratewindow.CooldownStore` guarded against its failures (synchronous code).
 
@@ -281,7 +302,7 @@ class Guard(_Common, CooldownStore):
                 failed = core.failure_of(error, started)
                 if failed is None:
                     raise
-                return self._failure("consume", (Entry(key, limit),), True, failed, error)
+                return self._failed_call("consume", (Entry(key, limit),), True, failed, error)
             out = core.answered(v, key, limit, started, self._tracked(v, key, limit) if v.releasable else None)
             if out is None:
                 return self._late_now("consume", (Entry(key, limit),), True, v)
@@ -328,7 +349,7 @@ class Guard(_Common, CooldownStore):
                 failed = core.failure_of(error, started)
                 if failed is None:
                     raise
-                return self._failure(op, entries, single, failed, error)
+                return self._failed_call(op, entries, single, failed, error)
             if single:
                 key, limit = entries[0].key, entries[0].limit
                 release = self._tracked(v, key, limit) if op == "consume" and v.releasable else None
@@ -360,6 +381,17 @@ class Guard(_Common, CooldownStore):
         release = fv.release if op in ("consume", "consume_many") and fv.releasable else None
         return self._core.fallback_answered(fv, failed, cause, single, release)
 
+    def _failed_call(
+        self, op: GuardOperation, entries: Sequence[Entry], single: bool, failed: GuardFailure, error: BaseException
+    ) -> Verdict:
+        """The store raised: the policy answers; a consume that may have counted is given back if the
+        guard refused it (the late-answer rule)."""
+        answer = self._failure(op, entries, single, failed, error)
+        counted = _counted(op, error)
+        if counted is not None:
+            self._late(op, entries, answer.allowed, counted)
+        return answer
+
     def _late_now(self, op: GuardOperation, entries: Sequence[Entry], single: bool, late: Verdict) -> Verdict:
         """The store answered, but after ``timeout_ms``: the policy answers, the late call is given back
         if the guard refused it."""
@@ -368,7 +400,7 @@ class Guard(_Common, CooldownStore):
             self._late(op, entries, answer.allowed, late)
         return answer
 
-    def _late(self, op: GuardOperation, entries: Sequence[Entry], answered_allowed: bool, late: Verdict) -> None:
+    def _late(self, op: GuardOperation, entries: Sequence[Entry], answered_allowed: bool, late: Verdict | _Counted) -> None:
         core = self._core
         if core.late(answered_allowed, late.allowed) != "release":
             return
@@ -662,13 +694,22 @@ class AsyncGuard(_Common, AsyncCooldownStore):
         return answer
 
     def _late_async(self, op: GuardOperation, entries: list[Entry], answered_allowed: bool, task: asyncio.Future[Verdict]) -> None:
-        """A store's call finished after the guard answered it (a done callback): the late-answer rule."""
-        if task.cancelled() or task.exception() is not None:
-            self._leave()  # a late failure recorded nothing the guard could give back
+        """A store's call finished after the guard answered it (a done callback): the late-answer rule
+        (a failure that may have counted is a late answer that counted)."""
+        if task.cancelled():
+            self._leave()
+            return
+        error = task.exception()
+        if error is not None:
+            counted = _counted(op, error)
+            if counted is None:
+                self._leave()  # a late failure that recorded nothing
+            else:
+                self._late_verdict(op, entries, answered_allowed, counted)
             return
         self._late_verdict(op, entries, answered_allowed, task.result())
 
-    def _late_verdict(self, op: GuardOperation, entries: list[Entry], answered_allowed: bool, late: Verdict) -> None:
+    def _late_verdict(self, op: GuardOperation, entries: list[Entry], answered_allowed: bool, late: Verdict | _Counted) -> None:
         """The late-answer rule on ``late`` (one ``_busy`` held, let go when done)."""
         core = self._core
         if core.late(answered_allowed, late.allowed) != "release":
@@ -707,7 +748,13 @@ class AsyncGuard(_Common, AsyncCooldownStore):
         failed = self._core.failure_of(error, started)
         if failed is None:
             raise error
-        return await self._failure(op, entries, single, failed, error)
+        answer = await self._failure(op, entries, single, failed, error)
+        counted = _counted(op, error)
+        if counted is not None:
+            # A consume that may have counted: given back if the guard refused it.
+            self._busy += 1
+            self._late_verdict(op, entries, answer.allowed, counted)
+        return answer
 
     async def _failure(
         self, op: GuardOperation, entries: list[Entry], single: bool, failed: GuardFailure, cause: BaseException
