@@ -18,9 +18,9 @@
 //   - rlf-rel:   the same on a pool whose connections run with synchronous_commit = off
 //   - bare:      pool.query('SELECT 1') (the floor: one round trip)
 //   - batch3:    PostgresStore.consumeMany of 3 entries (still one statement), in tables of its own
-//   - prev:      before/after in the same run: the same PostgresStore, but its one-entry statement swapped
-//                for the previous schema's (`SELECT … FROM {p}_sliding1(…)`, PL/pgSQL reading the row
-//                itself), installed from the upgrade-test fixture core/tests/data/postgres_schema_0_1_log.sql
+//   - prev:      before/after in the same run: the same PostgresStore and schema, but its one-entry consume
+//                swapped for the previous statement (nine columns, the mode and all six values as
+//                parameters; PREV_ONE below), its rows decoded as before
 //   Like for like: ours / rlf-rel (both relaxed) and ours-dur / rlf (both wait for the flush).
 //   Round trips per call are counted on the pool ours runs on (target: 1).
 //   SQLite (better-sqlite3, a file in a temp dir, WAL, one call at a time):
@@ -29,7 +29,7 @@
 //
 //   node bench/node/sql.mjs               full run (~2 min)
 //   BENCH_QUICK=1 node bench/node/sql.mjs a smoke run (1,000 keys, ~6 s)
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -51,6 +51,9 @@ const LIMIT = { uses: 5, windowMs: 10_000 };
 const FULL = { uses: 5, windowMs: 600_000 };
 const OPEN = { uses: 1000, windowMs: 10_000 };
 const tag = `${process.pid}_${Date.now().toString(36)}`;
+/** The one-entry consume before the verdict became one text column (505e728 … 9b1afb0^). */
+const PREV_ONE =
+  'SELECT v[1] = 1 AS allowed, v[2] AS retry_after_ms, v[3] AS retry_timestamp, v[4] AS blocked, v[5] AS now_ms, v[6] AS quota_limit, v[7] AS remaining, v[8] AS refill_after_ms, v[9] AS reset_after_ms FROM (SELECT CASE WHEN s.u > s.now - s.w THEN ARRAY[0, greatest(1, s.u + s.w - s.now), s.u + s.w, 0, s.now, s.uses, 0, greatest(1, s.u + s.w - s.now), s.ats[s.n] + s.w - s.now] ELSE {p}_take1($1, $2, $3, s.uses, s.w, $6::boolean, s.ats, s.ids, s.now) END AS v FROM (SELECT l.ats, l.ids, cardinality(l.ats) AS n, CASE WHEN cardinality(l.ats) >= $4::bigint THEN l.ats[cardinality(l.ats) - $4::bigint + 1] END AS u, greatest(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, l.ats[cardinality(l.ats)]) AS now, $4::bigint AS uses, $5::bigint AS w FROM (SELECT) AS o LEFT JOIN {p}_log AS l ON l.key = $3 OFFSET 0) AS s OFFSET 0) AS t';
 
 /** Runs `op(i)` with `inflight` calls in flight for `ms`; returns completed calls per second. */
 async function throughput(op, inflight, ms = RUN_MS) {
@@ -126,15 +129,18 @@ async function postgres() {
   await store.installSchema();
   await durable.installSchema();
   await batches.installSchema();
-  // The previous one-entry statement, through the same store code: only its text is swapped.
+  // The previous one-entry statement, through the same store code and schema: only the statement is
+  // swapped (its parameters were mode, id, key, uses, window, relaxed; now key, id, uses, window, relaxed).
   const prevPrefix = `rw_benchp_${tag}`;
-  const fixture = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'core', 'tests', 'data', 'postgres_schema_0_1_log.sql');
-  await pool.query(readFileSync(fixture, 'utf8').replaceAll('{p}', prevPrefix));
-  const prevOne = `SELECT allowed, retry_after_ms, retry_timestamp, blocked, now_ms, quota_limit, remaining, refill_after_ms, reset_after_ms FROM ${prevPrefix}_sliding1($1, $2, $3, $4::bigint, $5::bigint, $6::boolean)`;
+  const prevOne = PREV_ONE.replaceAll('{p}', prevPrefix);
+  const prevStore = PostgresStore.using(pool, { prefix: prevPrefix });
+  await prevStore.installSchema();
   const prev = PostgresStore.using(
     (sql, values) => {
-      const text = sql.startsWith('SELECT v[1] = 1 AS allowed') ? prevOne : sql;
-      return pool.query({ name: `rw_bench_prev_${text.length}`, text, values, rowMode: 'array' }).then((r) => r.rows);
+      const one = sql.startsWith('SELECT (CASE WHEN s.u') && sql.includes("_take1('c'");
+      const text = one ? prevOne : sql;
+      const params = one ? ['c', values[1], values[0], values[2], values[3], values[4]] : values;
+      return pool.query({ name: `rw_bench_prev_${text.length}`, text, values: params, rowMode: 'array' }).then((r) => r.rows);
     },
     { prefix: prevPrefix },
   );

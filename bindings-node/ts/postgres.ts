@@ -82,16 +82,29 @@ function statementName(text: string): string {
   return name;
 }
 
+/** A node-postgres result's rows (a multi-statement result, an array of results, has none to give). */
+function pgRows(result: { rows: unknown }): unknown[] {
+  return Array.isArray(result) ? [] : ((result?.rows as unknown[]) ?? []);
+}
+
 function runner(client: PostgresQuery | PgQueryable): PostgresQuery {
   if (typeof client === 'function') return client;
   if (typeof client === 'object' && client !== null && typeof (client as PgQueryable).query === 'function') {
     const q = client as PgQueryable;
     // Statements with parameters run as named (prepared) statements: parsed and planned once per
-    // connection. The engine plans a few fixed texts per prefix, so the names stay few.
-    return (text, values) =>
-      Promise.resolve(
-        q.query(values.length > 0 ? { name: statementName(text), text, values, rowMode: 'array' } : { text, rowMode: 'array' }),
-      ).then((result) => (Array.isArray(result) ? [] : ((result?.rows as unknown[]) ?? [])));
+    // connection. The engine plans a few fixed texts per prefix, so the names stay few. The last
+    // text's name is kept: a call's text arrives as a new string, and comparing it with the last one
+    // costs less than hashing it for the map (the usual store runs one statement over and over).
+    let lastText = '';
+    let lastName = '';
+    return (text, values) => {
+      if (values.length === 0) return Promise.resolve(q.query({ text, rowMode: 'array' })).then(pgRows);
+      if (text !== lastText) {
+        lastName = statementName(text);
+        lastText = text;
+      }
+      return Promise.resolve(q.query({ name: lastName, text: lastText, values, rowMode: 'array' })).then(pgRows);
+    };
   }
   throw typeError('PostgresStore.using takes a pg Pool or Client, or a query(sql, params) function', client);
 }
