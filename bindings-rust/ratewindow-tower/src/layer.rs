@@ -20,7 +20,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::limit::{Refusal, RouteLimit};
-use crate::store::Store;
+use crate::store::{Consumed, Store};
 
 /// What a named limiter's callback sees of a request.
 pub struct RequestInfo<'a> {
@@ -338,14 +338,19 @@ impl<S: Store> Shared<S> {
     fn plan<B>(&self, req: &Request<B>) -> Result<Plan, HttpError> {
         let info = RequestInfo::new(req, &self.config.trust);
         let limits = (self.callback)(&info)?;
-        let http_limits: Vec<HttpLimit<'_>> = limits
-            .iter()
-            .map(|l| match l.limit {
+        fn http(l: &RouteLimit) -> HttpLimit<'_> {
+            match l.limit {
                 Some(limit) => HttpLimit::new(&l.key, limit),
                 None => HttpLimit::Unlimited,
-            })
-            .collect();
-        let entries = core_http::request_entries(&self.name, &http_limits)?;
+            }
+        }
+        let entries = if let [one] = limits.as_slice() {
+            // The usual request, one limit: no list of one to allocate.
+            core_http::request_entries(&self.name, &[http(one)])?
+        } else {
+            let http_limits: Vec<HttpLimit<'_>> = limits.iter().map(http).collect();
+            core_http::request_entries(&self.name, &http_limits)?
+        };
         Ok(Plan { limits, entries })
     }
 }
@@ -379,18 +384,43 @@ where
             if plan.entries.entries.is_empty() {
                 return inner.call(req).await;
             }
-            let consumed = match shared.store.consume_many(&plan.entries.entries).await {
+            let sources = &plan.entries.sources;
+            let hooks = sources.iter().any(|&s| plan.limits[s].after.is_some());
+            let entries = &plan.entries.entries;
+            // One entry and nothing to give back: the store's single call (no release handle).
+            let consumed = if let ([entry], false) = (entries.as_slice(), hooks) {
+                shared.store.consume(entry).await.map(|verdict| Consumed {
+                    verdict,
+                    release: None,
+                })
+            } else {
+                shared.store.consume_many(entries).await
+            };
+            let consumed = match consumed {
                 Ok(consumed) => consumed,
                 Err(e) => return Ok((shared.config.store_error)(&e)),
             };
             let verdict = consumed.verdict;
-            let fields = core_http::response_headers(
-                &shared.name,
-                &plan.entries.limits(),
-                &verdict,
-                shared.store.now_ms(),
-                shared.config.headers,
-            );
+            let fields = {
+                let now = shared.store.now_ms();
+                let (name, options) = (&shared.name, shared.config.headers);
+                match entries.as_slice() {
+                    [one] => core_http::response_headers(
+                        name,
+                        std::slice::from_ref(&one.limit),
+                        &verdict,
+                        now,
+                        options,
+                    ),
+                    _ => core_http::response_headers(
+                        name,
+                        &plan.entries.limits(),
+                        &verdict,
+                        now,
+                        options,
+                    ),
+                }
+            };
             if !verdict.allowed {
                 let source = verdict.blocked.map_or(0, |b| plan.entries.sources[b]);
                 let mut response = match plan.limits.get(source).and_then(|l| l.response.clone()) {
@@ -407,8 +437,7 @@ where
             }
             let mut response = inner.call(req).await?;
             set_fields(&mut response, fields);
-            let sources = &plan.entries.sources;
-            if sources.iter().any(|&s| plan.limits[s].after.is_some()) {
+            if hooks {
                 let keep: Vec<Entry> = plan
                     .entries
                     .entries
@@ -454,8 +483,9 @@ fn set_fields(response: &mut Response<Body>, fields: Vec<(&'static str, String)>
         let Ok(value) = HeaderValue::try_from(value) else {
             continue;
         };
-        if !headers.contains_key(&name) {
-            headers.insert(name, value);
+        // One lookup: a field the handler set is left alone.
+        if let http::header::Entry::Vacant(slot) = headers.entry(name) {
+            slot.insert(value);
         }
     }
 }

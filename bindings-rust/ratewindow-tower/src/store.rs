@@ -31,6 +31,17 @@ pub trait Store: Send + Sync + 'static {
         entries: &[Entry],
     ) -> impl Future<Output = Result<Consumed<Self::Release>, Self::Error>> + Send;
 
+    /// Counts one call against one entry, when nothing will be given back: the verdict of
+    /// [`consume_many`](Store::consume_many) of that one entry (which it is by default), for a store
+    /// with a cheaper single call (the memory store's `consume`: no batch, no release handle).
+    fn consume(
+        &self,
+        entry: &Entry,
+    ) -> impl Future<Output = Result<BatchVerdict, Self::Error>> + Send {
+        let consumed = self.consume_many(std::slice::from_ref(entry));
+        async move { consumed.await.map(|c| c.verdict) }
+    }
+
     /// Gives back the call an allowed batch recorded (idempotent; a call that has left its window is
     /// left alone).
     fn release(
@@ -106,6 +117,22 @@ impl<C: Clock + 'static> Store for Memory<C> {
         ready(Ok(Consumed {
             verdict: consumed.verdict,
             release: consumed.release,
+        }))
+    }
+
+    fn consume(
+        &self,
+        entry: &Entry,
+    ) -> impl Future<Output = Result<BatchVerdict, Infallible>> + Send {
+        let v = self
+            .store
+            .consume(&entry.key, entry.limit, self.clock.now_ms());
+        ready(Ok(BatchVerdict {
+            allowed: v.allowed,
+            retry_after_ms: v.retry_after_ms,
+            retry_timestamp: v.retry_timestamp,
+            blocked: (!v.allowed).then_some(0),
+            quota: v.quota,
         }))
     }
 
