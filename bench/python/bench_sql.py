@@ -16,10 +16,10 @@ read for the ``Sync`` messages the client sent (one per round trip outside pipel
   answered by one read of the key's row (no lock, no write).
 - ``consume`` through a schema installed with ``durable=True`` (each commit waits for the WAL flush;
   by default the functions commit with ``synchronous_commit = off``).
-- before/after in the same run: ``consume`` and the refusals through a query function of the bench's
-  own, once with this schema and once with the previous one (the upgrade-test fixture
-  ``core/tests/data/postgres_schema_0_1_log.sql``, its one-entry statement swapped in): the ratio of
-  the two is printed.
+- ``consume`` under 1,000 uses per 10 s: every timed call is allowed and recorded.
+- before/after in the same run: ``consume``, allowed calls and refusals through a query function of
+  the bench's own, once with this one-entry statement and once with the previous one (``PREV_ONE``:
+  nine columns, six parameters), on the same schema: the ratio of the two is printed.
 - SQLite: ``SqliteStore(sqlite3.connect(path, isolation_level=None)).consume`` on a file, in the
   default rollback journal and in WAL with ``synchronous=NORMAL``.
 
@@ -30,19 +30,20 @@ Run: ``.venv/bin/python bench/python/bench_sql.py [--rounds N] [--ops N]`` (Post
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import secrets
 import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from ratewindow import Entry, Limit, PostgresStore, SqliteStore
+from ratewindow import AsyncPostgresStore, Entry, Limit, PostgresStore, SqliteStore
 
 KEYS = 10_000
 USES, WINDOW_MS = 5, 10_000
@@ -70,6 +71,17 @@ def consume(store: PostgresStore | SqliteStore) -> Runner:
     return run
 
 
+def allowed(store: PostgresStore | SqliteStore) -> Runner:
+    """``consume`` under 1,000 uses per 10 s: every timed call is allowed and recorded."""
+    limit = Limit(1_000, WINDOW_MS)
+    call = store.consume
+
+    def run(keys: list[str]) -> int:
+        return sum(call(key, limit).allowed for key in keys)
+
+    return run
+
+
 def refusals(store: PostgresStore, keys: list[str]) -> Runner:
     """``consume`` on keys filled to their limit first (5 uses per 600 s): every timed call is a refusal."""
     full = Limit(USES, 600_000)
@@ -85,33 +97,39 @@ def refusals(store: PostgresStore, keys: list[str]) -> Runner:
     return run
 
 
-FIXTURE = Path(__file__).resolve().parents[2] / "core" / "tests" / "data" / "postgres_schema_0_1_log.sql"
+# The one-entry consume before its verdict became one text column (505e728 … 9b1afb0^): nine columns,
+# the mode and all six values as parameters (mode, id, key, uses, window, relaxed).
 PREV_ONE = (
-    "SELECT allowed, retry_after_ms, retry_timestamp, blocked, now_ms, quota_limit, remaining, refill_after_ms, "
-    "reset_after_ms FROM {p}_sliding1($1, $2, $3, $4::bigint, $5::bigint, $6::boolean)"
+    'SELECT v[1] = 1 AS allowed, v[2] AS retry_after_ms, v[3] AS retry_timestamp, v[4] AS blocked, v['
+    '5] AS now_ms, v[6] AS quota_limit, v[7] AS remaining, v[8] AS refill_after_ms, v[9] AS reset_aft'
+    'er_ms FROM (SELECT CASE WHEN s.u > s.now - s.w THEN ARRAY[0, greatest(1, s.u + s.w - s.now), s.u'
+    ' + s.w, 0, s.now, s.uses, 0, greatest(1, s.u + s.w - s.now), s.ats[s.n] + s.w - s.now] ELSE {p}_'
+    'take1($1, $2, $3, s.uses, s.w, $6::boolean, s.ats, s.ids, s.now) END AS v FROM (SELECT l.ats, l.'
+    'ids, cardinality(l.ats) AS n, CASE WHEN cardinality(l.ats) >= $4::bigint THEN l.ats[cardinality('
+    'l.ats) - $4::bigint + 1] END AS u, greatest(floor(extract(epoch FROM clock_timestamp()) * 1000):'
+    ':bigint, l.ats[cardinality(l.ats)]) AS now, $4::bigint AS uses, $5::bigint AS w FROM (SELECT) AS'
+    ' o LEFT JOIN {p}_log AS l ON l.key = $3 OFFSET 0) AS s OFFSET 0) AS t'
 )
 
 
 def swapped(conn: psycopg.Connection[Any], prefix: str, *, prev: bool) -> PostgresStore:
     """A store under ``prefix`` through a query function on ``conn`` (``$1`` placeholders, statements
-    prepared by psycopg as for the store's own). ``prev``: the schema is the previous one (the
-    upgrade-test fixture) and the one-entry statement is swapped for its ``{p}_sliding1`` (PL/pgSQL
-    reading the row itself). The same store code and client either way: the pair is a before/after
-    in one interleaved run."""
+    prepared by psycopg as for the store's own), on this schema. ``prev``: the one-entry consume is
+    swapped for the previous statement (:data:`PREV_ONE`, its parameters reordered), whose nine columns
+    the store decodes as before. The same store code and client either way: the pair is a
+    before/after in one interleaved run."""
     old_one = PREV_ONE.replace("{p}", prefix)
 
     def query(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-        if prev and sql.startswith("SELECT v[1] = 1 AS allowed"):
+        if prev and sql.startswith("SELECT (CASE WHEN s.u") and "_take1('c'" in sql:
             sql = old_one
+            params = ["c", params[1], params[0], *params[2:]]
         with psycopg.RawCursor(conn) as cur:
             cur.execute(sql.encode(), params)
             result = cur.pgresult
             return cur.fetchall() if result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK else []
 
-    if prev:
-        conn.execute(FIXTURE.read_text().replace("{p}", prefix).encode())
-    else:
-        PostgresStore.using(conn, prefix=prefix).install_schema()
+    PostgresStore.using(conn, prefix=prefix).install_schema()
     return PostgresStore.using(query, prefix=prefix)
 
 
@@ -153,6 +171,62 @@ def interleaved(runners: dict[str, Runner], keys: list[str], rounds: int, ops: i
     return {name: statistics.median(v) for name, v in rates.items()}
 
 
+AsyncOp = Callable[[int], Awaitable[Any]]
+
+
+async def in_flight(prefix: str, keys: list[str], rounds: int, ops: int, inflight: int = 16) -> dict[str, float]:
+    """asyncio, ``inflight`` calls at once on a psycopg ``AsyncConnectionPool`` of 8 (autocommit): a bare
+    ``SELECT 1``, ``AsyncPostgresStore.consume`` refused (the keys ``{prefix}_f`` filled) and allowed
+    (1,000 uses per 10 s, tables ``{prefix}_a``); interleaved rounds in a rotating order, median calls/s."""
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool(DSN, min_size=8, max_size=8, kwargs={"autocommit": True}, open=False)
+    await pool.open(wait=True)
+    try:
+        refused = AsyncPostgresStore.using(pool, prefix=f"{prefix}_f")
+        allowed_store = AsyncPostgresStore.using(pool, prefix=f"{prefix}_a")
+        full, open_limit = Limit(USES, 600_000), Limit(1_000, WINDOW_MS)
+        n = min(len(keys), ops)
+
+        async def bare_call(i: int) -> None:
+            async with pool.connection() as conn:
+                await (await conn.execute("SELECT 1")).fetchone()
+
+        async def refused_call(i: int) -> None:
+            await refused.consume(keys[i % n], full)
+
+        async def allowed_call(i: int) -> None:
+            await allowed_store.consume(keys[i % n], open_limit)
+
+        contenders: dict[str, AsyncOp] = {
+            "bare SELECT 1": bare_call,
+            "AsyncPostgresStore.consume (refusals)": refused_call,
+            "AsyncPostgresStore.consume (allowed)": allowed_call,
+        }
+
+        async def timed(op: AsyncOp) -> float:
+            counter = iter(range(ops))
+
+            async def worker() -> None:
+                for i in counter:
+                    await op(i)
+
+            start = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(inflight)))
+            return ops / (time.perf_counter() - start)
+
+        for op in contenders.values():  # warm-up: statements prepared on every connection
+            await timed(op)
+        rates: dict[str, list[float]] = {name: [] for name in contenders}
+        names = list(contenders)
+        for r in range(rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                rates[name].append(await timed(contenders[name]))
+        return {name: statistics.median(v) for name, v in rates.items()}
+    finally:
+        await pool.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per contender (default 5)")
@@ -168,6 +242,7 @@ def main() -> None:
         durable = PostgresStore.using(conn, prefix=f"{prefix}_d", durable=True)
         durable.install_schema()
         PostgresStore.using(conn, prefix=f"{prefix}_f").install_schema()
+        PostgresStore.using(conn, prefix=f"{prefix}_a").install_schema()
         try:
             runners = {
                 "bare SELECT 1": bare(conn),
@@ -176,12 +251,17 @@ def main() -> None:
                 "PostgresStore.consume_many (3 entries)": consume_many(store, 3),
                 "PostgresStore.consume (not autocommit)": consume(PostgresStore.using(tx_conn, prefix=prefix)),
                 "PostgresStore.consume (durable=True)": consume(durable),
+                "PostgresStore.consume (allowed: 1,000 uses per 10 s)": allowed(
+                    PostgresStore.using(conn, prefix=f"{prefix}_a")
+                ),
                 "PostgresStore.consume (refusals: every key full)": refusals(
                     PostgresStore.using(conn, prefix=f"{prefix}_f"), keys[: args.ops]  # the keys the rounds use
                 ),
                 # Before/after: the same query function, this schema's one-entry statement and the last.
                 "query fn: consume": consume(swapped(conn, f"{prefix}_n", prev=False)),
                 "query fn: consume, previous statement": consume(swapped(conn, f"{prefix}_p", prev=True)),
+                "query fn: allowed": allowed(swapped(conn, f"{prefix}_na", prev=False)),
+                "query fn: allowed, previous statement": allowed(swapped(conn, f"{prefix}_pa", prev=True)),
                 "query fn: refusals": refusals(swapped(conn, f"{prefix}_nf", prev=False), keys[: args.ops]),
                 "query fn: refusals, previous statement": refusals(
                     swapped(conn, f"{prefix}_pf", prev=True), keys[: args.ops]
@@ -191,8 +271,9 @@ def main() -> None:
                 name: round_trips(tx_conn if "not autocommit" in name else conn, run) for name, run in runners.items()
             }
             rates = interleaved(runners, keys, args.rounds, args.ops)
+            many = asyncio.run(in_flight(prefix, keys, args.rounds, args.ops))
         finally:
-            for p in (prefix, *(f"{prefix}_{s}" for s in ("d", "f", "n", "p", "nf", "pf"))):
+            for p in (prefix, *(f"{prefix}_{s}" for s in ("d", "f", "a", "n", "p", "na", "pa", "nf", "pf"))):
                 conn.execute(f"DROP TABLE IF EXISTS {p}_log, {p}_windows".encode())
                 for (function,) in conn.execute(
                     "SELECT oid::regprocedure::text FROM pg_proc WHERE proname LIKE %s", [f"{p}\\_%"]
@@ -205,7 +286,11 @@ def main() -> None:
     print(f"{'contender':<48} {'calls/s':>10} {'us/call':>9} {'time vs SELECT 1':>17} {'round trips':>12}")
     for name, rate in rates.items():
         print(f"{name:<48} {rate:>10,.0f} {1e6 / rate:>9.1f} {base / rate:>16.2f}x {trips[name]:>12.2f}")
-    for what in ("consume", "refusals"):
+    print(f"asyncio, 16 calls in flight on an AsyncConnectionPool of 8, {args.rounds} interleaved rounds")
+    many_base = many["bare SELECT 1"]
+    for name, rate in many.items():
+        print(f"{name:<48} {rate:>10,.0f} {1e6 / rate:>9.1f} {many_base / rate:>16.2f}x")
+    for what in ("consume", "allowed", "refusals"):
         after, before = rates[f"query fn: {what}"], rates[f"query fn: {what}, previous statement"]
         print(f"{what}: this schema's one-entry statement / the previous one: {after / before:.2f}x calls/s")
 
