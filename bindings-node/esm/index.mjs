@@ -25,4 +25,8 @@ export const {
   SqliteStore,
   guard,
   GuardedStore,
+  ShardedStore,
+  ShardError,
+  serveShards,
+  SHARD_MESSAGE_KEY,
 } = cjs;

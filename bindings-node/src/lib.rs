@@ -24,6 +24,8 @@ mod sql;
 pub mod http;
 // The failure guard (ts/guard.ts).
 pub mod guard;
+// The sharded store's protocol (ts/shard.ts).
+pub mod shard;
 
 /// What every export returns: on failure a JS `Error` whose `code` is the status string
 /// (`invalid_limit:uses`, `invalid_limit:window_ms`, `invalid_argument:<field>` or `panic`, see

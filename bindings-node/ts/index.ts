@@ -31,3 +31,5 @@ export { SqliteStore } from './sqlite';
 export type { SqliteDatabaseLike, SqlitePurgeResult, SqliteStatementLike, SqliteStoreOptions } from './sqlite';
 export { guard, GuardedStore } from './guard';
 export type { GuardEvent, GuardFailure, GuardOperation, GuardOptions, GuardStats, GuardVerdictFields, GuardedBatchVerdict, GuardedVerdict } from './guard';
+export { ShardedStore, ShardError, serveShards, SHARD_MESSAGE_KEY } from './shard';
+export type { PortLike, ProcessChannelLike, ServeShardsOptions, ShardChannelLike, ShardedStoreOptions, ShardFailureKind, ShardMessage, ShardServer } from './shard';
