@@ -6,7 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 
-import { FRAMEWORKS, burst, get, serve } from './http-servers.mjs';
+import { FASTIFY, FRAMEWORKS, burst, get, serve } from './http-servers.mjs';
 import { nodeRedis, redisBackend, sharedRedisUp } from './redis-servers.mjs';
 
 const require = createRequire(import.meta.url);
@@ -56,9 +56,9 @@ describe('client address', { concurrency: true }, () => {
     });
   });
 
-  it('Forwarded (RFC 7239) with proxyHeader, trusted proxies by CIDR, IPv6 grouped by /64', async () => {
+  for (const kind of FASTIFY) it(`${kind}: Forwarded (RFC 7239) with proxyHeader, trusted proxies by CIDR, IPv6 grouped by /64`, async () => {
     const options = { trustProxy: ['127.0.0.0/8'], proxyHeader: 'forwarded', ipv6Prefix: 64 };
-    await withServer('fastify', (req, ip) => Limit.perMinute(100).by(ip), options, async (server, seen) => {
+    await withServer(kind, (req, ip) => Limit.perMinute(100).by(ip), options, async (server, seen) => {
       const fwd = (value) => get(server.url, { headers: { Forwarded: value } });
       await fwd('for=203.0.113.7;proto=https');
       await fwd('for="[2001:db8:1:2::5]:4711"');
@@ -154,9 +154,9 @@ describe("a limit's response() and after()", { concurrency: true }, () => {
     });
   });
 
-  it('fastify: response() may send the answer itself', async () => {
+  for (const kind of FASTIFY) it(`${kind}: response() may send the answer itself`, async () => {
     const make = (req, ip) => Limit.perMinute(1).by(ip).response((request, reply) => reply.code(503).send({ later: true }));
-    await withServer('fastify', make, {}, async (server) => {
+    await withServer(kind, make, {}, async (server) => {
       await get(server.url);
       const refused = await get(server.url);
       assert.deepEqual([refused.status, JSON.parse(refused.body)], [503, { later: true }]);
@@ -219,9 +219,9 @@ describe('Unlimited and several limits', { concurrency: true }, () => {
     });
   }
 
-  it('a premium user is unlimited, the others limited, in the same limiter', async () => {
+  for (const kind of FASTIFY) it(`${kind}: a premium user is unlimited, the others limited, in the same limiter`, async () => {
     const make = (req, ip) => (req.headers['x-plan'] === 'premium' ? Limit.none() : Limit.perMinute(2).by(ip));
-    await withServer('fastify', make, {}, async (server) => {
+    await withServer(kind, make, {}, async (server) => {
       const premium = await burst(server.url, 5, { headers: { 'X-Plan': 'premium' } });
       const free = [];
       for (let i = 0; i < 3; i++) free.push(await get(server.url));

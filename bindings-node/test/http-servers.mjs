@@ -1,19 +1,23 @@
 // Real HTTP servers on loopback for the HTTP middleware suites (test/http-*.test.mjs): Express 4,
-// Express 5, Fastify (the plugin, or the hook on one route) and plain node:http, each guarding the same
-// routes with ratewindow. Clients are Node's own fetch (undici).
+// Express 5, Fastify 5 and 4 (the plugin, or the hook on one route) and plain node:http, each guarding
+// the same routes with ratewindow. Clients are Node's own fetch (undici).
 import { createServer } from 'node:http';
 import { createRequire } from 'node:module';
 
 import express4 from 'express';
 import express5 from 'express5';
 import Fastify from 'fastify';
+import Fastify4 from 'fastify4';
 
 const require = createRequire(import.meta.url);
 const expressMw = require('../dist/http/express.js');
 const fastifyMw = require('../dist/http/fastify.js');
 
 /** Every framework the suites run on. */
-export const FRAMEWORKS = ['express4', 'express5', 'fastify', 'fastify-hook', 'node:http'];
+export const FRAMEWORKS = ['express4', 'express5', 'fastify', 'fastify-hook', 'fastify4', 'fastify4-hook', 'node:http'];
+
+/** The Fastify majors: `fastify` (5) and `fastify4`, each as the plugin (`kind`) or the hook (`kind-hook`). */
+export const FASTIFY = ['fastify', 'fastify4'];
 
 /**
  * The route's answer: status `?status=` (default 200), body `ok`. An error reaching the framework's
@@ -58,8 +62,9 @@ export async function serve(kind, source, options) {
     });
     return listen(server);
   }
-  if (kind === 'fastify' || kind === 'fastify-hook') {
-    const app = Fastify();
+  if (kind.startsWith('fastify')) {
+    const major = kind.startsWith('fastify4') ? Fastify4 : Fastify;
+    const app = major();
     app.setErrorHandler((err, request, reply) => {
       reply.code(err.statusCode ?? 500).send(errorBody(err));
     });
@@ -67,7 +72,7 @@ export async function serve(kind, source, options) {
       reply.code(status(request.url));
       return 'ok';
     };
-    if (kind === 'fastify') {
+    if (!kind.endsWith('-hook')) {
       await app.register(fastifyMw.ratewindow, { ...options, global: source });
       app.get('/', handler);
       app.get('/free', { config: { throttle: false } }, handler);

@@ -1,5 +1,5 @@
 /**
- * `ratewindow/fastify`: rate limiting for Fastify (tested on Fastify 5), as a plugin (limits per route in its
+ * `ratewindow/fastify`: rate limiting for Fastify 4 and 5 (both tested), as a plugin (limits per route in its
  * `config`) or as a hook on one route.
  *
  * ```ts
