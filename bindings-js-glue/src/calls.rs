@@ -126,7 +126,14 @@ enum Planner {
 enum Slot {
     Free,
     Running(Call, bool),
-    Done(Result<Outcome, CallError>, Vec<GiveBackFailure>, bool),
+    /// The outcome, the give-backs that failed, whether a token was asked for, and a failed
+    /// consume's token (it may have counted: [`Call::failed_release`]).
+    Done(
+        Result<Outcome, CallError>,
+        Vec<GiveBackFailure>,
+        bool,
+        Option<ReleaseToken>,
+    ),
 }
 
 /// One store's call machines and its calls in progress, by id (a slot each).
@@ -313,12 +320,17 @@ impl Calls {
         };
         let failures = call.take_give_back_failures();
         let keep = *keep;
+        // A failed consume asked with its release keeps the token that gives it back.
+        let failed = call.take_failed_release().filter(|_| keep);
         let kind = write_outcome(out, &result, keep);
         out[KIND] = kind as u8 as f64;
         out[GIVE_BACKS] = failures.len() as f64;
+        if failed.is_some() {
+            out[RELEASE] = 1.0;
+        }
         let held = kind == StepKind::Error || !failures.is_empty() || out[RELEASE] == 1.0;
         if held {
-            *slot = Slot::Done(result, failures, keep);
+            *slot = Slot::Done(result, failures, keep, failed);
         } else {
             *slot = Slot::Free;
             self.free.push(id);
@@ -339,7 +351,7 @@ impl Calls {
 
     fn outcome(&self, id: u32) -> Res<(&Result<Outcome, CallError>, &[GiveBackFailure], bool)> {
         match self.slots.get(id as usize) {
-            Some(Slot::Done(result, failures, keep)) => Ok((result, failures, *keep)),
+            Some(Slot::Done(result, failures, keep, _)) => Ok((result, failures, *keep)),
             _ => Err(no_call(id)),
         }
     }
@@ -357,7 +369,8 @@ impl Calls {
         self.start(out, Op::Consume { entries, call_id }, now, release)
     }
 
-    /// [`Self::consume`] of one entry, without a release token.
+    /// [`Self::consume`] of one entry; with `release` (the failure guard asks) its verdict keeps the
+    /// release token, otherwise none (a single call's verdict has no `release`).
     pub fn consume_one(
         &mut self,
         out: &mut CallRecord,
@@ -365,9 +378,10 @@ impl Calls {
         uses: f64,
         window_ms: f64,
         now: Option<f64>,
+        release: bool,
     ) -> Res<Option<String>> {
         let entries = vec![Entry::new(key, number::limit(uses, window_ms)?)];
-        self.consume(out, entries, false, now)
+        self.consume(out, entries, release, now)
     }
 
     /// Starts `Op::Peek`.
@@ -508,12 +522,14 @@ impl Calls {
         }
     }
 
-    /// A held verdict of a consume asked with its release, allowed: what gives it back.
+    /// What gives back a held consume asked with its release: an allowed one's token, or a failed
+    /// one's that may have counted (`RELEASE` 1 in the record for either).
     pub fn release_token(&self, id: u32) -> Res<Option<&ReleaseToken>> {
-        match self.outcome(id)? {
-            (Ok(Outcome::Verdict { release, .. }), _, keep) => {
-                Ok(release.as_ref().filter(|_| keep))
+        match self.slots.get(id as usize) {
+            Some(Slot::Done(Ok(Outcome::Verdict { release, .. }), _, keep, _)) => {
+                Ok(release.as_ref().filter(|_| *keep))
             }
+            Some(Slot::Done(Err(_), _, _, failed)) => Ok(failed.as_ref()),
             _ => Err(no_call(id)),
         }
     }
@@ -768,7 +784,7 @@ mod tests {
         let mut calls = Calls::redis("p:".into(), None, true, 7).unwrap();
         let mut out = [0.0; LEN];
         let s = calls
-            .consume_one(&mut out, "é".into(), 5.0, 1000.0, None)
+            .consume_one(&mut out, "é".into(), 5.0, 1000.0, None, false)
             .unwrap()
             .unwrap();
         assert_eq!(out[KIND], StepKind::Script as u8 as f64);

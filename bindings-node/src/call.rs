@@ -265,7 +265,8 @@ impl NativeCalls {
         })
     }
 
-    /// [`Self::consume`] of one entry, without a release token (a single call's verdict has none).
+    /// [`Self::consume`] of one entry; its verdict keeps the release token only with `release` (the
+    /// failure guard asks: a single call's verdict has none).
     #[napi(ts_return_type = "string | null")]
     pub fn consume_one(
         &mut self,
@@ -273,8 +274,12 @@ impl NativeCalls {
         uses: f64,
         window_ms: f64,
         now: Option<f64>,
+        release: Option<bool>,
     ) -> Result<Joined, String> {
-        self.go(|c, out| c.consume_one(out, key.get()?.to_owned(), uses, window_ms, now))
+        self.go(|c, out| {
+            let key = key.get()?.to_owned();
+            c.consume_one(out, key, uses, window_ms, now, release.unwrap_or(false))
+        })
     }
 
     /// Starts `Op::Peek`.
@@ -417,7 +422,8 @@ impl NativeCalls {
         })
     }
 
-    /// A held verdict (`release` 1 in the record): what gives it back.
+    /// A held consume (`release` 1 in the record): what gives it back (an allowed one, or a failed
+    /// one that may have counted).
     #[napi]
     pub fn release_token(&self, id: u32) -> Result<Option<NativeRelease>, String> {
         guard(|| {

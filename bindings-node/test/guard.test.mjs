@@ -241,6 +241,46 @@ describe('guard on RedisStore through the fault proxy', { concurrency: 1 }, () =
     for (let i = 0; i < 50 && !client.isReady; i++) await sleep(20);
   });
 
+  it('a reply cut midway, deny: refused in time; the call the script counted is given back by its id', async () => {
+    const events = [];
+    const g = guard(redisStore(), { timeoutMs: TIMEOUT, onEvent: (e) => events.push(e) });
+    const key = fresh('cut-deny');
+    const limit = l(3, 10_000);
+    await g.consume(fresh('warm'), limit); // the script is loaded: the cut reply is the consume's
+    await proxy.send('cut 3');
+    const v = await timed(() => g.consume(key, limit));
+    await proxy.send('resume');
+    assert.ok(['store-error', 'timeout'].includes(v.value.failed), v.value.failed);
+    assertPolicy(v, v.value.failed, false);
+    for (let i = 0; i < 50 && !client.isReady; i++) await sleep(20);
+    // The batch too (its verdict's token came from the failed call, by the same id).
+    await g.consume(fresh('warm'), limit);
+    await proxy.send('cut 3');
+    const batch = await timed(() => g.consumeMany([{ key: `${key}:a`, limit }, { key: `${key}:b`, limit }]));
+    await proxy.send('resume');
+    assertPolicy(batch, batch.value.failed, false);
+    await g.close(); // waits for the give-backs
+    for (let i = 0; i < 50 && !client.isReady; i++) await sleep(20);
+    assert.deepEqual([await counted(key, limit), await counted(`${key}:a`, limit), await counted(`${key}:b`, limit)], [0, 0, 0]);
+    const s = g.stats();
+    assert.deepEqual([s.lateReleases, s.lateReleasesFailed], [2, 0]);
+    assert.deepEqual(events.filter((e) => e.type === 'late-release').map((e) => e.error), [undefined, undefined]);
+  });
+
+  it('a store error carries release() only for a guard\'s call that may have counted', async () => {
+    // A consume through the store itself (not asked for its release) fails as before: no release.
+    const store = redisStore();
+    const key = fresh('cut-plain');
+    await store.consume(fresh('warm'), l(3, 10_000));
+    await proxy.send('cut 3');
+    const e = await store.consume(key, l(3, 10_000)).then(() => undefined, (error) => error);
+    await proxy.send('resume');
+    assert.ok(e instanceof StoreError, String(e));
+    assert.equal(e.release, undefined);
+    for (let i = 0; i < 50 && !client.isReady; i++) await sleep(20);
+    assert.equal(await counted(key, l(3, 10_000)), 1, 'the script ran: counted (the reason the guard gives it back)');
+  });
+
   it('refused connections, then accepted again: calls before wait in the client, refused in time, released late', async () => {
     const key = fresh('refuse');
     const own = createClient({ socket: { host: '127.0.0.1', port: proxy.port, reconnectStrategy: () => 20 } });

@@ -24,6 +24,17 @@ import type { AttemptResult, Awaitable, HitResult, BatchVerdict, CooldownLimit, 
  */
 export type RunCommand = (kind: StepKind, id: number, command: string | null) => unknown;
 
+/** Makes the `release` of a held call's token (the store's release of it). */
+export type Releaser = (token: BackendRelease) => () => Awaitable<void>;
+
+/**
+ * The store's consume of one entry whose verdict carries `release()` (a single `consume`'s has none),
+ * and whose failure, when the call may have counted, carries the `release()` that gives it back by its
+ * call id: what the failure guard calls on the stores that have it.
+ * @internal
+ */
+export const consumeReleasable: unique symbol = Symbol('ratewindow.consumeReleasable');
+
 /** What the client threw, as the message a call is fed (as the client gives it). */
 function message(error: unknown): string {
   if (error instanceof Error) return error.message;
@@ -79,6 +90,7 @@ export function drive<T>(
   run: RunCommand,
   then: (record: Float64Array, id: number) => T,
   onGiveBack?: (e: GiveBackError) => void,
+  releaser?: Releaser,
 ): Promise<T> {
   const id: number = record[CallSlot.Id]!;
   const kind: StepKind = record[CallSlot.Kind]!;
@@ -87,9 +99,9 @@ export function drive<T>(
     try {
       answer = run(kind, id, first);
     } catch (e) {
-      return driveRest(calls, record, run, new Driven(id), kind, Promise.reject(e), then, onGiveBack);
+      return driveRest(calls, record, run, new Driven(id), kind, Promise.reject(e), then, onGiveBack, releaser);
     }
-    if (!(answer instanceof Promise)) return driveRest(calls, record, run, new Driven(id), kind, answer, then, onGiveBack);
+    if (!(answer instanceof Promise)) return driveRest(calls, record, run, new Driven(id), kind, answer, then, onGiveBack, releaser);
     return answer.then(
       (reply: unknown) => {
         let done = false;
@@ -98,7 +110,7 @@ export function drive<T>(
           const next: StepKind = record[CallSlot.Kind]!;
           if (next === StepKind.Script || next === StepKind.Sql || record[CallSlot.Held] !== 0) {
             done = true;
-            return driveRest(calls, record, run, new Driven(id), next, command, then, onGiveBack, true);
+            return driveRest(calls, record, run, new Driven(id), next, command, then, onGiveBack, releaser, true);
           }
           done = true;
           return then(record, id);
@@ -106,10 +118,10 @@ export function drive<T>(
           if (!done) calls.end(id);
         }
       },
-      (e: unknown) => driveRest(calls, record, run, new Driven(id), kind, Promise.reject(e), then, onGiveBack),
+      (e: unknown) => driveRest(calls, record, run, new Driven(id), kind, Promise.reject(e), then, onGiveBack, releaser),
     );
   }
-  return driveRest(calls, record, run, new Driven(id), kind, first, then, onGiveBack, true);
+  return driveRest(calls, record, run, new Driven(id), kind, first, then, onGiveBack, releaser, true);
 }
 
 /**
@@ -126,6 +138,7 @@ async function driveRest<T>(
   pending: unknown,
   then: (record: Float64Array, id: number) => T,
   onGiveBack?: (e: GiveBackError) => void,
+  releaser?: Releaser,
   fed = false,
 ): Promise<T> {
   try {
@@ -154,14 +167,21 @@ async function driveRest<T>(
       command = feed(calls, record, call.id, kind, answer);
       kind = record[CallSlot.Kind]!;
     }
-    return settle(calls, record, call, kind, then, onGiveBack);
+    return settle(calls, record, call, kind, then, onGiveBack, releaser);
   } finally {
     if (call.open) calls.end(call.id);
   }
 }
 
 /** {@link drive} for a synchronous client (SQLite). */
-export function driveSync<T>(calls: BackendCalls, record: Float64Array, first: string | null, run: RunCommand, then: (record: Float64Array, id: number) => T): T {
+export function driveSync<T>(
+  calls: BackendCalls,
+  record: Float64Array,
+  first: string | null,
+  run: RunCommand,
+  then: (record: Float64Array, id: number) => T,
+  releaser?: Releaser,
+): T {
   const call = new Driven(record[CallSlot.Id]!);
   try {
     let command = first;
@@ -178,13 +198,16 @@ export function driveSync<T>(calls: BackendCalls, record: Float64Array, first: s
       command = feed(calls, record, call.id, kind, answer);
       kind = record[CallSlot.Kind]!;
     }
-    return settle(calls, record, call, kind, then);
+    return settle(calls, record, call, kind, then, undefined, releaser);
   } finally {
     if (call.open) calls.end(call.id);
   }
 }
 
-/** Reports the give-backs that failed, then throws a failed call's error or reads its outcome. */
+/**
+ * Reports the give-backs that failed, then throws a failed call's error (with `release()`, not
+ * enumerable, when the call was asked with its release and may have counted) or reads its outcome.
+ */
 function settle<T>(
   calls: BackendCalls,
   record: Float64Array,
@@ -192,6 +215,7 @@ function settle<T>(
   kind: StepKind,
   then: (record: Float64Array, id: number) => T,
   onGiveBack?: (e: GiveBackError) => void,
+  releaser?: Releaser,
 ): T {
   if (record[CallSlot.Held] === 0) {
     call.open = false;
@@ -207,7 +231,14 @@ function settle<T>(
       }
     }
   }
-  if (kind === StepKind.Error) throw callError(calls.error(call.id), thrown);
+  if (kind === StepKind.Error) {
+    const error = callError(calls.error(call.id), thrown);
+    if (releaser !== undefined && record[CallSlot.Release] === 1) {
+      const token = calls.releaseToken(call.id);
+      if (token) Object.defineProperty(error, 'release', { value: releaser(token), enumerable: false, configurable: true });
+    }
+    throw error;
+  }
   return then(record, call.id);
 }
 
@@ -321,9 +352,12 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
 
   /** Drives the call a start just began (`first`: what it answered) and reads its outcome (`then`). */
   private driven<T>(first: string | null, then: (record: Float64Array, id: number) => T): Answer<S, T> {
-    if (this.sync) return driveSync(this.calls, this.record, first, this.runner, then) as Answer<S, T>;
-    return drive(this.calls, this.record, first, this.runner, then, this.reportsGiveBacks ? this.giveBacks : undefined) as Answer<S, T>;
+    if (this.sync) return driveSync(this.calls, this.record, first, this.runner, then, this.releaseOf) as Answer<S, T>;
+    return drive(this.calls, this.record, first, this.runner, then, this.reportsGiveBacks ? this.giveBacks : undefined, this.releaseOf) as Answer<S, T>;
   }
+
+  /** The `release` of a held token (an allowed consume's, or a failed one's), made once. */
+  private readonly releaseOf: Releaser = (token) => this.releaser(token)!;
 
   /** Starts a call (`begin` checks the arguments too), drives it, reads its outcome (`then`), frees it. */
   protected go<T>(begin: () => string | null, then: (record: Float64Array, id: number) => T, entries?: readonly Entry[], decayMs?: number): Answer<S, T> {
@@ -370,6 +404,28 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     }
     return this.driven(first, single);
   }
+
+  /**
+   * {@link consume} whose verdict carries `release()` (not enumerable), and whose failure, when the call
+   * may have counted (its reply lost after the script ran), carries the `release()` that gives it back
+   * by its call id (idempotent). What the failure guard calls.
+   * @internal
+   */
+  [consumeReleasable](key: string, limit: CooldownLimit): Answer<S, Verdict> {
+    let first: string | null;
+    try {
+      checkKey(key);
+      checkLimitShape(limit);
+      first = this.calls.consumeOne(key, limit.uses, limit.windowMs, this.now(), true);
+    } catch (e) {
+      return this.startFailed(e, [{ key, limit }]);
+    }
+    return this.driven(first, this.releasable);
+  }
+
+  /** A single verdict with its `release`, from the record. */
+  private readonly releasable = (r: Float64Array, id: number): Verdict =>
+    verdictOf(r, false, this.releaser(r[CallSlot.Release] === 1 ? (this.calls.releaseToken(id) ?? undefined) : undefined));
 
   /** The verdict {@link consume} would give, recording nothing. */
   peek(key: string, limit: CooldownLimit): Answer<S, Verdict> {

@@ -3,8 +3,9 @@
  * connecting never hangs or crashes a caller. A call waits at most `timeoutMs`; then, or when the store
  * throws, a policy answers it (`'deny'`, `'allow'` or a fallback store), and the verdict says why
  * (`failed: 'timeout' | 'store-error' | 'not-ready'`, with the `cause`). A consume whose answer comes
- * after the guard refused it is given back (its verdict's `release()`), so nobody loses a use for a
- * call that never ran. `ready()` holds calls until the store has connected (up to `timeoutMs`);
+ * after the guard refused it is given back (its verdict's `release()`), and so is one that failed after
+ * its command may have run (ratewindow's stores give such an error a `release()` by the call's id), so
+ * nobody loses a use for a call that never ran. `ready()` holds calls until the store has connected (up to `timeoutMs`);
  * `close()` waits for the calls and releases under way, then runs the store's shutdown hook.
  *
  * ```ts
@@ -22,6 +23,7 @@
 import { join } from 'node:path';
 
 import { checkEntries, checkKey, checkLimitShape } from './check';
+import { consumeReleasable } from './drive';
 import { fromBackend, InvalidArgumentError, typeError } from './errors';
 import { CooldownStore } from './store';
 import { StoreError } from './store-errors';
@@ -69,8 +71,9 @@ export type GuardEvent =
     }
   | {
       /**
-       * A consume the guard had refused was counted by a late answer and given back (`error` absent),
-       * or could not be (`error`: what the release threw, or that the verdict had no `release`).
+       * A consume the guard had refused was counted by a late answer, or failed after its command may
+       * have run, and was given back (`error` absent), or could not be (`error`: what the release
+       * threw, or that the verdict had no `release`).
        */
       readonly type: 'late-release';
       readonly entries: readonly Entry[];
@@ -116,7 +119,10 @@ export interface GuardStats {
   readonly storeErrors: number;
   /** Calls that came before the store was ready and waited longer than `timeoutMs` (or after `close()`). */
   readonly notReady: number;
-  /** Late answers given back. */
+  /**
+   * Calls given back after the guard refused them: late answers that counted, and consumes that failed
+   * after their command may have run (a reply cut after the script ran), given back by their call id.
+   */
   readonly lateReleases: number;
   /** Late answers that could not be given back (the release threw, or the verdict had none). */
   readonly lateReleasesFailed: number;
@@ -477,8 +483,11 @@ export class GuardedStore extends CooldownStore {
             this.idle();
             this.thrown(op, entries, single, e).then(resolve, reject);
           } else {
-            // A late failure recorded nothing the guard could give back.
-            this.idle();
+            // A late failure: a consume that may have counted (its reply lost after the script ran)
+            // is given back like a late answer that counted; anything else recorded nothing.
+            const release = failedRelease(op, e);
+            if (release !== undefined && this.isFailure(errorCode(e))) this.lateAnswer(op, entries, counted(release), p);
+            else this.idle();
           }
         },
       );
@@ -520,8 +529,11 @@ export class GuardedStore extends CooldownStore {
     switch (op) {
       case 'consume': {
         const { key, limit } = entries[0]!;
-        // Through the store's own batch when it has one: its verdict carries `release`, which a late
-        // answer needs.
+        // A verdict needs `release` for a late answer (and a failure, for a call that may have
+        // counted): ratewindow's stores give it to a single consume asked for it; another store's
+        // own batch has it.
+        const releasable = (store as { [consumeReleasable]?: unknown })[consumeReleasable];
+        if (typeof releasable === 'function') return (releasable as (k: string, l: CooldownLimit) => Awaitable<BatchVerdict>).call(store, key, limit);
         return (main ? this.ownBatch : hasOwnBatch(store)) ? store.consumeMany(entries) : store.consume(key, limit);
       }
       case 'consumeMany':
@@ -563,10 +575,24 @@ export class GuardedStore extends CooldownStore {
     return single ? singleOf(v) : v;
   }
 
-  /** The store threw: the caller's own mistake is rethrown, anything else meets the policy. */
+  /**
+   * The store threw: the caller's own mistake is rethrown, anything else meets the policy. A consume
+   * that may have counted (the store's error carries `release()`: its reply was lost after the script
+   * ran) is then given back when the guard refused it, and kept when it allowed it: the late-answer
+   * rule, with the call counted.
+   */
   private thrown(op: GuardOperation, entries: readonly Entry[], single: boolean, e: unknown): Promise<BatchVerdict> {
     if (!this.isFailure(errorCode(e))) return Promise.reject(e);
-    return this.failure(op, entries, single, 'store-error', e);
+    const out = this.failure(op, entries, single, 'store-error', e);
+    const release = failedRelease(op, e);
+    if (release !== undefined) {
+      this.busy++;
+      out.then(
+        (v) => this.lateAnswer(op, entries, counted(release), { ...DONE, answeredAllowed: v.allowed === true }),
+        () => this.idle(),
+      );
+    }
+    return out;
   }
 
   /** A failure: the policy's verdict, or the fallback store's. */
@@ -763,6 +789,20 @@ export class GuardedStore extends CooldownStore {
  */
 export function guard(store: CooldownStore, options: GuardOptions = {}): GuardedStore {
   return new GuardedStore(store, options);
+}
+
+/** A consume's failure that may have counted: the `release()` the store's error carries. */
+function failedRelease(op: GuardOperation, e: unknown): (() => Awaitable<void>) | undefined {
+  if ((op !== 'consume' && op !== 'consumeMany') || e === null || typeof e !== 'object') return undefined;
+  const release = (e as { release?: unknown }).release;
+  return typeof release === 'function' ? (release as () => Awaitable<void>) : undefined;
+}
+
+/** What a failed call that may have counted is to the late-answer rule: an answer that counted. */
+function counted(release: () => Awaitable<void>): BatchVerdict {
+  const v = { allowed: true, retryAfterMs: 0 };
+  Object.defineProperty(v, 'release', { value: release, enumerable: false });
+  return v;
 }
 
 function hasOwnBatch(store: CooldownStore): boolean {

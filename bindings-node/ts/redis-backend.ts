@@ -87,7 +87,7 @@ export const enum CallSlot {
   Value = 15,
   /** Failed give-backs to read with `giveBackFailures(id)`. */
   GiveBacks = 16,
-  /** 1: `releaseToken(id)` has the token. */
+  /** 1: `releaseToken(id)` has the token (an allowed consume's, or a failed one's that may have counted). */
   Release = 17,
   /** The first piece's length; the keys' then the arguments' follow. */
   Pieces = 18,
@@ -131,8 +131,8 @@ export type WindowQuery = 'attempts' | 'tooManyAttempts' | 'remaining' | 'availa
 export interface BackendCalls {
   /** A consume of the entries (three parallel arrays); `release`: keep its token. */
   consume(keys: string[], uses: number[], windows: number[], release: boolean, now?: number | null): string | null;
-  /** A consume of one entry, keeping no token. */
-  consumeOne(key: string, uses: number, windowMs: number, now?: number | null): string | null;
+  /** A consume of one entry, keeping its token only with `release` (the failure guard asks). */
+  consumeOne(key: string, uses: number, windowMs: number, now?: number | null, release?: boolean): string | null;
   peek(keys: string[], uses: number[], windows: number[], now?: number | null): string | null;
   release(token: BackendRelease, now?: number | null): string | null;
   hit(key: string, decayMs: number, amount: number, now?: number | null): string | null;

@@ -171,9 +171,11 @@ impl WasmCalls {
         uses: f64,
         window_ms: f64,
         now: Option<f64>,
+        release: Option<bool>,
     ) -> Result<Option<String>, JsValue> {
         self.go(out, |c, out| {
-            c.consume_one(out, key_of(&key, KeyPosition::Key)?, uses, window_ms, now)
+            let key = key_of(&key, KeyPosition::Key)?;
+            c.consume_one(out, key, uses, window_ms, now, release.unwrap_or(false))
         })
     }
 

@@ -385,8 +385,8 @@ export function createWasmBackend(exports: WasmExports): Backend {
     consume(keys: string[], uses: number[], windows: number[], release: boolean, now?: number | null): string | null {
       return this.#go((c, r) => c.consume(r, keys, new Float64Array(uses), new Float64Array(windows), release, now ?? undefined));
     }
-    consumeOne(key: string, uses: number, windowMs: number, now?: number | null): string | null {
-      return this.#go((c, r) => c.consumeOne(r, key, uses, windowMs, now ?? undefined));
+    consumeOne(key: string, uses: number, windowMs: number, now?: number | null, release?: boolean): string | null {
+      return this.#go((c, r) => c.consumeOne(r, key, uses, windowMs, now ?? undefined, release));
     }
     peek(keys: string[], uses: number[], windows: number[], now?: number | null): string | null {
       return this.#go((c, r) => c.peek(r, keys, new Float64Array(uses), new Float64Array(windows), now ?? undefined));
