@@ -392,4 +392,32 @@ impl GuardCore {
     fn cached(&self) -> usize {
         self.lock().cache().map_or(0, BlockCache::len)
     }
+
+    /// The block cache at an explicit monotonic time (the shared vectors drive it, as the core's and
+    /// Node's runners do): the refusal it remembers for any of `entries` at `now`, or `None`.
+    fn check_at(&self, entries: Vec<Bound<'_, Entry>>, now: u64) -> PyResult<Option<Verdict>> {
+        guard(|| {
+            let entries = batch(&entries)?;
+            let mut g = self.lock();
+            Ok(g.cache_mut()
+                .and_then(|cache| cache.check(entries, now))
+                .map(|v| Verdict::guarded(v, None, None)))
+        })
+    }
+
+    /// Remembers `verdict`'s refusal of `entries` for a call sent at `started` (the vectors' clock).
+    fn refused_at(
+        &self,
+        entries: Vec<Bound<'_, Entry>>,
+        verdict: &Bound<'_, Verdict>,
+        started: u64,
+    ) -> PyResult<()> {
+        guard(|| {
+            let entries = batch(&entries)?;
+            if let Some(cache) = self.lock().cache_mut() {
+                cache.record(&entries, &verdict.get().to_core(), started);
+            }
+            Ok(())
+        })
+    }
 }
