@@ -15,6 +15,7 @@ mod http;
 mod limit;
 mod lock;
 mod redis;
+mod shard;
 mod sql;
 mod store;
 mod verdict;
@@ -53,6 +54,10 @@ fn _ratewindow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lock::check_lock, m)?)?;
     m.add_function(wrap_pyfunction!(lock::lock_call, m)?)?;
     m.add_function(wrap_pyfunction!(limit::check_window, m)?)?;
+    m.add_class::<shard::ShardClient>()?;
+    m.add_function(wrap_pyfunction!(shard::shard_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(shard::shard_answer, m)?)?;
+    m.add_function(wrap_pyfunction!(shard::shard_answer_error, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add("MAX_WINDOW_MS", ratewindow_core::MAX_WINDOW_MS)?;
     m.add("MAX_USES", u32::MAX)?;

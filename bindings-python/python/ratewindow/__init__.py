@@ -30,6 +30,7 @@ from ._lock import AsyncLock, Lock, LockTimeoutError
 from ._memory import AsyncMemoryStore, MemoryStore
 from ._postgres import AsyncPostgresStore, PostgresStore
 from ._redis import AsyncRedisStore, GiveBackError, GiveBackWarning, RedisStore
+from ._shard import AsyncShardedStore, ShardError, ShardedStore, ShardServer, serve_shards
 from ._sqlite import SqliteStore
 from ._store import (
     AsyncCooldownStore,
@@ -76,6 +77,11 @@ __all__ = [
     "RateLimiter",
     "RateWindowError",
     "RedisStore",
+    "ShardError",
+    "ShardServer",
+    "ShardedStore",
+    "AsyncShardedStore",
+    "serve_shards",
     "SqliteStore",
     "StoreError",
     "StoreReplyError",
