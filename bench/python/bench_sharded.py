@@ -21,6 +21,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ratewindow import AsyncShardedStore, Limit, MemoryStore, ShardedStore, serve_shards
@@ -79,7 +80,7 @@ def main() -> None:
         control.send(name)
         return float(control.recv())
 
-    contenders = {"memory": memory, "sharded": lambda: remote("sharded"), "async-64": lambda: remote("async-64")}
+    contenders: dict[str, Callable[[], float]] = {"memory": memory, "sharded": lambda: remote("sharded"), "async-64": lambda: remote("async-64")}
     names = list(contenders)
     results: dict[str, list[float]] = {n: [] for n in names}
     load = [os.getloadavg()[0]]
