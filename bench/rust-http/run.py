@@ -54,17 +54,34 @@ def wait_up(port: int) -> None:
     raise SystemExit(f"server on {port} did not start")
 
 
-def wrk(port: int, seconds: int) -> float:
+def wrk(port: int, seconds: int) -> tuple[float, int]:
+    """Requests per second and requests served."""
     out = subprocess.run(
         ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", f"http://127.0.0.1:{port}/"],
         capture_output=True, text=True, check=True,
     ).stdout
-    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    return rate, int(re.search(r"(\d+) requests in", out).group(1))
+
+
+def cpu_s(pid: int) -> float:
+    """The process's CPU time so far (user + system), seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(pid: int, port: int, seconds: int) -> tuple[float, float]:
+    """Requests per second, and the server's CPU µs per request, of one wrk run."""
+    before = cpu_s(pid)
+    rate, total = wrk(port, seconds)
+    return rate, (cpu_s(pid) - before) * 1e6 / max(total, 1)
 
 
 def main() -> None:
     binary = build()
     servers = [subprocess.Popen([binary, g, s, str(p)]) for (g, s), p in PORTS.items()]
+    pids = {p: server.pid for p, server in zip(PORTS.values(), servers)}
     try:
         for port in PORTS.values():
             wait_up(port)
@@ -78,13 +95,21 @@ def main() -> None:
                 shown = {k: v for k, v in headers.items() if "ratelimit" in k.lower() or "retry" in k.lower()}
                 print(f"  {scenario} :{port} -> {status} {shown}")
                 wrk(port, 1)  # warm-up
-            ratios = []
+            ratios, cpu_ratios = [], []
             for r in range(ROUNDS):
-                ra, rb = wrk(a, SECONDS), wrk(b, SECONDS)
+                # Interleaved a, b, b, a, a, b ...: neither side always runs first.
+                order = (a, b) if r % 2 == 0 else (b, a)
+                got = {port: measured(pids[port], port, SECONDS) for port in order}
+                (ra, ca), (rb, cb) = got[a], got[b]
                 ratios.append(ra / rb)
-                print(f"  {scenario} round {r + 1}: ratewindow {ra:,.0f} req/s, governor {rb:,.0f} req/s, ratio {ra / rb:.3f}")
+                cpu_ratios.append(cb / ca)
+                print(f"  {scenario} round {r + 1}: ratewindow {ra:,.0f} req/s {ca:.1f} CPU us/req, "
+                      f"governor {rb:,.0f} req/s {cb:.1f} CPU us/req, req/s ratio {ra / rb:.3f}, "
+                      f"CPU ratio (governor/ours) {cb / ca:.3f}")
             print(f"{scenario}: median ratio ratewindow/governor = {statistics.median(ratios):.3f} "
-                  f"(min {min(ratios):.3f}, max {max(ratios):.3f}), load average {os.getloadavg()}")
+                  f"(min {min(ratios):.3f}, max {max(ratios):.3f}); server CPU per request, "
+                  f"governor/ratewindow = {statistics.median(cpu_ratios):.3f} "
+                  f"(min {min(cpu_ratios):.3f}, max {max(cpu_ratios):.3f}); load average {os.getloadavg()}")
     finally:
         for s in servers:
             s.terminate()
