@@ -197,7 +197,7 @@ async function postgres() {
     for (const p of [prefix, durPrefix, prevPrefix, batchPrefix]) {
       const { rows } = await pool.query(`SELECT oid::regprocedure::text AS f FROM pg_proc WHERE proname LIKE $1`, [`${p.replace(/_/g, '\\_')}\\_%`]);
       for (const { f } of rows) await pool.query(`DROP FUNCTION IF EXISTS ${f}`);
-      await pool.query(`DROP TABLE IF EXISTS ${p}_log, ${p}_calls, ${p}_windows`);
+      await pool.query(`DROP TABLE IF EXISTS ${p}_log, ${p}_calls, ${p}_windows, ${p}_locks`);
     }
     for (const t of rlfTables) await pool.query(`DROP TABLE IF EXISTS ${t}`);
     await pool.end();

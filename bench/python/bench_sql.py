@@ -274,7 +274,7 @@ def main() -> None:
             many = asyncio.run(in_flight(prefix, keys, args.rounds, args.ops))
         finally:
             for p in (prefix, *(f"{prefix}_{s}" for s in ("d", "f", "a", "n", "p", "na", "pa", "nf", "pf"))):
-                conn.execute(f"DROP TABLE IF EXISTS {p}_log, {p}_windows".encode())
+                conn.execute(f"DROP TABLE IF EXISTS {p}_log, {p}_windows, {p}_locks".encode())
                 for (function,) in conn.execute(
                     "SELECT oid::regprocedure::text FROM pg_proc WHERE proname LIKE %s", [f"{p}\\_%"]
                 ).fetchall():
