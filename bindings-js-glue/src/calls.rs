@@ -48,6 +48,8 @@ pub enum StepKind {
     Unit = 7,
     /// The call failed: `error(id)`.
     Error = 8,
+    /// A lock's holder: held, read it with `lock_owner(id)`.
+    Owner = 9,
 }
 
 /// Slot: the call's id.
@@ -58,7 +60,7 @@ pub const KIND: usize = 1;
 pub const HELD: usize = 2;
 /// Slot: a `Script` step by SHA1 (1) or with its source (0).
 pub const BY_SHA1: usize = 3;
-/// Slot: a `Script` step's script: 0 sliding, 1 fixed.
+/// Slot: a `Script` step's script: 0 sliding, 1 fixed, 2 lock.
 pub const SCRIPT: usize = 4;
 /// Slot: a `Script` step's key count; -1 when its pieces do not fit the record (read `keys`/`args`).
 pub const KEYS: usize = 5;
@@ -309,7 +311,11 @@ impl Calls {
             }) => {
                 out[KIND] = StepKind::Script as u8 as f64;
                 out[BY_SHA1] = if by_sha1 { 1.0 } else { 0.0 };
-                out[SCRIPT] = if script.name == "fixed" { 1.0 } else { 0.0 };
+                out[SCRIPT] = match script.name {
+                    "fixed" => 1.0,
+                    "lock" => 2.0,
+                    _ => 0.0,
+                };
                 return Ok(Some(joined(out, keys, args)));
             }
             Next::Run(Command::Sql { .. }) => {
@@ -328,7 +334,10 @@ impl Calls {
         if failed.is_some() {
             out[RELEASE] = 1.0;
         }
-        let held = kind == StepKind::Error || !failures.is_empty() || out[RELEASE] == 1.0;
+        let held = kind == StepKind::Error
+            || kind == StepKind::Owner
+            || !failures.is_empty()
+            || out[RELEASE] == 1.0;
         if held {
             *slot = Slot::Done(result, failures, keep, failed);
         } else {
@@ -534,6 +543,40 @@ impl Calls {
         }
     }
 
+    /// A held lock `Owner`: the holder's token, or none.
+    pub fn lock_owner(&self, id: u32) -> Res<Option<&str>> {
+        match self.outcome(id)? {
+            (Ok(Outcome::Owner(owner)), _, _) => Ok(owner.as_deref()),
+            _ => Err(no_call(id)),
+        }
+    }
+
+    /// Starts a lock operation (`crate::lock`); `now`: SQLite's clock (ms).
+    pub(crate) fn start_lock(
+        &mut self,
+        out: &mut CallRecord,
+        op: ratewindow_core::lock::LockOp,
+        now: Option<f64>,
+    ) -> Res<Option<String>> {
+        let call = match &self.planner {
+            Planner::Redis(r) => r.lock(op),
+            Planner::Postgres(p) => p.lock(op),
+            Planner::Sqlite(s) => s.lock(op, now.unwrap_or(0.0) as u64),
+        };
+        let slot = Slot::Running(call, false);
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = slot;
+                id
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.step(out, id, |_| {})
+    }
+
     /// A held `Error`: why the call failed.
     pub fn error(&self, id: u32) -> Res<&CallError> {
         match self.outcome(id)? {
@@ -634,6 +677,7 @@ fn write_outcome(
             StepKind::Bool
         }
         Ok(Outcome::Unit) => StepKind::Unit,
+        Ok(Outcome::Owner(_)) => StepKind::Owner,
         Err(_) => StepKind::Error,
     }
 }
@@ -647,10 +691,19 @@ pub fn numbers_in(out: &CallRecord, len: u32) -> ([f64; LEN - PIECES], usize) {
     (numbers, len)
 }
 
-/// The two Redis scripts: `[sliding sha1, sliding source, fixed sha1, fixed source]`.
+/// The Redis scripts: `[sliding sha1, sliding source, fixed sha1, fixed source, lock sha1, lock
+/// source]`.
 pub fn redis_scripts() -> Vec<String> {
+    use ratewindow_core::call::LOCK;
     use ratewindow_core::redis::{FIXED, SLIDING};
-    [SLIDING.sha1, SLIDING.source, FIXED.sha1, FIXED.source]
+    [
+        SLIDING.sha1,
+        SLIDING.source,
+        FIXED.sha1,
+        FIXED.source,
+        LOCK.sha1,
+        LOCK.source,
+    ]
         .map(str::to_owned)
         .to_vec()
 }

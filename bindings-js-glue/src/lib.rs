@@ -18,6 +18,7 @@
 pub mod calls;
 pub mod guard;
 pub mod key;
+pub mod lock;
 pub mod number;
 pub mod record;
 pub mod store;

@@ -91,7 +91,7 @@ pub fn call_record_layout() -> Vec<String> {
 /// One store's call machines (the glue's `Calls`) and the record their answers are written into.
 #[napi]
 pub struct NativeCalls {
-    calls: Calls,
+    pub(crate) calls: Calls,
     record: Float64Array,
 }
 
@@ -158,7 +158,7 @@ impl NativeCalls {
 
     /// Runs `f` on the calls and the record; its joined command as JS takes it.
     #[inline(always)]
-    fn go(
+    pub(crate) fn go(
         &mut self,
         f: impl FnOnce(&mut Calls, &mut CallRecord) -> ratewindow_js_glue::Res<Option<String>>,
     ) -> Result<Joined, String> {

@@ -24,6 +24,8 @@ mod sql;
 pub mod http;
 // The failure guard (ts/guard.ts).
 pub mod guard;
+// The lock (ts/lock.ts).
+pub mod lock;
 // The sharded store's protocol (ts/shard.ts).
 pub mod shard;
 

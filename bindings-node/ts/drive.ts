@@ -13,6 +13,7 @@ import type { Backend } from './backend';
 import { checkEntries, checkInteger, checkKey, checkLimitShape } from './check';
 import { fromBackend, InternalError, typeError } from './errors';
 import { CALL_RECORD_NUMBERS, CallSlot, StepKind, type BackendCalls, type BackendRelease, type CallErrorInfo, type WindowQuery } from './redis-backend';
+import { Lock, withLock, type LockBackend, type LockDriver, type WithLockOptions } from './lock';
 import { cooldownLimit, CooldownStore } from './store';
 import { GiveBackError, StoreError, StoreReplyError } from './store-errors';
 import type { AttemptResult, Awaitable, HitResult, BatchVerdict, CooldownLimit, Entry, Verdict } from './types';
@@ -558,4 +559,41 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
   clear(key: string): Answer<S, void> {
     return this.go(() => (checkKey(key), this.calls.clear(key, this.now())), () => undefined);
   }
+
+  /** The lock operations, run as calls of this store (see `ts/lock.ts`). */
+  private readonly lockDriver: LockDriver = ((store: CallStore<S>): LockDriver => ({
+    get backend(): LockBackend {
+      return store.backend as LockBackend;
+    },
+    lockRun: (op, key, owner, ttl) => store.lockCall(op, key, owner ?? null, ttl, (r) => r[CallSlot.Value] === 1),
+    lockOwner: (key) => store.lockCall('owner', key, null, 0, (_r, id) => store.calls.lockOwner?.(id) ?? null),
+  }))(this);
+
+  /** Starts a lock operation and drives it (`then` reads its outcome). */
+  private lockCall<T>(op: string, key: string, owner: string | null, ttl: number, then: (r: Float64Array, id: number) => T): Answer<S, T> {
+    const calls = this.calls;
+    return this.go(() => {
+      if (typeof calls.lock !== 'function') throw new TypeError('this engine build has no lock (rebuild the addon)');
+      return calls.lock(op, key, owner, ttl, this.now());
+    }, then);
+  }
+
+  /**
+   * A lock on `key` held for `ttl` seconds once taken (on the store's clock), owned by `owner`
+   * (default: a random token; pass another lock's `owner` to restore it in another process).
+   */
+  lock(key: string, ttl: number, owner?: string): Lock {
+    return new Lock(this.lockDriver, key, ttl, owner);
+  }
+
+  /** Runs `fn` holding the lock `key` (see {@link withLock}). */
+  withLock<T>(key: string, ttl: number, fn: () => T | Promise<T>, options?: WithLockOptions): Promise<T> {
+    return withLock(this, key, ttl, fn, options);
+  }
 }
+
+/** A store's backend as the lock reads it (its lock parts are optional). */
+function lockBackendOf(store: unknown): LockBackend {
+  return (store as { backend: LockBackend }).backend;
+}
+

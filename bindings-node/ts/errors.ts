@@ -11,7 +11,8 @@ export type RateWindowErrorCode =
   | 'ERR_RATEWINDOW_INTERNAL'
   | 'ERR_RATEWINDOW_STORE'
   | 'ERR_RATEWINDOW_STORE_REPLY'
-  | 'ERR_RATEWINDOW_STORE_GIVE_BACK';
+  | 'ERR_RATEWINDOW_STORE_GIVE_BACK'
+  | 'ERR_RATEWINDOW_LOCK_TIMEOUT';
 
 /** The base class of every ratewindow error: `instanceof RateWindowError` catches them all. */
 export class RateWindowError extends Error {

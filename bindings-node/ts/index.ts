@@ -33,3 +33,5 @@ export { guard, GuardedStore } from './guard';
 export type { GuardEvent, GuardFailure, GuardOperation, GuardOptions, GuardStats, GuardVerdictFields, GuardedBatchVerdict, GuardedVerdict } from './guard';
 export { ShardedStore, ShardError, serveShards, SHARD_MESSAGE_KEY } from './shard';
 export type { PortLike, ProcessChannelLike, ServeShardsOptions, ShardChannelLike, ShardedStoreOptions, ShardFailureKind, ShardMessage, ShardServer } from './shard';
+export { Lock, LockTimeoutError, withLock } from './lock';
+export type { LockStore, WithLockOptions } from './lock';

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 
 import type { Backend, BackendStore } from './backend';
 import { CALL_RECORD_LAYOUT, type BackendCalls, type RedisBackend } from './redis-backend';
+import type { LockBackend, MemoryLocksLike } from './lock';
 import type { SqlBackend } from './sql-backend';
 
 /** What the addon exports (see `src/lib.rs`). */
@@ -25,6 +26,9 @@ interface NativeModule {
   };
   callRecordLayout(): string[];
   redisScripts(): string[];
+  checkLock?(ttl: number, owner: string): void;
+  NativeLocks?: new () => MemoryLocksLike;
+  NativeLockWait?: new (seconds: number, retryMs: number, now: number) => { afterRefusal(now: number): number };
 }
 
 let loaded: Backend | undefined;
@@ -49,6 +53,9 @@ export function nativeBackend(): Backend {
     redisScripts: native.redisScripts,
     createPostgres: (record: Float64Array, prefix: string, durable?: boolean) => native.NativeCalls.postgres(record, prefix, durable),
     createSqlite: (record: Float64Array, prefix: string) => native.NativeCalls.sqlite(record, prefix),
-  } satisfies Backend & RedisBackend & SqlBackend);
+    checkLock: native.checkLock,
+    createLocks: native.NativeLocks && (() => new native.NativeLocks!()),
+    createLockWait: native.NativeLockWait && ((seconds: number, retryMs: number, now: number) => new native.NativeLockWait!(seconds, retryMs, now)),
+  } satisfies Backend & RedisBackend & SqlBackend & LockBackend);
   return loaded;
 }

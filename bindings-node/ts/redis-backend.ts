@@ -55,6 +55,8 @@ export const enum StepKind {
   Bool = 6,
   Unit = 7,
   Error = 8,
+  /** A lock's holder: read it with `lockOwner(id)`. */
+  Owner = 9,
 }
 
 /**
@@ -140,6 +142,10 @@ export interface BackendCalls {
   read(key: string, query: WindowQuery, max: number, now?: number | null): string | null;
   resetAttempts(key: string, now?: number | null): string | null;
   clear(key: string, now?: number | null): string | null;
+  /** A lock operation (`acquire`, `release`, `forceRelease`, `owner`); see `ts/lock.ts`. */
+  lock?(op: string, key: string, owner: string | null, ttl: number, now?: number | null): string | null;
+  /** A held lock `Owner` outcome: the holder's token. */
+  lockOwner?(id: number): string | null | undefined;
 
   /** A reply, as the client gave it. */
   feed(id: number, reply: unknown): string | null;
@@ -188,7 +194,7 @@ export interface RedisBackend {
    * the host can run scripts by SHA1 (default true).
    */
   createRedis(record: Float64Array, prefix: string, hashTagBefore: string | null, evalsha?: boolean): BackendCalls;
-  /** `[sliding sha1, sliding source, fixed sha1, fixed source]`. */
+  /** `[sliding sha1, sliding source, fixed sha1, fixed source, lock sha1, lock source]`. */
   redisScripts(): string[];
 }
 

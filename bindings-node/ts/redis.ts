@@ -79,6 +79,7 @@ export class RedisStore extends CallStore<false> {
   private readonly evalsha: RedisEvalSha | undefined;
   private readonly sliding: ScriptRef;
   private readonly fixed: ScriptRef;
+  private readonly lockScript: ScriptRef;
   private readonly onGiveBackError: ((error: GiveBackError) => void) | undefined;
 
   /**
@@ -122,9 +123,10 @@ export class RedisStore extends CallStore<false> {
     } catch (e) {
       throw engineError(e, backend);
     }
-    const [slidingSha1, slidingSource, fixedSha1, fixedSource] = backend.redisScripts();
+    const [slidingSha1, slidingSource, fixedSha1, fixedSource, lockSha1, lockSource] = backend.redisScripts();
     this.sliding = Object.freeze({ sha1: slidingSha1!, source: slidingSource! });
     this.fixed = Object.freeze({ sha1: fixedSha1!, source: fixedSource! });
+    this.lockScript = Object.freeze({ sha1: lockSha1 ?? '', source: lockSource ?? '' });
     this.run = run;
     this.evalsha = evalsha;
     this.onGiveBackError = onGiveBackError;
@@ -138,7 +140,8 @@ export class RedisStore extends CallStore<false> {
   /** Runs the step just answered: its pieces (`command`, cut by the lengths in the record) as keys and args. */
   protected override runCommand(_kind: StepKind, id: number, command: string | null): unknown {
     const r = this.record;
-    const script = r[CallSlot.Script] === 1 ? this.fixed : this.sliding;
+    const which = r[CallSlot.Script];
+    const script = which === 0 ? this.sliding : which === 1 ? this.fixed : this.lockScript;
     const nKeys = r[CallSlot.Keys]!;
     let keys: string[];
     let args: string[];

@@ -6,6 +6,8 @@
 import { checkRecordLayout, RECORD_LENGTH, Slot, type Backend, type BackendStore } from './backend';
 import { checkEntries, checkInteger, checkKey, checkLimitShape, checkNow } from './check';
 import { fromBackend, InvalidArgumentError, typeError } from './errors';
+import { memoryLockDriver, withLock, type Lock as LockType, type LockBackend, type LockDriver, type WithLockOptions } from './lock';
+import { Lock } from './lock';
 import { nativeBackend } from './native';
 import type { AttemptResult, Awaitable, BatchVerdict, Clock, CooldownLimit, Entry, Verdict } from './types';
 
@@ -169,6 +171,23 @@ export class MemoryStore extends CooldownStore {
     checkRecordLayout(backend);
     this.native = backend.createStore(this.record);
     this.clock = options.clock;
+    this.locks = memoryLockDriver(backend as Backend & LockBackend, () => this.now());
+  }
+
+  /** The store's locks (the engine's table, timed by the store's clock). */
+  private readonly locks: LockDriver;
+
+  /**
+   * A lock on `key` held for `ttl` seconds once taken, owned by `owner` (default: a random token; pass
+   * another lock's `owner` to restore it). Exclusive within this process (the store's memory).
+   */
+  lock(key: string, ttl: number, owner?: string): LockType {
+    return new Lock(this.locks, key, ttl, owner);
+  }
+
+  /** Runs `fn` holding the lock `key` (see {@link withLock}). */
+  withLock<T>(key: string, ttl: number, fn: () => T | Promise<T>, options?: WithLockOptions): Promise<T> {
+    return withLock(this, key, ttl, fn, options);
   }
 
   private now(): number {

@@ -47,6 +47,17 @@ interface FixedWindowOps {
   availableIn(key: string): Awaitable<number>;
 }
 
+/** The lock, checked when the store has `lock` (see `ts/lock.ts`). */
+interface LockOps {
+  lock(key: string, ttl: number, owner?: string): {
+    readonly owner: string;
+    acquire(): Promise<boolean>;
+    release(): Promise<boolean>;
+    forceRelease(): Promise<boolean>;
+    currentOwner(): Promise<string | null>;
+  };
+}
+
 function assertExpect(actual: unknown): Matchers {
   return {
     toBe: (expected) => strictEqual(actual, expected),
@@ -325,6 +336,47 @@ export function testStore(
       expect(await fixed.attempts(k)).toBe(0);
       expect(await fixed.tooManyAttempts(k, 1)).toBe(false);
       expect(await fixed.hit(k, decay)).toBe(1);
+    });
+
+    it('locks: one holder, released only by its owner, free when its TTL ends (when the store has `lock`)', async () => {
+      const store = (await factory()) as CooldownStore & Partial<LockOps>;
+      if (typeof store.lock !== 'function') return;
+      const locks = store as CooldownStore & LockOps;
+      const k = key('lock');
+      let a: ReturnType<LockOps['lock']>;
+      try {
+        a = locks.lock(k, 5);
+      } catch (e) {
+        // An engine build without the lock (the wasm-bindgen package) has the method but no lock.
+        if (e instanceof TypeError && /no lock/.test(e.message)) return;
+        throw e;
+      }
+      const b = locks.lock(k, 5);
+      expect(a.owner === b.owner).toBe(false);
+      expect(await a.currentOwner()).toBe(null);
+      expect(await a.acquire()).toBe(true);
+      expect(await b.acquire()).toBe(false);
+      expect(await a.acquire()).toBe(false);
+      expect(await b.release()).toBe(false);
+      expect(await a.currentOwner()).toBe(a.owner);
+      // Restored from its token, the lock is the same lock.
+      expect(await locks.lock(k, 5, a.owner).release()).toBe(true);
+      expect(await a.currentOwner()).toBe(null);
+      // Exactly one of 8 concurrent acquirers.
+      const racers = Array.from({ length: 8 }, () => locks.lock(k, 5));
+      const got = await Promise.all(racers.map((l) => l.acquire()));
+      expect(got.filter(Boolean).length).toBe(1);
+      const winner = racers[got.indexOf(true)]!;
+      expect(await a.forceRelease()).toBe(true);
+      expect(await winner.release()).toBe(false);
+      // The TTL ends on the store's clock.
+      const short = locks.lock(k, 0.3);
+      const again = await timed(() => short.acquire());
+      expect(again.value).toBe(true);
+      await sleep(Math.max(0, again.after + 500 - clock()));
+      expect(await a.currentOwner()).toBe(null);
+      expect(await b.acquire()).toBe(true);
+      await b.release();
     });
   });
 }

@@ -1,0 +1,115 @@
+// Benchmark: ratewindow's Lock on Redis against the bare pattern on the same client — `SET key owner NX
+// PX ttl` to acquire and a compare-and-delete script (EVALSHA) to release — on node-redis and ioredis.
+//
+// One operation is a pair: acquire a lock on a key of its own (1,000 keys round-robin, a fresh owner
+// token each time), then release it. Contenders run interleaved in one process (rotating order each
+// round), 1 and 64 pairs in flight; each ratio is the median of the per-round ratios of ours over bare
+// (throughput; target >= 0.9x).
+//   - ours:  store.lock(key, 10).acquire() then .release()   (EVALSHA of the lock script, twice)
+//   - bare:  SET key owner NX PX 10000, then EVALSHA of `if GET == owner then DEL` (the seed's shape)
+//
+//   node bench/node/lock.mjs               full run (~1 min)
+//   BENCH_QUICK=1 node bench/node/lock.mjs a smoke run
+//   REDIS_PORT=6440 …  a private redis-server (default: the shared 6379);  BENCH_ROUNDS=9 …  more rounds
+import { randomUUID } from 'node:crypto';
+import { createRequire } from 'node:module';
+import { loadavg } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const pkg = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'bindings-node');
+const require = createRequire(join(pkg, 'package.json'));
+const { RedisStore } = require('./dist/index.js');
+const { createClient } = require('redis');
+const IORedis = require('ioredis');
+
+const quick = process.env.BENCH_QUICK === '1';
+const ROUNDS = quick ? 1 : Number(process.env.BENCH_ROUNDS ?? 7);
+const RUN_MS = quick ? 100 : 400;
+const REDIS_PORT = Number(process.env.REDIS_PORT ?? 6379);
+const KEYS = Array.from({ length: 1000 }, (_, i) => `benchlock:${i}`);
+const CAD = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+async function clients() {
+  const nodeRedis = createClient({ url: `redis://127.0.0.1:${REDIS_PORT}` });
+  await nodeRedis.connect();
+  const io = new IORedis({ host: '127.0.0.1', port: REDIS_PORT });
+  const cadNode = await nodeRedis.scriptLoad(CAD);
+  await io.script('LOAD', CAD);
+  const nr = {
+    name: 'node-redis',
+    close: () => nodeRedis.quit(),
+    store: RedisStore.using((s, keys, args) => nodeRedis.sendCommand(['EVAL', s, String(keys.length), ...keys, ...args]), {
+      evalsha: (sha, keys, args) => nodeRedis.sendCommand(['EVALSHA', sha, String(keys.length), ...keys, ...args]),
+      prefix: 'rwbench:',
+    }),
+    set: (key, owner) => nodeRedis.sendCommand(['SET', key, owner, 'NX', 'PX', '10000']),
+    cad: (key, owner) => nodeRedis.sendCommand(['EVALSHA', cadNode, '1', key, owner]),
+  };
+  const ior = {
+    name: 'ioredis',
+    close: () => io.quit(),
+    store: RedisStore.using((s, keys, args) => io.eval(s, keys.length, keys, args), {
+      evalsha: (sha, keys, args) => io.evalsha(sha, keys.length, keys, args),
+      prefix: 'rwbench:',
+    }),
+    set: (key, owner) => io.set(key, owner, 'PX', 10000, 'NX'),
+    cad: (key, owner) => io.evalsha(cadNode, 1, key, owner),
+  };
+  return [nr, ior];
+}
+
+function contenders(c) {
+  return {
+    ours: async (key) => {
+      const lock = c.store.lock(key, 10);
+      if (!(await lock.acquire())) throw new Error('ours: not acquired');
+      if (!(await lock.release())) throw new Error('ours: not released');
+    },
+    bare: async (key) => {
+      const owner = randomUUID();
+      if ((await c.set(`rwbare:${key}`, owner)) !== 'OK') throw new Error('bare: not acquired');
+      if (Number(await c.cad(`rwbare:${key}`, owner)) !== 1) throw new Error('bare: not released');
+    },
+  };
+}
+
+/** Pairs per second for `ms`, `inFlight` at once, each worker on its own slice of the keys. */
+async function measure(fn, inFlight, ms) {
+  let done = 0;
+  const until = performance.now() + ms;
+  const per = KEYS.length / inFlight;
+  await Promise.all(
+    Array.from({ length: inFlight }, async (_, w) => {
+      let i = 0;
+      while (performance.now() < until) {
+        await fn(KEYS[Math.floor(w * per) + (i++ % Math.max(1, Math.floor(per)))]);
+        done++;
+      }
+    }),
+  );
+  return (done / ms) * 1000;
+}
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+const cs = await clients();
+console.log(`lock bench: ${ROUNDS} rounds x ${RUN_MS} ms per contender, load ${loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+for (const c of cs) {
+  const fns = contenders(c);
+  for (const inFlight of [1, 64]) {
+    for (const fn of Object.values(fns)) await measure(fn, inFlight, 50); // warm (scripts loaded)
+    const rates = { ours: [], bare: [] };
+    const names = Object.keys(fns);
+    for (let r = 0; r < ROUNDS; r++) {
+      const order = r % 2 === 0 ? names : [...names].reverse();
+      for (const name of order) rates[name].push(await measure(fns[name], inFlight, RUN_MS));
+    }
+    const ratios = rates.ours.map((o, i) => o / rates.bare[i]);
+    console.log(
+      `${c.name.padEnd(10)} ${String(inFlight).padStart(2)} in flight: ours ${median(rates.ours).toFixed(0)} pairs/s, bare ${median(rates.bare).toFixed(0)} pairs/s, ours/bare ${median(ratios).toFixed(2)}x (rounds ${ratios.map((x) => x.toFixed(2)).join(' ')})`,
+    );
+  }
+  await c.close();
+}
+console.log(`load after: ${loadavg().map((l) => l.toFixed(1)).join(' ')}`);

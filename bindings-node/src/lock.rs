@@ -1,0 +1,110 @@
+//! The lock's napi shell (`ts/lock.ts`): the memory store's locks ([`NativeLocks`]), `block`'s
+//! schedule ([`NativeLockWait`]) and the networked stores' lock calls (`NativeCalls::lock`, driven like
+//! every call). Everything that decides is the core's (`ratewindow_core::lock`), through
+//! `ratewindow_js_glue::lock`.
+
+use napi::bindgen_prelude::Result;
+use napi_derive::napi;
+use ratewindow_js_glue::lock::{JsLocks, JsWait};
+
+use crate::call::{Joined, NativeCalls};
+use crate::{glue, guard, thrown};
+
+/// Checks a lock's TTL (seconds) and owner token (code `invalid_argument:ttl` / `owner`).
+#[napi]
+pub fn check_lock(ttl: f64, owner: String) -> Result<(), String> {
+    glue(|| ratewindow_js_glue::lock::check(ttl, &owner))
+}
+
+/// The memory store's locks, timed by the host's `now` (ms).
+#[napi]
+pub struct NativeLocks {
+    locks: JsLocks,
+}
+
+#[napi]
+impl NativeLocks {
+    /// No locks.
+    #[napi(constructor)]
+    pub fn new() -> Self {
+        NativeLocks {
+            locks: JsLocks::new(),
+        }
+    }
+
+    /// `op` (`acquire`, `release`, `forceRelease`) at `now`: whether it took or freed the lock.
+    #[napi]
+    pub fn run(
+        &self,
+        op: String,
+        key: String,
+        owner: Option<String>,
+        ttl: f64,
+        now: f64,
+    ) -> Result<bool, String> {
+        glue(|| Ok(self.locks.run(&op, key, owner, ttl, now)?.0 == 1.0))
+    }
+
+    /// Who holds `key` at `now`.
+    #[napi]
+    pub fn owner(&self, key: String, now: f64) -> Result<Option<String>, String> {
+        glue(|| Ok(self.locks.run("owner", key, None, 0.0, now)?.1))
+    }
+
+    /// Locks in the table.
+    #[napi]
+    pub fn size(&self) -> f64 {
+        self.locks.size()
+    }
+}
+
+/// `block(seconds, retryMs)`'s schedule.
+#[napi]
+pub struct NativeLockWait {
+    wait: JsWait,
+}
+
+#[napi]
+impl NativeLockWait {
+    /// A wait of `seconds` from `now` (ms), trying every `retry_ms` (codes `invalid_argument:seconds`,
+    /// `invalid_argument:retryMs`).
+    #[napi(constructor)]
+    pub fn new(seconds: f64, retry_ms: f64, now: f64) -> Result<Self, String> {
+        glue(|| JsWait::new(seconds, retry_ms, now).map(|wait| NativeLockWait { wait }))
+    }
+
+    /// After a refused try at `now`: ms to sleep, or -1: give up.
+    #[napi]
+    pub fn after_refusal(&self, now: f64) -> Result<f64, String> {
+        glue(|| self.wait.after_refusal(now))
+    }
+}
+
+#[napi]
+impl NativeCalls {
+    /// Starts the lock operation `op` (`acquire`, `release`, `forceRelease`, `owner`) on `key`;
+    /// `owner` for acquire and release, `ttl` (seconds) for acquire; `now`: SQLite's clock (ms).
+    /// Answers the first step, like every start.
+    #[napi]
+    pub fn lock(
+        &mut self,
+        op: String,
+        key: String,
+        owner: Option<String>,
+        ttl: f64,
+        now: Option<f64>,
+    ) -> Result<Joined, String> {
+        self.go(|calls, out| calls.lock(out, &op, key, owner, ttl, now))
+    }
+
+    /// A held lock `Owner` outcome: the holder's token, or null.
+    #[napi]
+    pub fn lock_owner(&self, id: u32) -> Result<Option<String>, String> {
+        guard(|| {
+            self.calls
+                .lock_owner(id)
+                .map(|o| o.map(str::to_owned))
+                .map_err(thrown)
+        })
+    }
+}

@@ -1,0 +1,288 @@
+// The lock on every store: the vectors of tests/vectors/lock/lock.json (memory and SQLite on an
+// injected clock; a real Redis through node-redis and ioredis, and a real PostgreSQL, on the server's
+// clock, each step at its offset from the case's start, `exact` steps skipped); the argument errors
+// and block's schedule; block, withLock and restore by token; exactly one holder among 4 processes x
+// 64 concurrent acquirers on Redis, PostgreSQL and SQLite.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+import Database from 'better-sqlite3';
+import Redis from 'ioredis';
+import { createClient } from 'redis';
+
+import { InvalidArgumentError, Lock, LockTimeoutError, MemoryStore, PostgresStore, RedisStore, SqliteStore, withLock } from '../dist/index.js';
+import { repo } from './backend.mjs';
+import { dropPg, pgPool, runPrefix, tempDir } from './sql-helpers.mjs';
+
+const vectors = JSON.parse(readFileSync(join(repo, 'tests', 'vectors', 'lock', 'lock.json'), 'utf8'));
+const WORKER = fileURLToPath(new URL('./lock-worker.mjs', import.meta.url));
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const num = (v) => (v === 'NaN' ? NaN : v === 'Infinity' ? Infinity : v);
+const BASE = 1_700_000_000_000;
+
+/** Runs every case on `store` (made fresh per case by `make`); `clock` is set to each step's time, or
+ * null: the store's own clock (each step at its offset from the case's start; `exact` steps skipped). */
+async function runCases(make, clock) {
+  for (const c of vectors.cases) {
+    const store = await make();
+    const prefix = `${Math.random().toString(36).slice(2)}:`;
+    const start = Date.now();
+    for (const step of c.steps) {
+      if (clock === null && step.exact) continue;
+      if (clock === null) await sleep(Math.max(0, start + step.at - Date.now()));
+      else clock.t = BASE + step.at;
+      const key = prefix + step.key;
+      let got;
+      switch (step.op) {
+        case 'acquire':
+          got = await store.lock(key, num(step.ttl), step.owner).acquire();
+          break;
+        case 'release':
+          got = await store.lock(key, 1, step.owner).release();
+          break;
+        case 'force_release':
+          got = await store.lock(key, 1).forceRelease();
+          break;
+        case 'owner':
+          got = await store.lock(key, 1).currentOwner();
+          break;
+      }
+      assert.deepEqual(got, step.expect, `${c.name}: ${JSON.stringify(step)}`);
+    }
+  }
+}
+
+describe('lock vectors', () => {
+  it('memory (injected clock)', async () => {
+    const clock = { t: BASE, now: () => clock.t };
+    const store = new MemoryStore({ clock });
+    await runCases(() => store, clock);
+  });
+
+  it('SQLite (injected clock)', async () => {
+    const dir = tempDir();
+    const db = new Database(dir.file('lock.db'));
+    const clock = { t: BASE, now: () => clock.t };
+    const store = new SqliteStore(db, { clock });
+    store.installSchema();
+    try {
+      await runCases(() => store, clock);
+    } finally {
+      db.close();
+      dir.remove();
+    }
+  });
+
+  it('Redis through node-redis (server clock)', async () => {
+    const client = createClient({ url: 'redis://127.0.0.1:6379' });
+    await client.connect();
+    try {
+      const store = RedisStore.using((s, keys, args) => client.sendCommand(['EVAL', s, String(keys.length), ...keys, ...args]), {
+        evalsha: (sha, keys, args) => client.sendCommand(['EVALSHA', sha, String(keys.length), ...keys, ...args]),
+        prefix: 'rwtest:nodelock:',
+      });
+      await runCases(() => store, null);
+    } finally {
+      await client.quit();
+    }
+  });
+
+  it('Redis through ioredis (server clock)', async () => {
+    const redis = new Redis({ host: '127.0.0.1', port: 6379 });
+    try {
+      const store = RedisStore.using((s, keys, args) => redis.eval(s, keys.length, keys, args), {
+        evalsha: (sha, keys, args) => redis.evalsha(sha, keys.length, keys, args),
+        prefix: 'rwtest:nodelock:',
+      });
+      await runCases(() => store, null);
+    } finally {
+      await redis.quit();
+    }
+  });
+
+  it('PostgreSQL (server clock)', async () => {
+    const pool = pgPool(2);
+    const prefix = runPrefix('lock');
+    const store = PostgresStore.using(pool, { prefix });
+    await store.installSchema();
+    try {
+      await runCases(() => store, null);
+    } finally {
+      await dropPg(pool, prefix);
+      await pool.query(`DROP TABLE IF EXISTS ${prefix}_locks`);
+      await pool.end();
+    }
+  });
+
+  it('argument errors name the field as JavaScript spells it', async () => {
+    const store = new MemoryStore();
+    for (const e of vectors.errors) {
+      const field = e.error === 'retry_ms' ? 'retryMs' : e.error;
+      const act = async () => {
+        if (e.op === 'acquire') return store.lock(e.key, num(e.ttl), e.owner);
+        return store.lock('k', 1).block(num(e.seconds), num(e.retry_ms));
+      };
+      await assert.rejects(act, (err) => {
+        assert.ok(err instanceof InvalidArgumentError, `${e.name}: ${err}`);
+        assert.equal(err.field, field, e.name);
+        assert.match(err.message, new RegExp(`^invalid ${field}:`));
+        return true;
+      });
+    }
+    assert.throws(() => store.lock('k', '10'), InvalidArgumentError);
+    assert.throws(() => store.lock('k', 10, 42), InvalidArgumentError);
+  });
+
+  it("block's schedule is the engine's", async () => {
+    const { nativeBackend } = await import('../dist/api.js');
+    const backend = nativeBackend();
+    for (const w of vectors.waits) {
+      if (w.error) {
+        assert.throws(() => backend.createLockWait(num(w.seconds), num(w.retry_ms), w.start), (e) => e.code === 'invalid_argument:retryMs');
+        continue;
+      }
+      const wait = backend.createLockWait(num(w.seconds), num(w.retry_ms), w.start);
+      for (const r of w.refusals) assert.equal(wait.afterRefusal(r.at), r.sleep ?? -1, `${w.name}: ${JSON.stringify(r)}`);
+    }
+  });
+});
+
+describe('Lock behaviour', () => {
+  it('block waits for a release, and times out with LockTimeoutError', async () => {
+    const store = new MemoryStore();
+    const holder = store.lock('job', 10);
+    assert.equal(await holder.acquire(), true);
+    const waiter = store.lock('job', 10);
+    const started = Date.now();
+    await assert.rejects(waiter.block(0.2, 50), (e) => e instanceof LockTimeoutError && e.key === 'job' && e.code === 'ERR_RATEWINDOW_LOCK_TIMEOUT');
+    assert.ok(Date.now() - started >= 190, 'waited its seconds');
+    setTimeout(() => holder.release(), 100);
+    await waiter.block(5, 20);
+    assert.equal(await waiter.isOwned(), true);
+    assert.equal(await store.lock('job', 10).block(0).catch((e) => e.constructor), LockTimeoutError);
+  });
+
+  it('withLock runs the function holding the lock and releases it when it throws', async () => {
+    const store = new MemoryStore();
+    let inside;
+    const value = await store.withLock('w', 10, async () => {
+      inside = await store.lock('w', 1).currentOwner();
+      return 7;
+    });
+    assert.equal(value, 7);
+    assert.equal(typeof inside, 'string');
+    await assert.rejects(withLock(store, 'w', 10, () => { throw new Error('boom'); }), /boom/);
+    assert.equal(await store.lock('w', 1).currentOwner(), null);
+    const held = store.lock('w', 10);
+    await held.acquire();
+    await assert.rejects(store.withLock('w', 10, () => 1), LockTimeoutError);
+    assert.equal(await held.isOwned(), true);
+  });
+
+  it('a lock restored in another process from its owner token releases it (Redis)', async () => {
+    const client = createClient({ url: 'redis://127.0.0.1:6379' });
+    await client.connect();
+    try {
+      const prefix = 'rwtest:nodelock:';
+      const store = RedisStore.using((s, keys, args) => client.sendCommand(['EVAL', s, String(keys.length), ...keys, ...args]), { prefix });
+      const key = `restore:${Math.random()}`;
+      const lock = store.lock(key, 60);
+      assert.ok(lock instanceof Lock);
+      assert.equal(await lock.acquire(), true);
+      const out = await runWorker(['redis-io', prefix, 'release', key, 'not-the-owner']);
+      assert.equal(out.trim(), 'false');
+      assert.equal(await lock.currentOwner(), lock.owner);
+      const released = await runWorker(['redis-io', prefix, 'release', key, lock.owner]);
+      assert.equal(released.trim(), 'true');
+      assert.equal(await lock.currentOwner(), null);
+    } finally {
+      await client.quit();
+    }
+  });
+});
+
+function runWorker(args) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [WORKER, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.on('error', reject);
+    child.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`worker exited ${code}`))));
+  });
+}
+
+/** 4 processes x 64 concurrent acquirers on one key: resolves to how many got the lock in all. */
+async function race(kinds, target, key) {
+  const children = kinds.map((kind) => spawn(process.execPath, [WORKER, kind, target, 'race', key, '64'], { stdio: ['pipe', 'pipe', 'inherit'] }));
+  const outputs = children.map((child) => {
+    child.stdout.setEncoding('utf8');
+    let buffer = '';
+    const lines = [];
+    let wake;
+    child.stdout.on('data', (chunk) => {
+      buffer += chunk;
+      let i;
+      while ((i = buffer.indexOf('\n')) >= 0) {
+        lines.push(buffer.slice(0, i));
+        buffer = buffer.slice(i + 1);
+        wake?.();
+      }
+    });
+    return async () => {
+      while (lines.length === 0) await new Promise((r) => (wake = r));
+      return lines.shift();
+    };
+  });
+  for (const next of outputs) assert.equal(await next(), 'ready');
+  for (const child of children) child.stdin.end('go\n');
+  let total = 0;
+  for (const next of outputs) total += Number(await next());
+  await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r() : c.on('exit', r)))));
+  return total;
+}
+
+describe('exactly one holder among 4 processes x 64 concurrent acquirers', () => {
+  it('Redis (two processes on node-redis, two on ioredis)', async () => {
+    const key = `race:${Math.random()}`;
+    assert.equal(await race(['redis-node', 'redis-node', 'redis-io', 'redis-io'], 'rwtest:nodelock:', key), 1);
+  });
+
+  describe('PostgreSQL', () => {
+    const pool = pgPool(2);
+    const prefix = runPrefix('lockrace');
+    before(() => PostgresStore.using(pool, { prefix }).installSchema());
+    after(async () => {
+      await dropPg(pool, prefix);
+      await pool.query(`DROP TABLE IF EXISTS ${prefix}_locks`);
+      await pool.end();
+    });
+    it('one key', async () => {
+      assert.equal(await race(['pg', 'pg', 'pg', 'pg'], prefix, 'one'), 1);
+    });
+  });
+
+  describe('SQLite (one file)', () => {
+    const dir = tempDir();
+    const file = dir.file('race.db');
+    before(() => {
+      const db = new Database(file);
+      db.pragma('journal_mode = WAL');
+      new SqliteStore(db).installSchema();
+      db.close();
+    });
+    after(() => dir.remove());
+    it('one key', async () => {
+      assert.equal(await race(['sqlite', 'sqlite', 'sqlite', 'sqlite'], file, 'one'), 1);
+    });
+  });
+
+  it('memory: 256 concurrent acquirers in one process', async () => {
+    const store = new MemoryStore();
+    const got = await Promise.all(Array.from({ length: 256 }, () => store.lock('one', 60).acquire()));
+    assert.equal(got.filter(Boolean).length, 1);
+  });
+});
