@@ -704,8 +704,8 @@ pub fn redis_scripts() -> Vec<String> {
         LOCK.sha1,
         LOCK.source,
     ]
-        .map(str::to_owned)
-        .to_vec()
+    .map(str::to_owned)
+    .to_vec()
 }
 
 // ---- Values: the op arguments in, the outcome's parts out ------------------------------------------
