@@ -402,8 +402,13 @@ where
             };
             let verdict = consumed.verdict;
             let fields = {
-                let now = shared.store.now_ms();
                 let (name, options) = (&shared.name, shared.config.headers);
+                // Only X-RateLimit-Reset reads the clock: no second clock read without it.
+                let now = if options.legacy {
+                    shared.store.now_ms()
+                } else {
+                    0
+                };
                 match entries.as_slice() {
                     [one] => core_http::response_headers(
                         name,
