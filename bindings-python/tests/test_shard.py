@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from ratewindow import (
+    AsyncMemoryStore,
     AsyncShardedStore,
     Entry,
     Guard,
@@ -30,6 +31,7 @@ from ratewindow import (
     ShardError,
     StoreError,
     serve_shards,
+    serve_shards_async,
 )
 from ratewindow.testing import check_store, run_checks
 
@@ -205,6 +207,35 @@ def test_exactly_once_over_a_unix_socket_listener() -> None:
             p.join(30)
         server.close()
     assert total == 50
+
+
+def test_an_asyncio_manager_serves_4_processes_exactly_once() -> None:
+    store = AsyncMemoryStore()
+    key = fresh("async-manager")
+    procs, outs, conns = [], [], []
+    for target in (_consume, _consume_async, _consume, _consume_async):
+        parent, child = CTX.Pipe()
+        out_r, out_w = CTX.Pipe(duplex=False)
+        p = CTX.Process(target=target, args=(child, key, 50, 64, out_w))
+        p.start()
+        procs.append(p)
+        outs.append(out_r)
+        conns.append(parent)
+
+    async def manage() -> None:
+        served = asyncio.ensure_future(serve_shards_async(store, *conns))
+        loop = asyncio.get_running_loop()
+        try:
+            for r in outs:
+                while not await loop.run_in_executor(None, r.poll, 0.2):
+                    pass
+        finally:
+            served.cancel()
+
+    asyncio.run(manage())
+    assert sum(r.recv() for r in outs) == 50
+    for p in procs:
+        p.join(30)
 
 
 def test_a_restarted_worker_keeps_the_counts() -> None:

@@ -30,7 +30,7 @@ from ._lock import AsyncLock, Lock, LockTimeoutError
 from ._memory import AsyncMemoryStore, MemoryStore
 from ._postgres import AsyncPostgresStore, PostgresStore
 from ._redis import AsyncRedisStore, GiveBackError, GiveBackWarning, RedisStore
-from ._shard import AsyncShardedStore, ShardError, ShardedStore, ShardServer, serve_shards
+from ._shard import AsyncShardedStore, ShardError, ShardedStore, ShardServer, serve_shards, serve_shards_async
 from ._sqlite import SqliteStore
 from ._store import (
     AsyncCooldownStore,
@@ -82,6 +82,7 @@ __all__ = [
     "ShardedStore",
     "AsyncShardedStore",
     "serve_shards",
+    "serve_shards_async",
     "SqliteStore",
     "StoreError",
     "StoreReplyError",

@@ -38,7 +38,7 @@ from ._limits import Entry, Limit
 from ._memory import AsyncMemoryStore, MemoryStore
 from ._store import AsyncCooldownStore, AttemptResult, CooldownStore, HitResult, Verdict
 
-__all__ = ["AsyncShardedStore", "ShardError", "ShardServer", "ShardedStore", "serve_shards"]
+__all__ = ["AsyncShardedStore", "ShardError", "ShardServer", "ShardedStore", "serve_shards", "serve_shards_async"]
 
 
 class ShardError(StoreError):
@@ -491,6 +491,8 @@ class ShardServer:
         """The answer to one request's text (asyncio stores)."""
         rid, op, method, args, hold_ms, refused = _ratewindow.shard_decode(text)
         if refused is not None:
+            if self._on_error is not None:
+                self._on_error(ShardError("malformed", f"refused a request: {refused}"))
             return refused
         try:
             value = self._run(op, method, args)
@@ -530,3 +532,50 @@ def serve_shards(
     return server
 
 
+
+
+async def serve_shards_async(
+    store: Any, *conns: _Conn, on_error: Callable[[ShardError], None] | None = None
+) -> None:
+    """Answers the workers on ``conns`` from an asyncio ``store`` (``AsyncMemoryStore``,
+    ``AsyncRedisStore`` ...) in this event loop, each request in a task of its own (so a slow call does
+    not hold the others), until every connection has closed or the task is cancelled."""
+    server = ShardServer(store, on_error)
+    loop = asyncio.get_running_loop()
+    closed = 0
+    done: asyncio.Future[None] = loop.create_future()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def answer(conn: _Conn, text: str) -> None:
+        reply = await server.handle_async(text)
+        try:
+            conn.send_bytes(reply.encode())
+            server.answered += 1
+        except (OSError, EOFError, ValueError):
+            pass
+
+    def readable(conn: _Conn) -> None:
+        nonlocal closed
+        try:
+            while conn.poll(0):
+                text = conn.recv_bytes().decode(errors="replace")
+                task = loop.create_task(answer(conn, text))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        except (OSError, EOFError):
+            loop.remove_reader(conn.fileno())
+            closed += 1
+            if closed == len(conns) and not done.done():
+                done.set_result(None)
+
+    for conn in conns:
+        loop.add_reader(conn.fileno(), readable, conn)
+    try:
+        if conns:
+            await done
+    finally:
+        for conn in conns:
+            try:
+                loop.remove_reader(conn.fileno())
+            except (OSError, ValueError):
+                pass
