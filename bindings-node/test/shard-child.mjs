@@ -46,6 +46,18 @@ async function main() {
         return { error: errorOf(e), ms: performance.now() - started };
       }
     }
+    case 'closed': {
+      // The manager closes the channel with the call under way: it fails at once, not at the timeout.
+      const store = new ShardedStore({ timeoutMs: 20_000 });
+      const started = performance.now();
+      try {
+        await store.consume(key, { uses: 1, windowMs: 1000 });
+        console.log(JSON.stringify({ answered: true }));
+      } catch (e) {
+        console.log(JSON.stringify({ error: errorOf(e), ms: performance.now() - started }));
+      }
+      return undefined;
+    }
     case 'guarded': {
       // The store's own timeout (shorter than the guard's): a StoreError the guard answers with its policy.
       const store = guard(new ShardedStore({ timeoutMs: Number(rest[0]) }), { timeoutMs: 5000, onFailure: 'deny' });
@@ -155,7 +167,7 @@ async function main() {
 main().then(
   async (value) => {
     if (value !== undefined) await report(value);
-    if (isMainThread && mode !== 'kit') process.disconnect();
+    if (isMainThread && mode !== 'kit' && process.connected) process.disconnect();
   },
   async (e) => {
     await report({ crashed: String(e?.stack ?? e) });

@@ -127,6 +127,20 @@ describe('ShardedStore over IPC', () => {
     assert.ok(report.ms >= 140 && report.ms < 2000, `${report.ms} ms`);
   });
 
+  it('fails at once with kind closed when the manager closes the channel under a call', async () => {
+    const child = fork(CHILD, ['closed', fresh('closed')], { stdio: ['ignore', 'pipe', 'inherit', 'ipc'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    // The request arrives (nobody answers it), then the manager closes the channel.
+    await new Promise((resolve) => child.once('message', resolve));
+    child.disconnect();
+    await new Promise((resolve) => child.on('exit', resolve));
+    const report = JSON.parse(out.trim());
+    assert.equal(report.error.kind, 'closed');
+    assert.equal(report.error.storeError, true);
+    assert.ok(report.ms < 10_000, `${report.ms} ms`);
+  });
+
   it("is a store failure to the failure guard: its policy answers ('deny'), failed: 'store-error'", async () => {
     const report = await forked(['guarded', fresh('guarded'), '100'], undefined, { serve: false });
     assert.deepEqual(report.allowed, false);
