@@ -112,4 +112,25 @@ for (const c of cs) {
   }
   await c.close();
 }
+// The client side alone: each contender's CPU per pair with a client that answers at once (no I/O),
+// interleaved, median of the rounds.
+{
+  const fake = {
+    store: RedisStore.using(() => Promise.resolve(1), { evalsha: () => Promise.resolve(1), prefix: 'rwbench:' }),
+    set: () => Promise.resolve('OK'),
+    cad: () => Promise.resolve(1),
+  };
+  const fns = contenders(fake);
+  const us = { ours: [], bare: [] };
+  const pairs = quick ? 2_000 : 20_000;
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const name of r % 2 === 0 ? ['ours', 'bare'] : ['bare', 'ours']) {
+      const t = process.cpuUsage();
+      for (let i = 0; i < pairs; i++) await fns[name](KEYS[i % KEYS.length]);
+      const d = process.cpuUsage(t);
+      us[name].push((d.user + d.system) / pairs);
+    }
+  }
+  console.log(`client CPU per pair, no I/O: ours ${median(us.ours).toFixed(1)} us, bare ${median(us.bare).toFixed(1)} us (ours - bare ${(median(us.ours) - median(us.bare)).toFixed(1)} us)`);
+}
 console.log(`load after: ${loadavg().map((l) => l.toFixed(1)).join(' ')}`);
