@@ -458,8 +458,8 @@ fn push_u64(out: &mut String, mut n: u64) {
             break;
         }
     }
-    // ASCII digits: always UTF-8.
-    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+    // ASCII digits pushed as they are: no UTF-8 check of the buffer (it was 3% of the tower layer).
+    out.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 /// `n` in decimal.
