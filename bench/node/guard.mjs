@@ -4,9 +4,9 @@
 // 1. happy path: what the guard costs when the store answers in time. 10,000 keys round-robin, a limit
 //    never reached (every call allowed and recorded), 64 calls in flight (and 1, for reference):
 //      - store:     RedisStore.consume
-//      - guarded:   guard(RedisStore).consume  (through the store's consumeMany of one entry, whose
-//                   verdict carries the release a late answer needs)
-//      - many1:     RedisStore.consumeMany of one entry (what guarded runs underneath)
+//      - guarded:   guard(RedisStore).consume  (the store's single consume asked for its release,
+//                   which a late answer and a failed call need: no batch of one entry)
+//      - many1:     RedisStore.consumeMany of one entry (what guarded ran underneath before)
 //      - gmany1:    guard(RedisStore).consumeMany of one entry
 //    target: guarded >= 0.97x store (the guard costs at most 3 %).
 // 2. refused (the peers' abuse workload): 10,000 keys, 5 uses per window, every key filled first
@@ -21,6 +21,7 @@
 //    target: cached >= 20x rlf. The fill and the timed rounds fit in the window (checked: every timed
 //    call must be a refusal).
 // Contenders run interleaved (a, b, c, a, b, c …); each ratio is the median of the per-round ratios.
+// BENCH_PKG=<dir> benches the package built in another checkout (default: this one's bindings-node).
 //
 //   node bench/node/guard.mjs                full run (~1 min)
 //   BENCH_QUICK=1 node bench/node/guard.mjs  a smoke run
@@ -30,7 +31,7 @@ import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const pkg = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'bindings-node');
+const pkg = process.env.BENCH_PKG ?? join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'bindings-node');
 const require = createRequire(join(pkg, 'package.json'));
 const { RedisStore, guard } = require('./dist/index.js');
 const { RateLimiterRedis } = require('rate-limiter-flexible');

@@ -144,6 +144,9 @@ pub struct Calls {
     slots: Vec<Slot>,
     free: Vec<u32>,
     ids: CallIds,
+    /// The last allowed consume's token, when nothing else held its call: the host reads it right after
+    /// the crossing that ended the call (`release_token`), so the call is freed at once.
+    last_release: Option<(u32, ReleaseToken)>,
 }
 
 fn coded(code: &str, message: impl Into<String>) -> Failure {
@@ -184,6 +187,7 @@ impl Calls {
             slots: Vec::new(),
             free: Vec::new(),
             ids: CallIds::new(seed),
+            last_release: None,
         }
     }
 
@@ -324,6 +328,7 @@ impl Calls {
             }
             Next::Done(result) => result,
         };
+        let mut result = result;
         let failures = call.take_give_back_failures();
         let keep = *keep;
         // A failed consume asked with its release keeps the token that gives it back.
@@ -334,10 +339,22 @@ impl Calls {
         if failed.is_some() {
             out[RELEASE] = 1.0;
         }
+        // An allowed consume's token with nothing else to hold its call: set aside, the call freed.
+        self.last_release = None;
+        let aside = failures.is_empty() && out[RELEASE] == 1.0;
+        if aside {
+            if let Ok(Outcome::Verdict { release, .. }) = &mut result {
+                self.last_release = release.take().map(|token| (id, token));
+            }
+            out[RELEASE] = 0.0;
+        }
         let held = kind == StepKind::Error
             || kind == StepKind::Owner
             || !failures.is_empty()
             || out[RELEASE] == 1.0;
+        if aside {
+            out[RELEASE] = 1.0;
+        }
         if held {
             *slot = Slot::Done(result, failures, keep, failed);
         } else {
@@ -539,7 +556,10 @@ impl Calls {
                 Ok(release.as_ref().filter(|_| *keep))
             }
             Some(Slot::Done(Err(_), _, _, failed)) => Ok(failed.as_ref()),
-            _ => Err(no_call(id)),
+            _ => match &self.last_release {
+                Some((of, token)) if *of == id => Ok(Some(token)),
+                _ => Err(no_call(id)),
+            },
         }
     }
 

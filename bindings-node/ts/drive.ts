@@ -409,10 +409,12 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
   /**
    * {@link consume} whose verdict carries `release()` (not enumerable), and whose failure, when the call
    * may have counted (its reply lost after the script ran), carries the `release()` that gives it back
-   * by its call id (idempotent). What the failure guard calls.
+   * by its call id (idempotent). What the failure guard calls. With `wanted`, an allowed verdict
+   * carries `release()` only if `wanted()` says so when it arrives (the guard: a late answer), and
+   * an answer in time costs nothing more than {@link consume}'s.
    * @internal
    */
-  [consumeReleasable](key: string, limit: CooldownLimit): Answer<S, Verdict> {
+  [consumeReleasable](key: string, limit: CooldownLimit, wanted?: () => boolean): Answer<S, Verdict> {
     let first: string | null;
     try {
       checkKey(key);
@@ -421,7 +423,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     } catch (e) {
       return this.startFailed(e, [{ key, limit }]);
     }
-    return this.driven(first, this.releasable);
+    return this.driven(first, wanted === undefined ? this.releasable : (r, id) => (wanted() ? this.releasable(r, id) : single(r)));
   }
 
   /** A single verdict with its `release`, from the record. */

@@ -307,6 +307,7 @@ export class GuardedStore extends CooldownStore {
 
   /** Counts one call to `key` under `limit` through the store, within `timeoutMs`. */
   override consume(key: string, limit: CooldownLimit): Promise<GuardedVerdict> {
+    if (this.caching) return this.cachedOne('consume', key, limit);
     return this.call('consume', [{ key, limit }], true);
   }
 
@@ -317,7 +318,27 @@ export class GuardedStore extends CooldownStore {
 
   /** The verdict {@link consume} would give, recording nothing, within `timeoutMs`. */
   peek(key: string, limit: CooldownLimit): Promise<GuardedVerdict> {
+    if (this.caching) return this.cachedOne('peek', key, limit);
     return this.call('peek', [{ key, limit }], true);
+  }
+
+  /**
+   * A call on one entry with the block cache: a remembered refusal is answered from one native call,
+   * with nothing allocated but the verdict and its promise (no entries array); a miss goes to the
+   * store.
+   */
+  private cachedOne(op: 'consume' | 'peek', key: string, limit: CooldownLimit): Promise<GuardedVerdict> {
+    const started = performance.now();
+    let wait: number;
+    try {
+      checkKey(key);
+      checkLimitShape(limit);
+      wait = this.native.check(key, limit.uses, limit.windowMs, started);
+    } catch (e) {
+      return Promise.reject(fromBackend(e, (limit as { uses?: number } | null)?.uses, (limit as { windowMs?: number } | null)?.windowMs));
+    }
+    if (wait > 0) return Promise.resolve(this.refusalFromRecord(true));
+    return this.uncached(op, [{ key, limit }], true, started);
   }
 
   /** The verdict {@link consumeMany} would give, recording nothing, within `timeoutMs`. */
@@ -429,6 +450,11 @@ export class GuardedStore extends CooldownStore {
       }
       if (wait > 0) return Promise.resolve(this.fromRecord(single));
     }
+    return this.uncached(op, entries, single, started);
+  }
+
+  /** A call the block cache (if on) did not answer: to the store, once it is ready. */
+  private uncached(op: GuardOperation, entries: readonly Entry[], single: boolean, started: number): Promise<BatchVerdict> {
     // Without the cache a call is counted when it is answered (one crossing: `settled`, `failed`).
     if (this.closed) return this.failure(op, entries, single, 'not-ready', new StoreError('the guard is closed'));
     if (this.readyWait !== undefined) return this.afterReady(op, entries, single, started);
@@ -439,8 +465,11 @@ export class GuardedStore extends CooldownStore {
   /** Runs the operation on the store and races its answer against the deadline. */
   private send(op: GuardOperation, entries: readonly Entry[], single: boolean, started: number): Promise<BatchVerdict> {
     let answer: Awaitable<BatchVerdict>;
+    // The verdict's release is only needed once the guard has answered (a late answer).
+    let pending: Pending | undefined;
+    const wanted = op === 'consume' ? () => pending === undefined || pending.done : undefined;
     try {
-      answer = this.invoke(this.store, op, entries, true);
+      answer = this.invoke(this.store, op, entries, true, wanted);
     } catch (e) {
       return this.thrown(op, entries, single, e);
     }
@@ -459,6 +488,7 @@ export class GuardedStore extends CooldownStore {
           out.then(resolve, reject);
         },
       };
+      pending = p;
       this.schedule(p);
       answer.then(
         (v) => {
@@ -525,7 +555,7 @@ export class GuardedStore extends CooldownStore {
     });
   }
 
-  private invoke(store: CooldownStore, op: GuardOperation, entries: readonly Entry[], main: boolean): Awaitable<BatchVerdict> {
+  private invoke(store: CooldownStore, op: GuardOperation, entries: readonly Entry[], main: boolean, wanted?: () => boolean): Awaitable<BatchVerdict> {
     switch (op) {
       case 'consume': {
         const { key, limit } = entries[0]!;
@@ -533,7 +563,9 @@ export class GuardedStore extends CooldownStore {
         // counted): ratewindow's stores give it to a single consume asked for it; another store's
         // own batch has it.
         const releasable = (store as { [consumeReleasable]?: unknown })[consumeReleasable];
-        if (typeof releasable === 'function') return (releasable as (k: string, l: CooldownLimit) => Awaitable<BatchVerdict>).call(store, key, limit);
+        if (typeof releasable === 'function') {
+          return (releasable as (k: string, l: CooldownLimit, w?: () => boolean) => Awaitable<BatchVerdict>).call(store, key, limit, wanted);
+        }
         return (main ? this.ownBatch : hasOwnBatch(store)) ? store.consumeMany(entries) : store.consume(key, limit);
       }
       case 'consumeMany':
