@@ -51,6 +51,7 @@ pub mod guard;
 pub mod http;
 pub mod input;
 mod limit;
+#[cfg(feature = "lock")]
 pub mod lock;
 mod memory;
 pub mod redis;

@@ -3,6 +3,8 @@
 //! `REDIS_URL`) and a real PostgreSQL (the server's clock: each step at its offset from the case's
 //! start, the `exact` steps skipped); exactly one holder among 8 threads x 64 acquirers on each store.
 
+#![cfg(feature = "lock")]
+
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -23,12 +23,14 @@
 //! on, then the data back), h11 (`next_event` / `send`).
 
 mod ids;
+#[cfg(feature = "lock")]
 mod lock;
 mod redis;
 
 use serde::{Deserialize, Serialize};
 
 pub use self::ids::CallIds;
+#[cfg(feature = "lock")]
 pub use self::lock::LOCK;
 pub use self::redis::Redis;
 use crate::redis::{Reply, ReplyError, Script};
@@ -300,6 +302,7 @@ pub struct Call {
 enum Inner {
     Redis(self::redis::RedisCall),
     Sql(crate::sql::SqlCall),
+    #[cfg(feature = "lock")]
     Lock(Box<self::lock::LockCall>),
     Finished(Option<Result<Outcome, CallError>>),
 }
@@ -321,6 +324,7 @@ impl Call {
         }
     }
 
+    #[cfg(feature = "lock")]
     pub(crate) fn lock(call: self::lock::LockCall) -> Call {
         Call {
             inner: Inner::Lock(Box::new(call)),
@@ -346,6 +350,7 @@ impl Call {
                 call.result(&mut self.give_back_failures, &mut self.failed_release)
             }
             Inner::Sql(call) => call.result(&mut self.failed_release),
+            #[cfg(feature = "lock")]
             Inner::Lock(call) => call.result(),
             Inner::Finished(_) => None,
         } {
@@ -354,6 +359,7 @@ impl Call {
         match &mut self.inner {
             Inner::Redis(call) => Next::Run(call.command()),
             Inner::Sql(call) => Next::Run(call.command()),
+            #[cfg(feature = "lock")]
             Inner::Lock(call) => Next::Run(call.command()),
             Inner::Finished(result) => {
                 Next::Done(result.take().unwrap_or(Err(CallError::Protocol {
@@ -369,6 +375,7 @@ impl Call {
         match &mut self.inner {
             Inner::Redis(call) => call.feed(Ok(fed)),
             Inner::Sql(call) => call.feed(Ok(fed)),
+            #[cfg(feature = "lock")]
             Inner::Lock(call) => call.feed(Ok(fed)),
             Inner::Finished(_) => self.protocol("nothing (the call is over)", fed.name()),
         }
@@ -381,6 +388,7 @@ impl Call {
         match &mut self.inner {
             Inner::Redis(call) => call.feed(Err(message)),
             Inner::Sql(call) => call.feed(Err(message)),
+            #[cfg(feature = "lock")]
             Inner::Lock(call) => call.feed(Err(message)),
             Inner::Finished(_) => self.protocol("nothing (the call is over)", "a failure"),
         }
