@@ -82,6 +82,29 @@ bad("an allowed reply whose reset comes before its refill is not believed", cons
 bad("an allowed reply carrying a wait is not believed", cons, sc, [1, 5, -1, -1, 1000, 0, 2, 1000, 1000])
 bad("a server time past 2^53 ms is not believed", cons, sc, ok(2**54, 0, 2, 1000, 1000))
 bad("a negative server time is not believed", cons, sc, ok(-5, 0, 2, 1000, 1000))
+# A call of one entry is answered in fewer numbers (sliding.lua's header): allowed {1, remaining, refill,
+# reset, server time}, refused {0, wait, server time, reset}. The same verdicts as the nine numbers
+# give, and the same invariants, checked as the nine they stand for.
+case("a call of one entry is answered in five numbers when allowed, four when refused, as the nine would", [
+  {"op": cons, "steps": [sc([1, 2, 1000, 1000, 1000])], "outcome": {"verdict": V(True, limit=3, rem=2, refill=1000, reset=1000), "release": True}},
+  {"op": cons, "steps": [sc([0, 400, 1000, 900])], "outcome": {"verdict": V(False, 400, 1400, 0, 3, 0, 400, 900), "release": False}},
+  {"op": peek1, "steps": [sp([1, 3, 0, 0, 1000])], "outcome": {"verdict": V(True, limit=3, rem=3), "release": False}},
+  {"op": {"op": "consume", "key": "k", "limit": one["limit"]}, "steps": [sc([0, 400, 1000, 900])],
+   "outcome": {"verdict": V(False, 400, 1400, limit=3, refill=400, reset=900, single=True), "release": False}}])
+bad("a five-number reply to a call of two entries is not believed", {"op": "consume_many", "entries": [one, E("k2", 3, 1000)]},
+    lambda r: slide("c", [one, E("k2", 3, 1000)], reply=r), [1, 2, 1000, 1000, 1000])
+bad("a four-number reply to a call of two entries is not believed", {"op": "consume_many", "entries": [one, E("k2", 3, 1000)]},
+    lambda r: slide("c", [one, E("k2", 3, 1000)], reply=r), [0, 400, 1000, 900])
+bad("a five-number reply neither allowed nor refused is not believed", cons, sc, [2, 2, 1000, 1000, 1000])
+bad("a five-number refusal is not believed", cons, sc, [0, 400, 1000, 900, 1000])
+bad("a four-number allowed reply is not believed", cons, sc, [1, 2, 1000, 1000])
+bad("a four-number refusal whose reset comes before its wait is not believed", cons, sc, [0, 400, 1000, 300])
+bad("a four-number refusal without a wait is not believed", cons, sc, [0, 0, 1000, 900])
+bad("a four-number refusal past 2^53 ms is not believed", cons, sc, [0, 400, 2**54, 900])
+bad("a five-number allowed consume that left every use is not believed", cons, sc, [1, 3, 0, 0, 1000])
+bad("a five-number allowed reply whose reset comes before its refill is not believed", cons, sc, [1, 2, 900, 800, 1000])
+bad("a five-number allowed reply past 2^53 ms is not believed", cons, sc, [1, 2, 1000, 1000, 2**54])
+bad("a reply of three numbers is not believed", cons, sc, [1, 2, 1000])
 case("a peek may find every use left; a clock that stepped back may wait a little past the window", [
   {"op": peek1, "steps": [sp(ok(1000, 0, 3, 0, 0))], "outcome": {"verdict": V(True, limit=3, rem=3), "release": False}},
   {"op": cons, "steps": [sc(no(1000, 1500, 0, 1600))], "outcome": {"verdict": V(False, 1500, 2500, 0, 3, 0, 1500, 1600), "release": False}}])

@@ -663,12 +663,13 @@ fn run_plan(con: &mut redis::Connection, plan: &rw::Plan) -> Reply {
     to_reply(cmd.query::<redis::Value>(con).expect("the script"))
 }
 
-/// The server's clock in a sliding reply (its fifth integer).
+/// The server's clock in a sliding reply: the fifth integer of the nine (and of a one-entry call's
+/// five when allowed), the third of a one-entry call's four when refused.
 fn server_now(reply: &Reply) -> u64 {
     let Reply::Array(items) = reply else {
         panic!("{reply:?}")
     };
-    let Reply::Int(now) = items[4] else {
+    let Reply::Int(now) = items[if items.len() == 4 { 2 } else { 4 }] else {
         panic!("{reply:?}")
     };
     now as u64

@@ -24,7 +24,7 @@ pub struct Script {
 pub static SLIDING: Script = Script {
     name: "sliding",
     source: include_str!("sliding.lua"),
-    sha1: "4d63873a58ccfad123481533d92d4c6bc8b9dbf6",
+    sha1: "10090261ffb3fe767595ec6432085574ef325917",
 };
 /// The fixed-window script: hit, get, reset and clear of one key.
 pub static FIXED: Script = Script {
@@ -367,10 +367,26 @@ fn decode(
     consume: bool,
 ) -> Result<(BatchVerdict, usize), ReplyError> {
     const EXPECTED: &str = "[allowed 0|1, retry_after_ms, retry_timestamp, blocked, server time, \
-         tightest entry, remaining, refill_after_ms, reset_after_ms], consistent with the call";
+         tightest entry, remaining, refill_after_ms, reset_after_ms] (one entry: [1, remaining, \
+         refill_after_ms, reset_after_ms, server time] or [0, retry_after_ms, server time, \
+         reset_after_ms]), consistent with the call";
     let err = || ReplyError::new("sliding", EXPECTED, reply);
     let [allowed, retry_after, retry_ts, blocked, now, tight, remaining, refill, reset] =
-        ints::<9>(reply).ok_or_else(err)?;
+        match ints::<9>(reply) {
+            Some(all) => all,
+            // A call of one entry is answered in five numbers when allowed, four when refused; the
+            // rest is implied (the script's header). Checked below as the nine they stand for.
+            None if limits.len() == 1 => match (ints::<5>(reply), ints::<4>(reply)) {
+                (Some([1, remaining, refill, reset, now]), _) => {
+                    [1, 0, -1, -1, now, 0, remaining, refill, reset]
+                }
+                (_, Some([0, wait, now, reset])) => {
+                    [0, wait, now.saturating_add(wait), 0, now, 0, 0, wait, reset]
+                }
+                _ => return Err(err()),
+            },
+            None => return Err(err()),
+        };
     let entry = |i: i64| usize::try_from(i).ok().filter(|&i| i < limits.len());
     let tight_index = entry(tight).ok_or_else(err)?;
     let (uses, window) = (

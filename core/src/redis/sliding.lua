@@ -13,6 +13,8 @@
 --   The tightest entry has the fewest uses left after the call (ties: the longer window, then the
 --   first); on a refusal it is the blocked one. refill: ms until its oldest call in the window leaves
 --   (the wait, on a refusal); reset: ms until its newest call leaves; both 0 for an empty window.
+--   One entry, in fewer numbers (the rest implied): allowed {1, remaining, refill_after_ms,
+--   reset_after_ms, server time}; refused {0, retry_after_ms, server time, reset_after_ms}.
 -- Reply (release): {members removed}
 if redis.replicate_commands then redis.replicate_commands() end
 local mode, id = ARGV[1], ARGV[2]
@@ -57,7 +59,7 @@ if #ARGV == 5 then
         u = tonumber(u)
         if u and now < u then
           local wait = u - now
-          return {0, wait, u, 0, now, 0, 0, wait, math.max(wait, tonumber(newest) + w - now)}
+          return {0, wait, now, math.max(wait, tonumber(newest) + w - now)}
         end
       end
     else
@@ -77,10 +79,10 @@ if #ARGV == 5 then
   end
   if oldest == nil then
     -- An empty log.
-    if mode ~= 'c' then return {1, 0, -1, -1, now, 0, uses, 0, 0} end
+    if mode ~= 'c' then return {1, uses, 0, 0, now} end
     redis.call('ZADD', key, int(now), id)
     redis.call('PEXPIRE', key, int(w))
-    return {1, 0, -1, -1, now, 0, uses - 1, w, w}
+    return {1, uses - 1, w, w, now}
   end
   if oldest then
     -- Every call in the log is inside the window (times are sorted; later ones, after a clock that
@@ -97,12 +99,12 @@ if #ARGV == 5 then
         redis.call('ZADD', key, '-inf', ARGV[4] .. ':' .. ARGV[5] .. ':' .. int(u) .. ':' .. int(newest))
       end
       local wait = u - now
-      return {0, wait, u, 0, now, 0, 0, wait, math.max(wait, newest + w - now)}
+      return {0, wait, now, math.max(wait, newest + w - now)}
     end
     if mode ~= 'c' then
       local newest = oldest
       if n > 1 then newest = tonumber(redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')[2]) end
-      return {1, 0, -1, -1, now, 0, uses - n, oldest + w - now, newest + w - now}
+      return {1, uses - n, oldest + w - now, newest + w - now, now}
     end
     -- Allowed. A clock that stepped back records at the newest call, keeping the log in order: only a
     -- call later than now needs reading.
@@ -121,7 +123,7 @@ if #ARGV == 5 then
     elseif redis.call('PTTL', key) < ttl then
       redis.call('PEXPIRE', key, int(ttl))
     end
-    return {1, 0, -1, -1, now, 0, uses - n - 1, oldest + w - now, ttl}
+    return {1, uses - n - 1, oldest + w - now, ttl, now}
   end
   -- A peek of a log holding a marker or calls outside the window: the general path.
 end
