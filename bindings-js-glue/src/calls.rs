@@ -125,6 +125,8 @@ enum Planner {
     Sqlite(Sqlite),
 }
 
+// Slots are reused in place (a free list): boxing the running call would allocate once per call.
+#[allow(clippy::large_enum_variant)]
 enum Slot {
     Free,
     Running(Call, bool),
