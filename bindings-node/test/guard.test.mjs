@@ -611,6 +611,23 @@ describe('guard on PostgresStore through the fault proxy', { concurrency: 1 }, (
     assert.equal(g.stats().lateReleases, 1);
   });
 
+  it('a reply cut after the statement committed, deny: refused in time; the call given back by its id', async () => {
+    const g = guard(PostgresStore.using(pool, { prefix }), { timeoutMs: 1000 });
+    const key = fresh('pg-cut');
+    await g.consume(fresh('pg-warm'), l(3, 10_000)); // the pool's one connection is open
+    await proxy.send('cut 3');
+    let v;
+    try {
+      v = await g.consume(key, l(3, 10_000));
+    } finally {
+      await proxy.send('resume');
+    }
+    assert.deepEqual([v.allowed, v.failed], [false, 'store-error']);
+    await g.close(); // waits for the give-back (on a new connection)
+    assert.equal(await counted(key, l(3, 10_000)), 0);
+    assert.deepEqual([g.stats().lateReleases, g.stats().lateReleasesFailed], [1, 0]);
+  });
+
   it('a stall, allow: allowed in time; the late count stays', async () => {
     const g = guard(PostgresStore.using(pool, { prefix }), { timeoutMs: TIMEOUT, onFailure: 'allow' });
     const key = fresh('pg-stall');
