@@ -79,6 +79,8 @@ pub struct ShardAnswerJs {
     /// A number's value, or a hit's or attempt's count.
     pub value: Option<f64>,
     pub flag: Option<bool>,
+    /// A lock's owner token (`kind` `owner`; absent when nobody holds the lock).
+    pub owner: Option<String>,
     pub error: Option<ShardFailureJs>,
 }
 
@@ -97,6 +99,7 @@ fn answer_js(id: u64, out: std::result::Result<ShardValue, ShardFailure>) -> Sha
         release: None,
         value: None,
         flag: None,
+        owner: None,
         error: None,
     };
     let f = |v: Option<u64>| v.map(|n| n as f64);
@@ -132,6 +135,10 @@ fn answer_js(id: u64, out: std::result::Result<ShardValue, ShardFailure>) -> Sha
             a.value = Some(t.count as f64);
             a.reset_after_ms = Some(t.reset_after_ms as f64);
             "attempt"
+        }
+        Ok(ShardValue::Owner(o)) => {
+            a.owner = o;
+            "owner"
         }
         Err(e) => {
             a.error = Some(failure_js(id, e));
@@ -292,6 +299,34 @@ impl NativeShardClient {
         })
     }
 
+    /// A lock operation (`lockAcquire`, `lockRelease`, `lockForceRelease`, `lockOwner`) on `key` for
+    /// the lock owned by `owner` with `ttl` seconds (checked by the `Lock` before).
+    #[napi]
+    pub fn lock(
+        &mut self,
+        op: String,
+        key: Key,
+        owner: String,
+        ttl: f64,
+    ) -> Result<ShardRequestText, String> {
+        guard(|| {
+            let key = key.get().map_err(thrown)?.to_owned();
+            let op = match op.as_str() {
+                "lockAcquire" => ShardOp::LockAcquire { key, owner, ttl },
+                "lockRelease" => ShardOp::LockRelease { key, owner, ttl },
+                "lockForceRelease" => ShardOp::LockForceRelease { key, owner, ttl },
+                "lockOwner" => ShardOp::LockOwner { key, owner, ttl },
+                other => {
+                    return Err(thrown(Failure {
+                        code: "invalid_argument:op".into(),
+                        message: format!("unknown lock operation {other:?}"),
+                    }))
+                }
+            };
+            Ok(self.send(op))
+        })
+    }
+
     /// Reads an answer; `null` when it answers no request under way (late, or not a manager's).
     #[napi]
     pub fn answer(&mut self, text: String) -> Result<Option<ShardAnswerJs>, String> {
@@ -366,6 +401,9 @@ pub struct ShardCallJs {
     pub amount: Option<f64>,
     pub max: Option<f64>,
     pub token: Option<f64>,
+    /// A lock operation's owner token and TTL in seconds.
+    pub owner: Option<String>,
+    pub ttl: Option<f64>,
     /// How long an allowed `consumeMany`'s give-back is worth keeping, in ms.
     pub hold_ms: f64,
     pub refused: Option<String>,
@@ -385,6 +423,8 @@ pub fn shard_decode(text: String) -> Result<ShardCallJs, String> {
             amount: None,
             max: None,
             token: None,
+            owner: None,
+            ttl: None,
             hold_ms: 0.0,
             refused: None,
         };
@@ -462,6 +502,14 @@ pub fn shard_decode(text: String) -> Result<ShardCallJs, String> {
             | ShardOp::AvailableInMs { key }
             | ShardOp::ResetAttempts { key }
             | ShardOp::Clear { key } => c.key = Some(key),
+            ShardOp::LockAcquire { key, owner, ttl }
+            | ShardOp::LockRelease { key, owner, ttl }
+            | ShardOp::LockForceRelease { key, owner, ttl }
+            | ShardOp::LockOwner { key, owner, ttl } => {
+                c.key = Some(key);
+                c.owner = Some(owner);
+                c.ttl = Some(ttl);
+            }
         }
         Ok(c)
     })
@@ -597,6 +645,12 @@ pub fn shard_answer_attempt(
         })();
         Ok(answered(id, out))
     })
+}
+
+/// Encodes a lock's owner (`lockOwner`): the token, or none.
+#[napi(js_name = "shardAnswerOwner")]
+pub fn shard_answer_owner(id: f64, owner: Option<String>) -> Result<String, String> {
+    guard(|| Ok(encode_value(id as u64, &ShardValue::Owner(owner))))
 }
 
 /// Encodes a failure: `kind` one of the protocol's kinds (an unknown one is `internal`).

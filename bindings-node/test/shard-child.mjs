@@ -58,6 +58,36 @@ async function main() {
       }
       return undefined;
     }
+    case 'lock': {
+      // 64 concurrent acquirers of one lock in this shard: how many took it.
+      const store = new ShardedStore({ timeoutMs: 20_000 });
+      const taken = await Promise.all(Array.from({ length: 64 }, () => store.lock(key, 30).acquire()));
+      return { acquired: taken.filter(Boolean).length };
+    }
+    case 'lockops': {
+      const store = new ShardedStore({ timeoutMs: 5000 });
+      const lock = store.lock(key, 30);
+      const other = store.lock(key, 30);
+      const out = {};
+      out.acquire = await lock.acquire();
+      out.again = await other.acquire();
+      out.owner = (await lock.currentOwner()) === lock.owner;
+      out.notOwnerRelease = await other.release();
+      out.stillOwner = (await store.lock(key, 30).currentOwner()) === lock.owner;
+      out.restored = await store.lock(key, 30, lock.owner).release();
+      out.free = await lock.currentOwner();
+      out.reacquire = await other.acquire();
+      out.force = await store.lock(key, 30).forceRelease();
+      out.afterForce = await other.currentOwner();
+      out.withLock = await store.withLock(`${key}:w`, 5, () => 'ran');
+      try {
+        store.lock(key, -1);
+        out.badTtl = 'no error';
+      } catch (e) {
+        out.badTtl = { name: e.name, field: e.field };
+      }
+      return out;
+    }
     case 'guarded': {
       // The store's own timeout (shorter than the guard's): a StoreError the guard answers with its policy.
       const store = guard(new ShardedStore({ timeoutMs: Number(rest[0]) }), { timeoutMs: 5000, onFailure: 'deny' });

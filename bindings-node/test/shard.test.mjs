@@ -92,6 +92,32 @@ describe('ShardedStore over IPC', () => {
     assert.equal(reports.reduce((s, r) => s + r.allowed, 0), 30);
   });
 
+  it('carries the lock: exactly one holder among 4 shards x 64 concurrent acquirers', async () => {
+    const store = new MemoryStore();
+    const key = fresh('lock');
+    const reports = await Promise.all(Array.from({ length: 4 }, () => forked(['lock', key], store)));
+    assert.equal(reports.reduce((s, r) => s + r.acquired, 0), 1);
+    assert.notEqual(await store.lock(key, 30).currentOwner(), null);
+  });
+
+  it("carries every lock operation to the manager's store's lock", async () => {
+    const { out } = { out: await forked(['lockops', fresh('lockops')], new MemoryStore()) };
+    assert.deepEqual(out, {
+      acquire: true,
+      again: false,
+      owner: true,
+      notOwnerRelease: false,
+      stillOwner: true,
+      restored: true,
+      free: null,
+      reacquire: true,
+      force: true,
+      afterForce: null,
+      withLock: 'ran',
+      badTtl: { name: 'InvalidArgumentError', field: 'ttl' },
+    });
+  });
+
   it('keeps the counts when a shard restarts (they live in the manager)', async () => {
     const store = new MemoryStore();
     const key = fresh('restart');

@@ -28,6 +28,7 @@ import * as workerThreads from 'node:worker_threads';
 
 import { checkEntries, checkInteger, checkKey, checkLimitShape } from './check';
 import { fromBackend, InternalError, InvalidArgumentError, InvalidLimitError, typeError } from './errors';
+import { Lock, withLock, type LockBackend, type LockDriver, type WithLockOptions } from './lock';
 import { CooldownStore, getDefaultBackend, MemoryStore } from './store';
 import { StoreError, StoreReplyError } from './store-errors';
 import type { AttemptResult, Awaitable, BatchVerdict, CooldownLimit, Entry, HitResult, Verdict } from './types';
@@ -74,7 +75,7 @@ interface FailureJs {
 }
 interface AnswerJs {
   id: number;
-  kind: 'verdict' | 'number' | 'bool' | 'unit' | 'hit' | 'attempt' | 'error';
+  kind: 'verdict' | 'number' | 'bool' | 'unit' | 'hit' | 'attempt' | 'owner' | 'error';
   allowed?: boolean | null;
   retryAfterMs?: number | null;
   retryTimestamp?: number | null;
@@ -86,11 +87,13 @@ interface AnswerJs {
   release?: number | null;
   value?: number | null;
   flag?: boolean | null;
+  owner?: string | null;
   error?: FailureJs | null;
 }
 interface NativeShardClient {
   single(op: string, key: string, a: number, b: number): RequestText;
   batch(op: string, keys: string[], uses: number[], windows: number[]): RequestText;
+  lock(op: string, key: string, owner: string, ttl: number): RequestText;
   answer(text: string): AnswerJs | null;
   forget(id: number, timeoutMs?: number): FailureJs | null;
   close(): FailureJs[];
@@ -106,6 +109,8 @@ interface ShardCallJs {
   amount?: number | null;
   max?: number | null;
   token?: number | null;
+  owner?: string | null;
+  ttl?: number | null;
   holdMs: number;
   refused?: string | null;
 }
@@ -116,6 +121,7 @@ interface ShardNative {
   shardAnswerNumber(id: number, op: string, value: number): string;
   shardAnswerBool(id: number, value: boolean): string;
   shardAnswerUnit(id: number): string;
+  shardAnswerOwner(id: number, owner?: string | null): string;
   shardAnswerHit(id: number, op: string, count: number, resetAfterMs: number): string;
   shardAnswerAttempt(id: number, op: string, allowed: boolean, count: number, resetAfterMs: number): string;
   shardAnswerError(id: number, kind: string, message: string, field?: string): string;
@@ -555,6 +561,36 @@ export class ShardedStore extends CooldownStore {
     checkKey(key);
     return this.single('clear', key, 0, 0, () => undefined);
   }
+
+  private lockDriver(): LockDriver {
+    const ask = (op: string, key: string, owner: string | undefined, ttl: number) =>
+      this.ask(
+        // The manager builds a Lock to run the step on: a force release or an owner query has no owner
+        // of its own, so it is given a placeholder token (neither uses it).
+        () => this.link!.client.lock(op, key, owner ?? 'ratewindow-shard', ttl),
+        (a) => a,
+      );
+    return {
+      backend: getDefaultBackend() as LockBackend,
+      lockRun: async (op, key, owner, ttl) => (await ask(`lock${op[0]!.toUpperCase()}${op.slice(1)}`, key, owner, ttl)).flag === true,
+      lockOwner: async (key) => (await ask('lockOwner', key, undefined, 1)).owner ?? null,
+    };
+  }
+
+  /**
+   * A lock on `key` held for `ttl` seconds once taken, owned by `owner` (default: a random token).
+   * Sharded, every operation is one message to the manager, which runs it on its store's lock, so the
+   * lock is exclusive across every shard; outside sharding, the local store's.
+   */
+  lock(key: string, ttl: number, owner?: string): Lock {
+    if (this.local) return this.local.lock(key, ttl, owner);
+    return new Lock(this.lockDriver(), key, ttl, owner);
+  }
+
+  /** Runs `fn` holding the lock `key` (see `withLock`). */
+  withLock<T>(key: string, ttl: number, fn: () => T | Promise<T>, options?: WithLockOptions): Promise<T> {
+    return withLock(this, key, ttl, fn, options);
+  }
 }
 
 // --- the manager's side ------------------------------------------------------------------------
@@ -640,6 +676,21 @@ export function serveShards(store: CooldownStore, channel: ShardChannelLike, opt
       holds.delete(c.token!);
       return hold?.release();
     }
+    if (c.op.startsWith('lock')) {
+      const lock = method('lock');
+      if (lock === undefined) throw new ShardError('unsupported', "the manager's store has no lock()");
+      const l = lock(c.key, c.ttl, c.owner) as Record<string, () => unknown>;
+      switch (c.op) {
+        case 'lockAcquire':
+          return l.acquire!.call(l);
+        case 'lockRelease':
+          return l.release!.call(l);
+        case 'lockForceRelease':
+          return l.forceRelease!.call(l);
+        default:
+          return l.currentOwner!.call(l);
+      }
+    }
     const f = method(c.op);
     if (f === undefined) throw new ShardError('unsupported', `the manager's store has no ${c.op}()`);
     switch (c.op) {
@@ -686,6 +737,11 @@ export function serveShards(store: CooldownStore, channel: ShardChannelLike, opt
       case 'availableIn':
       case 'availableInMs':
         return typeof v === 'number' ? n.shardAnswerNumber(c.id, c.op, v) : n.shardAnswerError(c.id, 'reply', `the manager's store answered ${c.op} with ${typeof v}`);
+      case 'lockOwner':
+        return v === null || typeof v === 'string' ? n.shardAnswerOwner(c.id, v) : n.shardAnswerError(c.id, 'reply', `the manager's store answered ${c.op} with ${typeof v}`);
+      case 'lockAcquire':
+      case 'lockRelease':
+      case 'lockForceRelease':
       case 'tooManyAttempts':
         return typeof v === 'boolean' ? n.shardAnswerBool(c.id, v) : n.shardAnswerError(c.id, 'reply', `the manager's store answered ${c.op} with ${typeof v}`);
       case 'hitWindow': {

@@ -217,6 +217,7 @@ impl ShardClient {
                     Bound::new(py, AttemptResult::new(a.allowed, a.count, a.reset_after_ms))?
                         .into_any(),
                 ),
+                Ok(ShardValue::Owner(o)) => ("owner", o.into_pyobject(py)?.into_any()),
                 Err(f) => ("error", failure_tuple(f).into_pyobject(py)?.into_any()),
             };
             Ok(Some((id, kind, payload)))
@@ -284,6 +285,11 @@ fn method(op: &ShardOp) -> &'static str {
         ShardOp::AvailableInMs { .. } => "available_in_ms",
         ShardOp::ResetAttempts { .. } => "reset_attempts",
         ShardOp::Clear { .. } => "clear",
+        // The lock is not carried to Python stores yet: refused as unsupported by `shard_decode`.
+        ShardOp::LockAcquire { .. }
+        | ShardOp::LockRelease { .. }
+        | ShardOp::LockForceRelease { .. }
+        | ShardOp::LockOwner { .. } => "lock",
     }
 }
 
@@ -334,6 +340,20 @@ pub(crate) fn shard_decode<'py>(
         };
         let id = request.id;
         let name = request.op.name();
+        if method(&request.op) == "lock" {
+            let failure = ShardFailure::new(
+                FailureKind::Unsupported,
+                "this manager (Python) does not carry locks yet",
+            );
+            return Ok((
+                id,
+                name,
+                None,
+                PyTuple::empty(py),
+                0,
+                Some(encode_failure(id, &failure)),
+            ));
+        }
         let hold = request.op.hold_ms();
         let m = method(&request.op);
         let built: PyResult<Bound<'py, PyTuple>> = (|| {
@@ -387,6 +407,10 @@ pub(crate) fn shard_decode<'py>(
                 | ShardOp::AvailableInMs { key }
                 | ShardOp::ResetAttempts { key }
                 | ShardOp::Clear { key } => PyTuple::new(py, [key])?,
+                ShardOp::LockAcquire { .. }
+                | ShardOp::LockRelease { .. }
+                | ShardOp::LockForceRelease { .. }
+                | ShardOp::LockOwner { .. } => PyTuple::empty(py),
             })
         })();
         match built {
@@ -468,6 +492,15 @@ fn value_of(
             _ => return Err(reply(op, format!("{value} (expected a bool)"))),
         },
         Expect::Unit => ShardValue::Unit,
+        Expect::Owner => ShardValue::Owner(if value.is_none() {
+            None
+        } else {
+            Some(
+                value
+                    .extract::<String>()
+                    .map_err(|_| reply(op, format!("{value} (expected a str or None)")))?,
+            )
+        }),
         Expect::Hit => {
             let count = value
                 .getattr("count")

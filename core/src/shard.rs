@@ -46,7 +46,7 @@ pub struct ShardEntry {
 }
 
 /// One operation a shard asks the manager to run on its store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "camelCase", deny_unknown_fields)]
 #[allow(missing_docs)]
 pub enum ShardOp {
@@ -113,10 +113,34 @@ pub enum ShardOp {
     Clear {
         key: String,
     },
+    /// The lock's one try (`ttl` in seconds, as the store's `lock(key, ttl, owner)` takes it).
+    LockAcquire {
+        key: String,
+        owner: String,
+        ttl: f64,
+    },
+    /// A release by `owner` (frees the lock only for its owner).
+    LockRelease {
+        key: String,
+        owner: String,
+        ttl: f64,
+    },
+    /// A release by anyone.
+    LockForceRelease {
+        key: String,
+        owner: String,
+        ttl: f64,
+    },
+    /// Who holds the lock: the owner token, or null.
+    LockOwner {
+        key: String,
+        owner: String,
+        ttl: f64,
+    },
 }
 
 /// The operations' names on the wire, in the order of [`ShardOp`].
-pub const OPS: [&str; 15] = [
+pub const OPS: [&str; 19] = [
     "consume",
     "peek",
     "consumeMany",
@@ -132,6 +156,10 @@ pub const OPS: [&str; 15] = [
     "availableInMs",
     "resetAttempts",
     "clear",
+    "lockAcquire",
+    "lockRelease",
+    "lockForceRelease",
+    "lockOwner",
 ];
 
 /// What shape of answer an operation expects.
@@ -151,6 +179,8 @@ pub enum Expect {
     Hit,
     /// `{allowed, count, resetAfterMs}` (attempt).
     Attempt,
+    /// A string or null (lockOwner).
+    Owner,
 }
 
 impl ShardOp {
@@ -176,6 +206,10 @@ impl ShardOp {
             ShardOp::AvailableInMs { .. } => 12,
             ShardOp::ResetAttempts { .. } => 13,
             ShardOp::Clear { .. } => 14,
+            ShardOp::LockAcquire { .. } => 15,
+            ShardOp::LockRelease { .. } => 16,
+            ShardOp::LockForceRelease { .. } => 17,
+            ShardOp::LockOwner { .. } => 18,
         }
     }
 
@@ -202,7 +236,8 @@ pub fn expects(op: &str) -> Option<Expect> {
         "consume" | "peek" => Expect::Verdict,
         "consumeMany" | "peekMany" => Expect::Batch,
         "hit" | "attempts" | "remaining" | "availableIn" | "availableInMs" => Expect::Number,
-        "tooManyAttempts" => Expect::Bool,
+        "tooManyAttempts" | "lockAcquire" | "lockRelease" | "lockForceRelease" => Expect::Bool,
+        "lockOwner" => Expect::Owner,
         "release" | "resetAttempts" | "clear" => Expect::Unit,
         "hitWindow" => Expect::Hit,
         "attempt" => Expect::Attempt,
@@ -211,7 +246,7 @@ pub fn expects(op: &str) -> Option<Expect> {
 }
 
 /// A request: the shard's id for it and the operation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ShardRequest {
     /// The shard's number for this request; the answer carries it back.
     pub id: u64,
@@ -383,6 +418,8 @@ pub enum ShardValue {
     Hit(ShardHit),
     /// `attempt`'s answer.
     Attempt(ShardAttempt),
+    /// `lockOwner`'s answer: the owner token, or none.
+    Owner(Option<String>),
 }
 
 /// The wire form of an answer.
@@ -518,6 +555,8 @@ fn decode_answer(parsed: Value, op: &str, expect: Expect) -> Result<ShardValue, 
         (Expect::Unit, None, Some(Value::Null), None, None) => ShardValue::Unit,
         (Expect::Hit, None, None, Some(h), None) => ShardValue::Hit(h),
         (Expect::Attempt, None, None, None, Some(a)) => ShardValue::Attempt(a),
+        (Expect::Owner, None, Some(Value::Null), None, None) => ShardValue::Owner(None),
+        (Expect::Owner, None, Some(Value::String(o)), None, None) => ShardValue::Owner(Some(o)),
         _ => return Err(reply_failure(op, "an answer of another operation")),
     };
     if let ShardValue::Verdict(v) = &value {
@@ -636,6 +675,7 @@ pub fn encode_value(id: u64, value: &ShardValue) -> String {
         ShardValue::Unit => w.value = Some(Value::Null),
         ShardValue::Hit(h) => w.hit = Some(*h),
         ShardValue::Attempt(a) => w.attempt = Some(*a),
+        ShardValue::Owner(o) => w.value = Some(o.clone().map_or(Value::Null, Value::String)),
     }
     encode(&w)
 }
@@ -730,6 +770,26 @@ mod tests {
             ShardOp::AvailableInMs { key: "k".into() },
             ShardOp::ResetAttempts { key: "k".into() },
             ShardOp::Clear { key: "k".into() },
+            ShardOp::LockAcquire {
+                key: "k".into(),
+                owner: "o".into(),
+                ttl: 1.5,
+            },
+            ShardOp::LockRelease {
+                key: "k".into(),
+                owner: "o".into(),
+                ttl: 1.5,
+            },
+            ShardOp::LockForceRelease {
+                key: "k".into(),
+                owner: "o".into(),
+                ttl: 1.5,
+            },
+            ShardOp::LockOwner {
+                key: "k".into(),
+                owner: "o".into(),
+                ttl: 1.5,
+            },
         ];
         assert_eq!(ops.len(), OPS.len());
         let mut client = ShardClient::new();
@@ -896,6 +956,35 @@ mod tests {
         );
         assert_eq!(client.answer(&encode_value(id, &ShardValue::Unit)), None);
         assert_eq!(client.in_flight(), 0);
+        let (id, _) = client.request(&ShardOp::LockOwner {
+            key: "k".into(),
+            owner: "o".into(),
+            ttl: 1.0,
+        });
+        let owned = encode_value(id, &ShardValue::Owner(Some("o".into())));
+        assert_eq!(owned, format!(r#"{{"rw":1,"id":{id},"value":"o"}}"#));
+        assert_eq!(
+            client.answer(&owned),
+            Some((id, Ok(ShardValue::Owner(Some("o".into())))))
+        );
+        let (id, _) = client.request(&ShardOp::LockOwner {
+            key: "k".into(),
+            owner: "o".into(),
+            ttl: 1.0,
+        });
+        assert_eq!(
+            client.answer(&encode_value(id, &ShardValue::Unit)),
+            Some((id, Ok(ShardValue::Owner(None))))
+        );
+        let (id, _) = client.request(&ShardOp::LockAcquire {
+            key: "k".into(),
+            owner: "o".into(),
+            ttl: 1.0,
+        });
+        assert_eq!(
+            client.answer(&encode_value(id, &ShardValue::Bool(true))),
+            Some((id, Ok(ShardValue::Bool(true))))
+        );
     }
 
     #[test]
