@@ -12,7 +12,7 @@ import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 
-import { CooldownStore, MemoryStore, RedisStore, serveShards, ShardedStore, ShardError, StoreError } from '../dist/index.js';
+import { CooldownStore, guard, MemoryStore, RedisStore, serveShards, ShardedStore, ShardError, StoreError } from '../dist/index.js';
 import { testStore } from '../dist/testing.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -141,6 +141,16 @@ describe('ShardedStore over IPC', () => {
     } finally {
       await client.quit();
     }
+  });
+
+  it('serves a guarded store in the manager (guard(MemoryStore)) the same way', async () => {
+    const inner = new MemoryStore();
+    const store = guard(inner, { timeoutMs: 2000 });
+    const key = fresh('guarded-manager');
+    const reports = await Promise.all(Array.from({ length: 4 }, () => forked(['consume', key, '50', '64'], store)));
+    assert.equal(reports.reduce((s, r) => s + r.allowed, 0), 50);
+    assert.equal(inner.peek(key, { uses: 50, windowMs: 60_000 }).allowed, false);
+    await store.close();
   });
 
   it('fails with a typed timeout (a StoreError) when the manager does not answer', async () => {

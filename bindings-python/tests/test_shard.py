@@ -238,6 +238,24 @@ def test_an_asyncio_manager_serves_4_processes_exactly_once() -> None:
         p.join(30)
 
 
+def test_a_redis_store_in_the_manager_counts_exactly_once() -> None:
+    import redis
+
+    from ratewindow import RedisStore
+
+    client = redis.Redis(host="127.0.0.1", port=6379)
+    prefix = f"shard-test-{uuid.uuid4().hex[:8]}:"
+    store = RedisStore.from_client(client, prefix=prefix)
+    key = fresh("redis")
+    try:
+        assert sum(run_workers(_consume, [(key, 50, 64)] * 4, store)) == 50
+    finally:
+        keys = list(client.scan_iter(f"{prefix}*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
 def test_a_restarted_worker_keeps_the_counts() -> None:
     store = MemoryStore()
     key = fresh("restart")
