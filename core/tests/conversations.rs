@@ -171,6 +171,7 @@ fn outcome_json(
         Ok(Outcome::Int(i)) => json!({ "int": i }),
         Ok(Outcome::Bool(b)) => json!({ "bool": b }),
         Ok(Outcome::Unit) => json!({ "unit": null }),
+        #[cfg(feature = "lock")]
         Ok(Outcome::Owner(owner)) => json!({ "owner": owner }),
     }
 }

@@ -708,6 +708,7 @@ fn the_sql_conversations_run_on_the_machines() {
                 Ok(Outcome::Int(n)) => json!({ "int": n }),
                 Ok(Outcome::Bool(b)) => json!({ "bool": b }),
                 Ok(Outcome::Unit) => json!({ "unit": null }),
+                #[cfg(feature = "lock")]
                 Ok(Outcome::Owner(owner)) => json!({ "owner": owner }),
             };
             assert_eq!(got, call["outcome"], "{name}");

@@ -175,6 +175,7 @@ pub enum Outcome {
     /// Done, nothing to say (release, reset, clear).
     Unit,
     /// A lock's holder ([`LockOp::Owner`](crate::lock::LockOp::Owner)): its owner token, or `None`.
+    #[cfg(feature = "lock")]
     Owner(Option<String>),
 }
 
