@@ -14,6 +14,7 @@ import os
 import tempfile
 import uuid
 from multiprocessing.connection import Client, Connection, Listener
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -120,12 +121,13 @@ def _ops(conn: Any, key: str, out: Any) -> None:
     store.clear(f)
     r["after_clear"] = store.available_in(f)
     errors: dict[str, Any] = {}
-    for name, call in {
+    calls: dict[str, Callable[[], object]] = {
         "decay": lambda: store.hit(key, -1),
         "amount": lambda: store.hit(key, 1000, 2**70),
         "key": lambda: store.consume("\ud800", Limit(1, 10)),
         "entry_key": lambda: store.consume_many([Entry("ok", Limit(1, 10)), Entry("\ud800", Limit(1, 10))]),
-    }.items():
+    }
+    for name, call in calls.items():
         try:
             call()
             errors[name] = None
