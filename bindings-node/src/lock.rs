@@ -18,6 +18,7 @@ pub fn check_lock(ttl: f64, owner: String) -> Result<(), String> {
 
 /// The memory store's locks, timed by the host's `now` (ms).
 #[napi]
+#[derive(Default)]
 pub struct NativeLocks {
     locks: JsLocks,
 }
@@ -27,9 +28,7 @@ impl NativeLocks {
     /// No locks.
     #[napi(constructor)]
     pub fn new() -> Self {
-        NativeLocks {
-            locks: JsLocks::new(),
-        }
+        NativeLocks::default()
     }
 
     /// `op` (`acquire`, `release`, `forceRelease`) at `now`: whether it took or freed the lock.

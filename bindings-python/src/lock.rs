@@ -152,7 +152,11 @@ pub(crate) struct LockWait {
 #[pymethods]
 impl LockWait {
     #[new]
-    fn new(seconds: &Bound<'_, PyAny>, retry_ms: &Bound<'_, PyAny>, now: u64) -> PyResult<LockWait> {
+    fn new(
+        seconds: &Bound<'_, PyAny>,
+        retry_ms: &Bound<'_, PyAny>,
+        now: u64,
+    ) -> PyResult<LockWait> {
         guard(|| {
             let s = number("seconds", seconds)?;
             let r = number("retry_ms", retry_ms)?;
