@@ -9,11 +9,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIST="$ROOT/bindings-wasm/component/dist"
-# Size budgets: 150 KB for the engine world (97 KB), 256 KB for the hosted one (245 KB: the checked replies,
-# hashed batch planning and input checks of 0.2 added ~20 KB to 224 KB), which carries the
-# core's call machines: the Redis machine with its Cluster fallback, and, linked in because `Call` holds
-# either kind of machine, the SQL machines (~25 KB the component never runs; a `sql` cargo feature in
-# the core would drop them).
+# Size budgets: 150 KB for the engine world (101 KB), 256 KB for the hosted one (223 KB), which carries the
+# core's call machines: the Redis machine with its Cluster fallback. The component depends on the core
+# without its default features: no `sql` (the SQL machines, ~38 KB it never runs) and no `lock`.
 budget() { if [ "$1" = hosted ]; then echo $((256 * 1024)); else echo $((150 * 1024)); fi; }
 JCO="$ROOT/bindings-wasm/node_modules/.bin/jco"
 

@@ -302,6 +302,7 @@ pub struct Call {
 #[derive(Debug)]
 enum Inner {
     Redis(self::redis::RedisCall),
+    #[cfg(feature = "sql")]
     Sql(crate::sql::SqlCall),
     #[cfg(feature = "lock")]
     Lock(Box<self::lock::LockCall>),
@@ -317,6 +318,7 @@ impl Call {
         }
     }
 
+    #[cfg(feature = "sql")]
     pub(crate) fn sql(call: crate::sql::SqlCall) -> Call {
         Call {
             inner: Inner::Sql(call),
@@ -350,6 +352,7 @@ impl Call {
             Inner::Redis(call) => {
                 call.result(&mut self.give_back_failures, &mut self.failed_release)
             }
+            #[cfg(feature = "sql")]
             Inner::Sql(call) => call.result(&mut self.failed_release),
             #[cfg(feature = "lock")]
             Inner::Lock(call) => call.result(),
@@ -359,6 +362,7 @@ impl Call {
         }
         match &mut self.inner {
             Inner::Redis(call) => Next::Run(call.command()),
+            #[cfg(feature = "sql")]
             Inner::Sql(call) => Next::Run(call.command()),
             #[cfg(feature = "lock")]
             Inner::Lock(call) => Next::Run(call.command()),
@@ -375,6 +379,7 @@ impl Call {
     pub fn feed(&mut self, fed: Fed) {
         match &mut self.inner {
             Inner::Redis(call) => call.feed(Ok(fed)),
+            #[cfg(feature = "sql")]
             Inner::Sql(call) => call.feed(Ok(fed)),
             #[cfg(feature = "lock")]
             Inner::Lock(call) => call.feed(Ok(fed)),
@@ -388,6 +393,7 @@ impl Call {
         let message = message.into();
         match &mut self.inner {
             Inner::Redis(call) => call.feed(Err(message)),
+            #[cfg(feature = "sql")]
             Inner::Sql(call) => call.feed(Err(message)),
             #[cfg(feature = "lock")]
             Inner::Lock(call) => call.feed(Err(message)),

@@ -15,13 +15,24 @@
 //!
 //! Rows leave as keys are used; [`Postgres::plan_purge`] and [`Sqlite::plan_purge`] clear the rest
 //! (schedule one, e.g. every hour).
+//!
+//! Without the `sql` feature (default on) only the value types remain: `Command::Sql` and
+//! `Fed::Rows` still exist, but nothing plans or starts a SQL call.
+// The helpers below serve the machines the `sql` feature brings.
+#![cfg_attr(not(feature = "sql"), allow(dead_code))]
 
+#[cfg(feature = "sql")]
 mod call;
+#[cfg(feature = "sql")]
 mod postgres;
+#[cfg(feature = "sql")]
 mod sqlite;
 
+#[cfg(feature = "sql")]
 pub(crate) use call::SqlCall;
+#[cfg(feature = "sql")]
 pub use postgres::Postgres;
+#[cfg(feature = "sql")]
 pub use sqlite::{Decided, Sqlite, SqliteCall, SqliteWindowCall};
 
 use serde::{Deserialize, Serialize};
