@@ -64,6 +64,7 @@ def worker(contender: str, variant: str, prefix: str, seconds: float, redis_url:
     limit = Limit(NEVER if variant == "allowed" else USES, window)
     fill = Limit(USES, window)
     pid = None
+    store: MemoryStore | RedisStore | PostgresStore
     if contender == "memory":
         store = MemoryStore()
     elif contender == "redis":
@@ -78,8 +79,9 @@ def worker(contender: str, variant: str, prefix: str, seconds: float, redis_url:
         import psycopg
 
         conn = psycopg.connect(DSN, autocommit=True)
-        store = PostgresStore.using(conn, prefix=prefix.replace(":", "_"))
-        store.install_schema()
+        pg = PostgresStore.using(conn, prefix=prefix.replace(":", "_"))
+        pg.install_schema()
+        store = pg
     if variant == "refused" and store.peek(keys[-1], fill).allowed:
         for _ in range(USES):
             for i in range(0, KEYS, FILL_BATCH):
