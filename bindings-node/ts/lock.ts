@@ -16,7 +16,6 @@
  * ```
  * @module
  */
-import { randomUUID } from 'node:crypto';
 
 import { checkKey } from './check';
 import { InternalError, InvalidArgumentError, RateWindowError } from './errors';
@@ -101,7 +100,8 @@ export class Lock {
     checkKey(key);
     if (typeof ttl !== 'number') throw new InvalidArgumentError('ttl', ttl, `invalid ttl: ${String(ttl)} (expected a number of seconds above 0)`);
     if (owner !== undefined && typeof owner !== 'string') throw new InvalidArgumentError('owner', owner, `invalid owner: ${String(owner)} (expected a string)`);
-    const token = owner ?? randomUUID();
+    // Web Crypto's global (Node >= 19, browsers, Deno, workers): the wasm package shares this file.
+    const token = owner ?? globalThis.crypto.randomUUID();
     try {
       need(driver.backend, 'checkLock')(ttl, token);
     } catch (e) {
