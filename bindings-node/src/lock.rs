@@ -84,7 +84,7 @@ impl NativeCalls {
     /// Starts the lock operation `op` (`acquire`, `release`, `forceRelease`, `owner`) on `key`;
     /// `owner` for acquire and release, `ttl` (seconds) for acquire; `now`: SQLite's clock (ms).
     /// Answers the first step, like every start.
-    #[napi]
+    #[napi(ts_return_type = "string | null")]
     pub fn lock(
         &mut self,
         op: String,

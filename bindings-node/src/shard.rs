@@ -265,7 +265,9 @@ impl NativeShardClient {
     }
 
     /// A batch request (`consumeMany` or `peekMany`).
-    #[napi]
+    #[napi(
+        ts_args_type = "op: string, keys: Array<string>, uses: Array<number>, windows: Array<number>"
+    )]
     pub fn batch(
         &mut self,
         op: String,
