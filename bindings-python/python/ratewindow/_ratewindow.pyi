@@ -7,7 +7,7 @@ from typing_extensions import disjoint_base
 
 from ratewindow._limits import Limit as _PublicLimit
 
-__all__ = ["Limit", "Entry", "Verdict", "HitResult", "AttemptResult", "ReleaseToken", "MemoryStore", "Machine", "Call", "Script", "Sql", "GuardCore", "HttpPlan", "Trust", "redis_scripts", "check_window", "_panic_for_tests", "MAX_WINDOW_MS", "MAX_USES"]
+__all__ = ["Limit", "Entry", "Verdict", "HitResult", "AttemptResult", "ReleaseToken", "MemoryStore", "Machine", "Call", "Script", "Sql", "GuardCore", "HttpPlan", "Trust", "redis_scripts", "check_window", "LockWait", "MemoryLocks", "ShardClient", "check_lock", "lock_call", "shard_answer", "shard_answer_error", "shard_decode", "_panic_for_tests", "MAX_WINDOW_MS", "MAX_USES"]
 
 MAX_WINDOW_MS: Final[int]
 MAX_USES: Final[int]
@@ -227,13 +227,15 @@ class Machine:
 def redis_scripts() -> list[tuple[str, str, str]]: ...
 
 # The lock (src/lock.rs).
+@final
 class MemoryLocks:
     def __init__(self) -> None: ...
     def run(self, op: str, key: str, now: int, owner: str | None = None, ttl: float | None = None) -> Any: ...
     def __len__(self) -> int: ...
 
+@final
 class LockWait:
-    def __init__(self, seconds: float, retry_ms: float, now: int) -> None: ...
+    def __new__(cls, seconds: float, retry_ms: float, now: int) -> LockWait: ...
     def after_refusal(self, now: int) -> int | None: ...
 
 def check_lock(ttl: float, owner: str) -> None: ...
@@ -305,6 +307,7 @@ class Trust:
 # The sharded store's protocol (src/shard.rs over ratewindow_core::shard).
 _ShardFailure = tuple[str, str, str | None, bool]
 
+@final
 class ShardClient:
     def __init__(self) -> None: ...
     def limited(self, op: str, key: str, limit: Limit) -> tuple[int, str]: ...
