@@ -277,6 +277,11 @@ impl Calls {
             Planner::Postgres(p) => p.start(op),
             Planner::Sqlite(s) => s.start(op, now.unwrap_or(0.0) as u64),
         };
+        self.run(out, call, keep)
+    }
+
+    /// Holds `call` in a free slot (or a new one) and writes its first step into `out`.
+    fn run(&mut self, out: &mut CallRecord, call: Call, keep: bool) -> Res<Option<String>> {
         let slot = Slot::Running(call, keep);
         let id = match self.free.pop() {
             Some(id) => {
@@ -585,18 +590,7 @@ impl Calls {
             Planner::Postgres(p) => p.lock(op),
             Planner::Sqlite(s) => s.lock(op, now.unwrap_or(0.0) as u64),
         };
-        let slot = Slot::Running(call, false);
-        let id = match self.free.pop() {
-            Some(id) => {
-                self.slots[id as usize] = slot;
-                id
-            }
-            None => {
-                self.slots.push(slot);
-                (self.slots.len() - 1) as u32
-            }
-        };
-        self.step(out, id, |_| {})
+        self.run(out, call, false)
     }
 
     /// A held `Error`: why the call failed.
