@@ -4,6 +4,9 @@
 //! PostgreSQL (`PGHOST`/`PGUSER`/`PGDATABASE`, default the unix socket, `postgres`, `test`) and
 //! SQLite (a failed call commits nothing: no token).
 
+mod servers;
+use servers::{pg_connect as pg, redis_connection, to_reply};
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ratewindow_core::call::{
@@ -25,25 +28,6 @@ fn entries(key: &str) -> Vec<Entry> {
 }
 
 // ---- Redis ----
-
-fn redis_connection() -> redis::Connection {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned());
-    redis::Client::open(url)
-        .expect("redis url")
-        .get_connection()
-        .expect("a Redis server (scripts/test-core.sh starts one)")
-}
-
-fn to_reply(value: redis::Value) -> Reply {
-    match value {
-        redis::Value::Nil => Reply::Nil,
-        redis::Value::Int(i) => Reply::Int(i),
-        redis::Value::BulkString(b) => Reply::Text(String::from_utf8_lossy(&b).into_owned()),
-        redis::Value::SimpleString(s) => Reply::Text(s),
-        redis::Value::Array(items) => Reply::Array(items.into_iter().map(to_reply).collect()),
-        other => panic!("unexpected value {other:?}"),
-    }
-}
 
 /// Runs a script command as a host does (EVAL: no script cache to depend on).
 fn eval(con: &mut redis::Connection, command: Command<'_>) -> Result<Fed, String> {
@@ -213,20 +197,6 @@ fn redis_a_reply_of_the_wrong_shape_keeps_the_token_and_refusals_and_peeks_have_
 }
 
 // ---- PostgreSQL ----
-
-fn pg() -> postgres::Client {
-    let host = std::env::var("PGHOST").unwrap_or_else(|_| "/var/run/postgresql".to_owned());
-    let user = std::env::var("PGUSER")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "postgres".to_owned());
-    let db = std::env::var("PGDATABASE").unwrap_or_else(|_| "test".to_owned());
-    postgres::Client::connect(
-        &format!("host={host} user={user} dbname={db}"),
-        postgres::NoTls,
-    )
-    .expect("a PostgreSQL server (scripts/test-core.sh starts one)")
-}
 
 fn pg_run(client: &mut postgres::Client, command: Command<'_>) -> Result<Fed, String> {
     use postgres::types::ToSql;

@@ -5,6 +5,9 @@
 
 #![cfg(feature = "lock")]
 
+mod servers;
+use servers::{pg_connect, redis_connection, to_reply};
+
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -12,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use postgres::types::ToSql;
 use ratewindow_core::call::{Call, Command, Fed, Outcome, Redis};
 use ratewindow_core::lock::{LockField, LockOp, LockTtl, LockWait, MemoryLocks};
-use ratewindow_core::redis::{RedisOptions, Reply};
+use ratewindow_core::redis::RedisOptions;
 use ratewindow_core::sql::{Postgres, SqlNames, SqlValue, Sqlite, Statement};
 use serde_json::Value;
 
@@ -220,25 +223,6 @@ fn vectors_on_sqlite() {
 
 // ---- Redis ------------------------------------------------------------------------------------------
 
-fn redis_connection() -> redis::Connection {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned());
-    redis::Client::open(url)
-        .unwrap()
-        .get_connection()
-        .expect("a Redis server (scripts/test-core.sh starts one)")
-}
-
-fn to_reply(value: redis::Value) -> Reply {
-    match value {
-        redis::Value::Nil => Reply::Nil,
-        redis::Value::Int(i) => Reply::Int(i),
-        redis::Value::BulkString(b) => Reply::Text(String::from_utf8_lossy(&b).into_owned()),
-        redis::Value::SimpleString(s) => Reply::Text(s),
-        redis::Value::Array(items) => Reply::Array(items.into_iter().map(to_reply).collect()),
-        other => panic!("unexpected reply {other:?}"),
-    }
-}
-
 fn redis_answer(con: &mut redis::Connection, command: Command<'_>) -> Result<Fed, String> {
     let Command::Script {
         script,
@@ -303,20 +287,6 @@ fn a_redis_lock_is_one_key_with_the_ttl_of_the_lock() {
 }
 
 // ---- PostgreSQL -------------------------------------------------------------------------------------
-
-fn pg_connect() -> postgres::Client {
-    let host = std::env::var("PGHOST").unwrap_or_else(|_| "/var/run/postgresql".to_owned());
-    let user = std::env::var("PGUSER")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "postgres".to_owned());
-    let db = std::env::var("PGDATABASE").unwrap_or_else(|_| "test".to_owned());
-    postgres::Client::connect(
-        &format!("host={host} user={user} dbname={db}"),
-        postgres::NoTls,
-    )
-    .expect("a PostgreSQL server (scripts/test-core.sh starts one)")
-}
 
 fn pg_answer(client: &mut postgres::Client, command: Command<'_>) -> Result<Fed, String> {
     let Command::Sql { statements } = command else {

@@ -3,25 +3,14 @@
 //! call, exactly-once under contention, no deadlock between batches in opposite orders, and purge.
 //! Each test installs its own objects under a prefix of its own and drops them after.
 
+mod servers;
+use servers::pg_connect as connect;
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use postgres::types::ToSql;
 use ratewindow_core::sql::{Postgres, SqlNames, SqlValue, Statement};
 use ratewindow_core::{BatchVerdict, Entry, Limit, Quota, Window};
-
-fn connect() -> postgres::Client {
-    let host = std::env::var("PGHOST").unwrap_or_else(|_| "/var/run/postgresql".to_owned());
-    let user = std::env::var("PGUSER")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "postgres".to_owned());
-    let db = std::env::var("PGDATABASE").unwrap_or_else(|_| "test".to_owned());
-    postgres::Client::connect(
-        &format!("host={host} user={user} dbname={db}"),
-        postgres::NoTls,
-    )
-    .expect("a PostgreSQL server (scripts/test-core.sh starts one)")
-}
 
 /// Objects of this test's own, dropped when it ends.
 struct Schema {

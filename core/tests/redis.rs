@@ -3,6 +3,9 @@
 //! machine's commands run as a host runs them, and its outcomes are checked. `scripts/test-core.sh`
 //! starts what is not running.
 
+mod servers;
+use servers::{redis_connection as connection, to_reply};
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ratewindow_core::call::{
@@ -11,14 +14,6 @@ use ratewindow_core::call::{
 use ratewindow_core::redis::{self as rw, RedisOptions, RedisRelease, Reply};
 use ratewindow_core::{BatchVerdict, Entry, Limit, Window, MAX_WINDOW_MS};
 
-fn connection() -> redis::Connection {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned());
-    redis::Client::open(url)
-        .expect("redis url")
-        .get_connection()
-        .expect("a Redis server (scripts/test-core.sh starts one)")
-}
-
 /// A prefix of this run's own, so runs never see each other's keys.
 fn options(test: &str) -> RedisOptions {
     let nanos = SystemTime::now()
@@ -26,17 +21,6 @@ fn options(test: &str) -> RedisOptions {
         .unwrap()
         .as_nanos();
     RedisOptions::default().with_prefix(format!("ratewindow-test:{test}:{nanos}:"))
-}
-
-fn to_reply(value: redis::Value) -> Reply {
-    match value {
-        redis::Value::Nil => Reply::Nil,
-        redis::Value::Int(i) => Reply::Int(i),
-        redis::Value::BulkString(b) => Reply::Text(String::from_utf8_lossy(&b).into_owned()),
-        redis::Value::SimpleString(s) => Reply::Text(s),
-        redis::Value::Array(items) => Reply::Array(items.into_iter().map(to_reply).collect()),
-        other => panic!("unexpected value {other:?}"),
-    }
 }
 
 /// Runs a machine's command as a host does: EVALSHA or EVAL, the server's error as its message.
