@@ -14,6 +14,12 @@ node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' \
 command -v npm >/dev/null || { echo "setup-node: npm is required" >&2; exit 1; }
 command -v cargo >/dev/null || { echo "setup-node: cargo (Rust) is required" >&2; exit 1; }
 
+# Two setups at once in one clone (two test parts, or a build beside a test) would run `npm ci` twice,
+# and each wipes node_modules under the other: one at a time, by a lock on the package directory.
+if command -v flock >/dev/null; then
+  exec 9> "$PKG/.setup-node.lock"
+  flock 9
+fi
 if [ ! -x "$PKG/node_modules/.bin/napi" ] || [ ! -x "$PKG/node_modules/.bin/tsc" ] \
    || [ "$PKG/package-lock.json" -nt "$PKG/node_modules/.package-lock.json" ]; then
   (cd "$PKG" && npm ci --no-audit --no-fund)
