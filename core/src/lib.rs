@@ -45,8 +45,10 @@
 
 pub mod call;
 mod clock;
+pub mod counter;
 mod error;
 pub mod fixed;
+pub mod gcra;
 pub mod guard;
 pub mod http;
 pub mod input;
@@ -70,4 +72,4 @@ pub use error::{LimitError, LimitField, MAX_WINDOW_MS};
 pub use fixed::FixedWindow;
 pub use limit::{Limit, Window};
 pub use memory::{Consumed, MemoryStore, RecordedCall, Release};
-pub use verdict::{BatchVerdict, Entry, Quota, Verdict};
+pub use verdict::{BatchVerdict, Entry, MixedEntry, Quota, Rule, Verdict};

@@ -16,9 +16,11 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
+use crate::counter::{Counter, CounterState};
 use crate::fixed::{self, FixedWindow};
+use crate::gcra::{Gcra, RateError, RateField, Tat};
 use crate::sliding::{self, CallLog};
-use crate::{BatchVerdict, Entry, Limit, Quota, Verdict, Window};
+use crate::{BatchVerdict, Entry, Limit, MixedEntry, Quota, Rule, Verdict, Window};
 
 type Hasher = foldhash::fast::RandomState;
 type Map<V> = IndexMap<Box<str>, V, Hasher>;
@@ -86,8 +88,14 @@ fn alive(log: &KeyLog, horizon: u64) -> bool {
 struct Shard {
     logs: Map<KeyLog>,
     windows: Map<FixedWindow>,
+    /// GCRA keys: each one TAT (16 bytes), removable once it is behind the horizon.
+    gcra: Map<Tat>,
+    /// Sliding-window counter keys (24 bytes each).
+    counters: Map<CounterState>,
     log_cursor: usize,
     window_cursor: usize,
+    gcra_cursor: usize,
+    counter_cursor: usize,
     next_instance: u64,
     /// Operations since this shard last swept another one.
     ops: u32,
@@ -98,8 +106,12 @@ impl Shard {
         Shard {
             logs: IndexMap::with_hasher(hasher.clone()),
             windows: IndexMap::with_hasher(hasher.clone()),
+            gcra: IndexMap::with_hasher(hasher.clone()),
+            counters: IndexMap::with_hasher(hasher.clone()),
             log_cursor: 0,
             window_cursor: 0,
+            gcra_cursor: 0,
+            counter_cursor: 0,
             next_instance: 1,
             ops: 0,
         }
@@ -245,6 +257,96 @@ impl Shard {
         sweep(&mut self.windows, &mut self.window_cursor, remove, |w| {
             !w.is_live(horizon)
         });
+        if !self.gcra.is_empty() {
+            sweep(&mut self.gcra, &mut self.gcra_cursor, remove, |t| {
+                !tat_alive(t, horizon)
+            });
+        }
+        if !self.counters.is_empty() {
+            sweep(&mut self.counters, &mut self.counter_cursor, remove, |c| {
+                !counter_alive(c, horizon)
+            });
+        }
+    }
+
+    /// `key`'s live GCRA state.
+    #[inline]
+    fn gcra_state(&self, key: Key<'_>, horizon: u64) -> Option<Tat> {
+        self.gcra
+            .raw_entry_v1()
+            .from_hash(key.hash, |k| &**k == key.text)
+            .map(|(_, t)| *t)
+            .filter(|t| tat_alive(t, horizon))
+    }
+
+    /// `key`'s live counter state.
+    #[inline]
+    fn counter_state(&self, key: Key<'_>, horizon: u64) -> Option<CounterState> {
+        self.counters
+            .raw_entry_v1()
+            .from_hash(key.hash, |k| &**k == key.text)
+            .map(|(_, c)| *c)
+            .filter(|c| counter_alive(c, horizon))
+    }
+
+    /// Stores `key`'s GCRA state (one probe: it replaces the old one or inserts).
+    #[inline]
+    fn put_gcra(&mut self, key: Key<'_>, tat: Tat) {
+        match self
+            .gcra
+            .raw_entry_mut_v1()
+            .from_hash(key.hash, |k| &**k == key.text)
+        {
+            RawEntryMut::Occupied(mut e) => *e.get_mut() = tat,
+            RawEntryMut::Vacant(e) => {
+                e.insert_hashed_nocheck(key.hash, key.text.into(), tat);
+            }
+        }
+    }
+
+    /// Stores `key`'s counter state.
+    #[inline]
+    fn put_counter(&mut self, key: Key<'_>, state: CounterState) {
+        match self
+            .counters
+            .raw_entry_mut_v1()
+            .from_hash(key.hash, |k| &**k == key.text)
+        {
+            RawEntryMut::Occupied(mut e) => *e.get_mut() = state,
+            RawEntryMut::Vacant(e) => {
+                e.insert_hashed_nocheck(key.hash, key.text.into(), state);
+            }
+        }
+    }
+}
+
+/// Whether a GCRA key is not yet full at `horizon` (a full one is the same as no key).
+#[inline]
+fn tat_alive(tat: &Tat, horizon: u64) -> bool {
+    tat.expires_at() > horizon || tat.expires_at() == u64::MAX
+}
+
+/// Whether a counter key still counts anything at `horizon`.
+#[inline]
+fn counter_alive(state: &CounterState, horizon: u64) -> bool {
+    state.expires_at() > horizon || state.expires_at() == u64::MAX
+}
+
+/// A GCRA state recorded while the clock lags the horizon lasts at least `cost` uses past the
+/// horizon, so it is not dead on arrival (the sliding log's rule: the call counts from the horizon).
+#[inline]
+fn gcra_from_horizon(gcra: Gcra, tat: Tat, cost: u32, now: u64, horizon: u64) -> Tat {
+    if now >= horizon {
+        return tat;
+    }
+    let floor = gcra
+        .decide(None, cost, horizon, true)
+        .store
+        .expect("a cost within the burst fits an empty bucket");
+    if (floor.ms, floor.rem) > (tat.ms, tat.rem) {
+        floor
+    } else {
+        tat
     }
 }
 
@@ -837,6 +939,309 @@ impl MemoryStore {
         self.lock(shard).windows.swap_remove(key.text);
     }
 
+    /// Counts a call costing `cost` uses on `key`'s GCRA bucket at `now`: allowed and recorded, or
+    /// refused with the wait until `cost` uses are there (see [`gcra`](crate::gcra) for every field).
+    /// A cost outside `1..=burst` is an error and changes nothing.
+    pub fn gcra_consume(
+        &self,
+        key: &str,
+        gcra: Gcra,
+        cost: u64,
+        now: u64,
+    ) -> Result<Verdict, RateError> {
+        let cost = gcra.check_cost(cost)?;
+        let horizon = self.advance(now);
+        let (shard, key) = self.key(key);
+        let mut shard = self.lock(shard);
+        let decision = gcra.decide(shard.gcra_state(key, horizon), cost, now, true);
+        if let Some(tat) = decision.store {
+            shard.put_gcra(key, gcra_from_horizon(gcra, tat, cost, now, horizon));
+        }
+        if shard.sweep(horizon) {
+            drop(shard);
+            self.sweep_foreign(horizon);
+        }
+        Ok(decision.verdict)
+    }
+
+    /// The verdict [`gcra_consume`](Self::gcra_consume) would give, recording and creating nothing;
+    /// its quota is the bucket as it stands.
+    pub fn gcra_peek(
+        &self,
+        key: &str,
+        gcra: Gcra,
+        cost: u64,
+        now: u64,
+    ) -> Result<Verdict, RateError> {
+        let cost = gcra.check_cost(cost)?;
+        let horizon = self.horizon_at(now);
+        let (shard, key) = self.key(key);
+        let shard = self.lock(shard);
+        Ok(gcra
+            .decide(shard.gcra_state(key, horizon), cost, now, false)
+            .verdict)
+    }
+
+    /// Empties `key`'s GCRA bucket of every use taken: its next call finds it full.
+    pub fn gcra_reset(&self, key: &str) {
+        let (shard, key) = self.key(key);
+        self.lock(shard).gcra.swap_remove(key.text);
+    }
+
+    /// Counts a call costing `cost` uses on `key`'s sliding-window counter at `now` (see
+    /// [`counter`](crate::counter)). A cost outside `1..=uses` is an error and changes nothing.
+    pub fn counter_consume(
+        &self,
+        key: &str,
+        counter: Counter,
+        cost: u64,
+        now: u64,
+    ) -> Result<Verdict, RateError> {
+        let cost = counter.check_cost(cost)?;
+        let horizon = self.advance(now);
+        let (shard, key) = self.key(key);
+        let mut shard = self.lock(shard);
+        let decision = counter.decide(shard.counter_state(key, horizon), cost, now, true);
+        if let Some(state) = decision.store {
+            shard.put_counter(key, state);
+        }
+        if shard.sweep(horizon) {
+            drop(shard);
+            self.sweep_foreign(horizon);
+        }
+        Ok(decision.verdict)
+    }
+
+    /// The verdict [`counter_consume`](Self::counter_consume) would give, recording and creating
+    /// nothing.
+    pub fn counter_peek(
+        &self,
+        key: &str,
+        counter: Counter,
+        cost: u64,
+        now: u64,
+    ) -> Result<Verdict, RateError> {
+        let cost = counter.check_cost(cost)?;
+        let horizon = self.horizon_at(now);
+        let (shard, key) = self.key(key);
+        let shard = self.lock(shard);
+        Ok(counter
+            .decide(shard.counter_state(key, horizon), cost, now, false)
+            .verdict)
+    }
+
+    /// Forgets `key`'s counter.
+    pub fn counter_reset(&self, key: &str) {
+        let (shard, key) = self.key(key);
+        self.lock(shard).counters.swap_remove(key.text);
+    }
+
+    /// Counts one call against entries of any algorithm at once, all or nothing: recorded against
+    /// every entry only if none refuses. A refusal names the entry with the longest wait (ties keep
+    /// the first), as [`consume_many`](Self::consume_many) does.
+    ///
+    /// - Sliding-log entries behave as in `consume_many` (a key named twice is checked against each
+    ///   limit and records the call once, under the longest window); their `cost` must be 1 (weights
+    ///   on the log come with the log's own weighted change).
+    /// - GCRA and counter entries naming the same key are counted one after another within the call:
+    ///   each sees the uses of the entries before it.
+    /// - The [`Release`] gives back the sliding-log calls only; GCRA and counter uses are not given
+    ///   back (not built yet).
+    ///
+    /// A cost out of range is an error naming the entry's field, and changes nothing.
+    pub fn consume_mixed(&self, entries: &[MixedEntry], now: u64) -> Result<Consumed, RateError> {
+        self.mixed(entries, now, true)
+    }
+
+    /// The verdict [`consume_mixed`](Self::consume_mixed) would give, recording and creating nothing.
+    pub fn peek_mixed(&self, entries: &[MixedEntry], now: u64) -> Result<BatchVerdict, RateError> {
+        Ok(self.mixed(entries, now, false)?.verdict)
+    }
+
+    fn mixed(&self, entries: &[MixedEntry], now: u64, record: bool) -> Result<Consumed, RateError> {
+        let costs: Vec<u32> = entries
+            .iter()
+            .map(|e| match e.rule {
+                Rule::Sliding(_) if e.cost == 1 => Ok(1),
+                Rule::Sliding(_) => Err(RateError::new(RateField::Cost, e.cost)),
+                Rule::Gcra(g) => g.check_cost(e.cost),
+                Rule::Counter(c) => c.check_cost(e.cost),
+            })
+            .collect::<Result<_, _>>()?;
+        let horizon = if record {
+            self.advance(now)
+        } else {
+            self.horizon_at(now)
+        };
+        let located: Vec<(usize, Key<'_>)> = entries.iter().map(|e| self.key(&e.key)).collect();
+        let mut order: Vec<usize> = located.iter().map(|&(s, _)| s).collect();
+        order.sort_unstable();
+        order.dedup();
+        // Locks in ascending index order, as `batch` does: no two batches wait on each other.
+        let mut guards: Vec<MutexGuard<'_, Shard>> = order.iter().map(|&i| self.lock(i)).collect();
+        let slot = |i: usize| order.binary_search(&located[i].0).expect("locked above");
+        let same_key = |i: usize, j: usize| {
+            entries[i].key == entries[j].key
+                && std::mem::discriminant(&entries[i].rule)
+                    == std::mem::discriminant(&entries[j].rule)
+        };
+
+        // Check every entry; GCRA and counter states as the earlier entries of the call left them.
+        let mut gcra_after: Vec<Option<Tat>> = vec![None; entries.len()];
+        let mut counter_after: Vec<Option<CounterState>> = vec![None; entries.len()];
+        let mut quotas: Vec<Quota> = vec![Quota::NONE; entries.len()];
+        let mut blocked: Option<(usize, u64)> = None;
+        for (i, entry) in entries.iter().enumerate() {
+            let shard = &guards[slot(i)];
+            let key = located[i].1;
+            let earlier = (0..i).rev().find(|&j| same_key(i, j));
+            let verdict = match entry.rule {
+                Rule::Sliding(limit) => match shard.peek_log(key, horizon) {
+                    None => Verdict::ALLOWED.with_quota(Quota::unused(limit)),
+                    Some(log) => match log.wait_until(limit, now) {
+                        Some(until) => {
+                            let refused = Verdict::refused(now, until);
+                            refused.with_quota(log.refused_quota(
+                                limit,
+                                now,
+                                refused.retry_after_ms,
+                            ))
+                        }
+                        None => Verdict::ALLOWED.with_quota(log.quota(limit, now)),
+                    },
+                },
+                Rule::Gcra(g) => {
+                    let state = match earlier {
+                        Some(j) => gcra_after[j],
+                        None => shard.gcra_state(key, horizon),
+                    };
+                    let d = g.decide(state, costs[i], now, true);
+                    gcra_after[i] = d.store.or(state);
+                    d.verdict
+                }
+                Rule::Counter(c) => {
+                    let state = match earlier {
+                        Some(j) => counter_after[j],
+                        None => shard.counter_state(key, horizon),
+                    };
+                    let d = c.decide(state, costs[i], now, true);
+                    counter_after[i] = d.store.or(state);
+                    d.verdict
+                }
+            };
+            quotas[i] = verdict.quota;
+            if let Some(until) = verdict.retry_timestamp {
+                if blocked.is_none_or(|(_, longest)| until > longest) {
+                    blocked = Some((i, until));
+                }
+            }
+        }
+        let verdict = BatchVerdict::at(now, blocked);
+        if let Some((b, _)) = blocked {
+            return Ok(Consumed {
+                verdict: verdict.with_quota(quotas[b]),
+                release: None,
+            });
+        }
+        let window_of = |i: usize| match entries[i].rule {
+            Rule::Sliding(l) => l.window_ms(),
+            Rule::Gcra(g) => g.window_ms(),
+            Rule::Counter(c) => c.limit().window_ms(),
+        };
+        if !record {
+            // A peek's quota is each key as it stands.
+            for (i, entry) in entries.iter().enumerate() {
+                let shard = &guards[slot(i)];
+                let key = located[i].1;
+                quotas[i] = match entry.rule {
+                    Rule::Sliding(_) => quotas[i],
+                    Rule::Gcra(g) => {
+                        g.decide(shard.gcra_state(key, horizon), costs[i], now, false)
+                            .verdict
+                            .quota
+                    }
+                    Rule::Counter(c) => {
+                        c.decide(shard.counter_state(key, horizon), costs[i], now, false)
+                            .verdict
+                            .quota
+                    }
+                };
+            }
+            let quota = Quota::tightest((0..entries.len()).map(|i| (quotas[i], window_of(i))));
+            return Ok(Consumed {
+                verdict: verdict.with_quota(quota),
+                release: None,
+            });
+        }
+
+        // Allowed: record. Each key's last entry holds its final GCRA / counter state; each sliding
+        // key records the call once, under the longest window its entries give.
+        let moment = Moment { now, horizon };
+        let mut calls = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let later = (i + 1..entries.len()).any(|j| same_key(i, j));
+            let first = !(0..i).any(|j| same_key(i, j));
+            let key = located[i].1;
+            let shard = &mut guards[slot(i)];
+            match entry.rule {
+                Rule::Sliding(limit) if first => {
+                    let window_ms = (i..entries.len())
+                        .filter(|&j| j == i || same_key(i, j))
+                        .map(window_of)
+                        .max()
+                        .unwrap_or(limit.window_ms());
+                    let index = shard.trimmed_log(key, now, horizon, window_ms);
+                    if let Some(index) = index {
+                        if shard.logs[index].is_empty() {
+                            shard.renew(index, limit);
+                        }
+                    }
+                    let (instance, at, _) = shard.record(key, index, limit, window_ms, moment);
+                    calls.push(RecordedCall {
+                        key: entry.key.clone(),
+                        instance,
+                        at,
+                        window_ms,
+                    });
+                }
+                Rule::Sliding(_) => {}
+                Rule::Gcra(g) if !later => {
+                    let tat = gcra_after[i].expect("an allowed entry has a state");
+                    shard.put_gcra(key, gcra_from_horizon(g, tat, costs[i], now, horizon));
+                }
+                Rule::Counter(_) if !later => {
+                    let state = counter_after[i].expect("an allowed entry has a state");
+                    shard.put_counter(key, state);
+                }
+                Rule::Gcra(_) | Rule::Counter(_) => {}
+            }
+        }
+        // Sliding quotas after the call: each sliding entry sees the one call recorded.
+        for (i, entry) in entries.iter().enumerate() {
+            if let Rule::Sliding(limit) = entry.rule {
+                let shard = &guards[slot(i)];
+                quotas[i] = shard
+                    .peek_log(located[i].1, horizon)
+                    .map_or(Quota::unused(limit), |log| log.quota(limit, now));
+            }
+        }
+        let quota = Quota::tightest((0..entries.len()).map(|i| (quotas[i], window_of(i))));
+        let foreign = guards
+            .iter_mut()
+            .fold(false, |due, guard| guard.sweep(horizon) | due);
+        drop(guards);
+        if foreign {
+            self.sweep_foreign(horizon);
+        }
+        Ok(Consumed {
+            verdict: verdict.with_quota(quota),
+            release: Some(Release {
+                store: self.id,
+                calls,
+            }),
+        })
+    }
+
     /// Removes every key expired at `now` at once, in O(keys), and gives back the memory. Never needed
     /// for correctness: use it to shrink a store after a burst of keys without waiting for the sweep.
     pub fn purge(&self, now: u64) {
@@ -845,20 +1250,26 @@ impl MemoryStore {
             let mut shard = self.lock(index);
             shard.logs.retain(|_, log| alive(log, horizon));
             shard.windows.retain(|_, w| w.is_live(horizon));
+            shard.gcra.retain(|_, t| tat_alive(t, horizon));
+            shard.counters.retain(|_, c| counter_alive(c, horizon));
             shard.logs.shrink_to_fit();
             shard.windows.shrink_to_fit();
+            shard.gcra.shrink_to_fit();
+            shard.counters.shrink_to_fit();
             shard.log_cursor = 0;
             shard.window_cursor = 0;
+            shard.gcra_cursor = 0;
+            shard.counter_cursor = 0;
         }
     }
 
-    /// How many keys the store holds (sliding logs and fixed windows), dead ones the sweep has not
-    /// reached yet included.
+    /// How many keys the store holds (sliding logs, fixed windows, GCRA and counter keys), dead ones
+    /// the sweep has not reached yet included.
     pub fn len(&self) -> usize {
         (0..self.shards.len())
             .map(|i| {
                 let shard = self.lock(i);
-                shard.logs.len() + shard.windows.len()
+                shard.logs.len() + shard.windows.len() + shard.gcra.len() + shard.counters.len()
             })
             .sum()
     }

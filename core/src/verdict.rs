@@ -189,3 +189,37 @@ impl Entry {
         }
     }
 }
+
+/// The algorithm an entry of a mixed batch is counted by, with its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rule {
+    /// The exact sliding window log.
+    Sliding(crate::Limit),
+    /// GCRA: a rate and a burst, one time per key (see [`crate::gcra`]).
+    Gcra(crate::gcra::Gcra),
+    /// The sliding-window counter: two fixed windows weighted (see [`crate::counter`]).
+    Counter(crate::counter::Counter),
+}
+
+/// One entry of a batch mixing algorithms: a key, the rule it is counted by, and what the call
+/// costs it. Keys of different algorithms are different keys, even when spelled alike.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MixedEntry {
+    /// The key counted.
+    pub key: String,
+    /// Its algorithm and limit.
+    pub rule: Rule,
+    /// Uses the call takes (1 for the sliding log).
+    pub cost: u64,
+}
+
+impl MixedEntry {
+    /// An entry for `key` under `rule`, costing `cost` uses.
+    pub fn new(key: impl Into<String>, rule: Rule, cost: u64) -> MixedEntry {
+        MixedEntry {
+            key: key.into(),
+            rule,
+            cost,
+        }
+    }
+}
