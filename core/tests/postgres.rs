@@ -158,6 +158,21 @@ fn an_earlier_schema_upgrades_in_place_with_its_calls() {
             include_str!("data/postgres_schema_0_1_log.sql"),
             "SELECT allowed FROM {p}_sliding1('c', $1, $2, 2::bigint, 60000::bigint, true)",
         ),
+        // {p}_take1 whose compare-and-set found the window's first call by a sub-select over
+        // unnest (its UPDATE planned a nested loop); the one-entry statement is the same text.
+        (
+            "take1",
+            include_str!("data/postgres_schema_take1_subselect.sql"),
+            "SELECT (verdict::bigint[])[1] = 1 FROM (SELECT (CASE WHEN s.u > s.now - 60000 \
+             THEN ARRAY[0, greatest(1, s.u + 60000 - s.now), s.u + 60000, 0, s.now, 2, 0, \
+             greatest(1, s.u + 60000 - s.now), s.ats[s.n] + 60000 - s.now] \
+             ELSE {p}_take1('c', $1::text, $2::text, 2::bigint, 60000::bigint, true, s.ats, s.ids, s.now) \
+             END)::text AS verdict \
+             FROM (SELECT l.ats, l.ids, cardinality(l.ats) AS n, \
+             CASE WHEN cardinality(l.ats) >= 2 THEN l.ats[cardinality(l.ats) - 2 + 1] END AS u, \
+             greatest(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, l.ats[cardinality(l.ats)]) AS now \
+             FROM (SELECT) AS o LEFT JOIN {p}_log AS l ON l.key = $2::text OFFSET 0) AS s) AS t",
+        ),
     ] {
         let schema = Schema::named(&format!("upgrade_{version}"));
         let (plans, mut client) = (&schema.plans, connect());

@@ -84,13 +84,16 @@ BEGIN
         ON CONFLICT (key) DO NOTHING
         RETURNING ARRAY[1, 0, -1, -1, p_now, p_uses, p_uses - 1, p_window, p_window] INTO v;
     ELSE
-      UPDATE {p}_log l SET ats = p_ats[f.first:] || p_now, ids = p_ids[f.first:] || p_id,
+      -- The times are ascending, so the calls still inside the window (at > now - window) are the
+      -- suffix after the width_bucket(now - window, ats) times at or before the cut (a binary search,
+      -- in the UPDATE's own expressions: the plan is the key's index scan alone, no sub-select).
+      UPDATE {p}_log l SET ats = p_ats[width_bucket(p_now - p_window, p_ats) + 1:] || p_now,
+        ids = p_ids[width_bucket(p_now - p_window, p_ats) + 1:] || p_id,
         expires_at = greatest(l.expires_at, p_now + p_window)
-        FROM (SELECT cardinality(p_ats) + 1 - count(*)::integer AS first FROM unnest(p_ats) AS a
-              WHERE a > p_now - p_window) AS f
         WHERE l.key = p_key AND l.ats = p_ats AND l.ids = p_ids
-        RETURNING ARRAY[1, 0, -1, -1, p_now, p_uses, p_uses - (cardinality(p_ats) - f.first + 1) - 1,
-          coalesce(p_ats[f.first], p_now) + p_window - p_now, p_window] INTO v;
+        RETURNING ARRAY[1, 0, -1, -1, p_now, p_uses,
+          p_uses - (cardinality(p_ats) - width_bucket(p_now - p_window, p_ats)) - 1,
+          coalesce(p_ats[width_bucket(p_now - p_window, p_ats) + 1], p_now) + p_window - p_now, p_window] INTO v;
     END IF;
     IF v IS NOT NULL THEN
       RETURN v;
@@ -119,10 +122,8 @@ BEGIN
       p_now := NULL;
     END IF;
     v_cut := v_now - p_window;
-    v_first := v_len + 1;
-    WHILE v_first > 1 AND v_ats[v_first - 1] > v_cut LOOP
-      v_first := v_first - 1;
-    END LOOP;
+    -- The calls inside the window are a suffix: the first follows the times at or before the cut.
+    v_first := coalesce(width_bucket(v_cut, v_ats), 0) + 1;
     v_count := v_len - v_first + 1;
     IF v_count >= p_uses THEN
       v_until := v_ats[v_len - p_uses + 1] + p_window;
@@ -231,11 +232,9 @@ BEGIN
       v_len := coalesce(cardinality(v_ats), 0);
       v_newest := greatest(v_newest, v_ats[v_len]);
       v_cut := v_now - p_windows[i];
-      -- The times are ascending: the calls inside the window (at > now - window) are a suffix.
-      v_first := v_len + 1;
-      WHILE v_first > 1 AND v_ats[v_first - 1] > v_cut LOOP
-        v_first := v_first - 1;
-      END LOOP;
+      -- The times are ascending: the calls inside the window (at > now - window) are a suffix, after
+      -- the width_bucket(cut, ats) times at or before the cut (a binary search).
+      v_first := coalesce(width_bucket(v_cut, v_ats), 0) + 1;
       v_count := v_len - v_first + 1;
       v_counts[i] := v_count;
       v_mins[i] := v_ats[v_first];
