@@ -11,13 +11,17 @@
 //   node bench/node/lock.mjs               full run (~1 min)
 //   BENCH_QUICK=1 node bench/node/lock.mjs a smoke run
 //   REDIS_PORT=6440 …  a private redis-server (default: the shared 6379);  BENCH_ROUNDS=9 …  more rounds
+//   BENCH_RUN_MS=1000 …  longer rounds (default 400);  BENCH_PKG=<dir> …  the package built in another checkout
+// Beside each ratio: this process's and the redis-server's CPU per pair (the server's from /proc when it
+// runs on this host), which a loaded machine moves far less than the throughput.
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const pkg = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'bindings-node');
+const pkg = process.env.BENCH_PKG ?? join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'bindings-node');
 const require = createRequire(join(pkg, 'package.json'));
 const { RedisStore } = require('./dist/index.js');
 const { createClient } = require('redis');
@@ -25,7 +29,7 @@ const IORedis = require('ioredis');
 
 const quick = process.env.BENCH_QUICK === '1';
 const ROUNDS = quick ? 1 : Number(process.env.BENCH_ROUNDS ?? 7);
-const RUN_MS = quick ? 100 : 400;
+const RUN_MS = quick ? 100 : Number(process.env.BENCH_RUN_MS ?? 400);
 const REDIS_PORT = Number(process.env.REDIS_PORT ?? 6379);
 const KEYS = Array.from({ length: 1000 }, (_, i) => `benchlock:${i}`);
 const CAD = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
@@ -33,6 +37,7 @@ const CAD = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DE
 async function clients() {
   const nodeRedis = createClient({ url: `redis://127.0.0.1:${REDIS_PORT}` });
   await nodeRedis.connect();
+  redisPid ??= /process_id:(\d+)/.exec(await nodeRedis.sendCommand(['INFO', 'server']))?.[1];
   const io = new IORedis({ host: '127.0.0.1', port: REDIS_PORT });
   const cadNode = await nodeRedis.scriptLoad(CAD);
   await io.script('LOAD', CAD);
@@ -74,9 +79,26 @@ function contenders(c) {
   };
 }
 
-/** Pairs per second for `ms`, `inFlight` at once, each worker on its own slice of the keys. */
-async function measure(fn, inFlight, ms) {
+/** The redis-server's CPU time (µs) from /proc when it runs on this host (REDIS_PID, or its INFO's process_id). */
+let redisPid = process.env.REDIS_PID;
+function serverCpu() {
+  if (redisPid === undefined) return undefined;
+  try {
+    const f = readFileSync(`/proc/${redisPid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return (Number(f[11]) + Number(f[12])) * 10_000; // utime + stime, clock ticks of 10 ms
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Pairs per second for `ms`, `inFlight` at once, each worker on its own slice of the keys; pushes this
+ * process's and the server's CPU per pair (µs) onto `cpu` (load-independent, unlike the throughput).
+ */
+async function measure(fn, inFlight, ms, cpu) {
   let done = 0;
+  const cpu0 = process.cpuUsage();
+  const server0 = serverCpu();
   const until = performance.now() + ms;
   const per = KEYS.length / inFlight;
   await Promise.all(
@@ -88,6 +110,11 @@ async function measure(fn, inFlight, ms) {
       }
     }),
   );
+  if (cpu) {
+    const used = process.cpuUsage(cpu0);
+    cpu.client.push((used.user + used.system) / done);
+    if (server0 !== undefined) cpu.server.push((serverCpu() - server0) / done);
+  }
   return (done / ms) * 1000;
 }
 
@@ -100,15 +127,20 @@ for (const c of cs) {
   for (const inFlight of [1, 64]) {
     for (const fn of Object.values(fns)) await measure(fn, inFlight, 50); // warm (scripts loaded)
     const rates = { ours: [], bare: [] };
+    const cpu = { ours: { client: [], server: [] }, bare: { client: [], server: [] } };
     const names = Object.keys(fns);
     for (let r = 0; r < ROUNDS; r++) {
       const order = r % 2 === 0 ? names : [...names].reverse();
-      for (const name of order) rates[name].push(await measure(fns[name], inFlight, RUN_MS));
+      for (const name of order) rates[name].push(await measure(fns[name], inFlight, RUN_MS, cpu[name]));
     }
     const ratios = rates.ours.map((o, i) => o / rates.bare[i]);
     console.log(
       `${c.name.padEnd(10)} ${String(inFlight).padStart(2)} in flight: ours ${median(rates.ours).toFixed(0)} pairs/s, bare ${median(rates.bare).toFixed(0)} pairs/s, ours/bare ${median(ratios).toFixed(2)}x (rounds ${ratios.map((x) => x.toFixed(2)).join(' ')})`,
     );
+    const server = cpu.ours.server.length
+      ? `; redis-server (pid ${redisPid}) ours ${median(cpu.ours.server).toFixed(1)} µs, bare ${median(cpu.bare.server).toFixed(1)} µs`
+      : '';
+    console.log(`${''.padEnd(10)}    CPU per pair: this process ours ${median(cpu.ours.client).toFixed(1)} µs, bare ${median(cpu.bare.client).toFixed(1)} µs${server}`);
   }
   await c.close();
 }

@@ -8,6 +8,7 @@ use napi_derive::napi;
 use ratewindow_js_glue::lock::{JsLocks, JsWait};
 
 use crate::call::{Joined, NativeCalls};
+use crate::key::Key;
 use crate::{glue, guard, thrown};
 
 /// Checks a lock's TTL (seconds) and owner token (code `invalid_argument:ttl` / `owner`).
@@ -83,17 +84,21 @@ impl NativeLockWait {
 impl NativeCalls {
     /// Starts the lock operation `op` (`acquire`, `release`, `forceRelease`, `owner`) on `key`;
     /// `owner` for acquire and release, `ttl` (seconds) for acquire; `now`: SQLite's clock (ms).
-    /// Answers the first step, like every start.
+    /// Answers the first step, like every start. `op` and `key` are read as [`Key`]s (one napi call
+    /// into a stack buffer each, no allocation), as a consume's key is.
     #[napi(ts_return_type = "string | null")]
     pub fn lock(
         &mut self,
-        op: String,
-        key: String,
+        op: Key,
+        key: Key,
         owner: Option<String>,
         ttl: f64,
         now: Option<f64>,
     ) -> Result<Joined, String> {
-        self.go(|calls, out| calls.lock(out, &op, key, owner, ttl, now))
+        self.go(|calls, out| {
+            let key = key.get()?.to_owned();
+            calls.lock(out, op.get()?, key, owner, ttl, now)
+        })
     }
 
     /// A held lock `Owner` outcome: the holder's token, or null.

@@ -280,6 +280,9 @@ export function verdictOf(r: Float64Array, batch: boolean, release?: () => Await
 /** A single call's verdict from the record. */
 const single = (r: Float64Array): Verdict => verdictOf(r, false);
 
+/** A lock operation's outcome from the record: whether it took or freed the lock. */
+const lockFlag = (r: Float64Array): boolean => r[CallSlot.Value] === 1;
+
 /** What the engine threw while starting a call, as a ratewindow error (`entries`: to name the bad limit). */
 export function engineError(error: unknown, backend: Backend, entries?: readonly Entry[], decayMs?: number): Error {
   const code = (error as { code?: unknown } | null)?.code;
@@ -567,17 +570,25 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     get backend(): LockBackend {
       return store.backend as LockBackend;
     },
-    lockRun: (op, key, owner, ttl) => store.lockCall(op, key, owner ?? null, ttl, (r) => r[CallSlot.Value] === 1),
-    lockOwner: (key) => store.lockCall('owner', key, null, 0, (_r, id) => store.calls.lockOwner?.(id) ?? null),
+    checkedTtl: undefined,
+    lockRun: (op, key, owner, ttl) => store.lockCall(op, key, owner ?? null, ttl, lockFlag),
+    lockOwner: (key) => store.lockCall('owner', key, null, 0, store.lockHolder),
   }))(this);
 
-  /** Starts a lock operation and drives it (`then` reads its outcome). */
+  /** An `Owner` outcome: the holder's token, or null. */
+  private readonly lockHolder = (_r: Float64Array, id: number): string | null => this.calls.lockOwner?.(id) ?? null;
+
+  /** Starts a lock operation and drives it (`then` reads its outcome): no closure made per call. */
   private lockCall<T>(op: string, key: string, owner: string | null, ttl: number, then: (r: Float64Array, id: number) => T): Answer<S, T> {
     const calls = this.calls;
-    return this.go(() => {
+    let first: string | null;
+    try {
       if (typeof calls.lock !== 'function') throw new TypeError('this engine build has no lock (rebuild the addon)');
-      return calls.lock(op, key, owner, ttl, this.now());
-    }, then);
+      first = calls.lock(op, key, owner, ttl, this.now());
+    } catch (e) {
+      return this.startFailed(e);
+    }
+    return this.driven(first, then);
   }
 
   /**

@@ -43,6 +43,8 @@ export interface MemoryLocksLike {
  */
 export interface LockDriver {
   readonly backend: LockBackend;
+  /** The last TTL the engine passed with a generated owner token (`Lock`'s memo; none at first). */
+  checkedTtl?: number;
   /** `acquire` (owner, ttl), `release` (owner) or `forceRelease`: whether it took or freed the lock. */
   lockRun(op: 'acquire' | 'release' | 'forceRelease', key: string, owner: string | undefined, ttl: number): Awaitable<boolean>;
   /** Who holds `key`: the owner token, or null. */
@@ -102,10 +104,15 @@ export class Lock {
     if (owner !== undefined && typeof owner !== 'string') throw new InvalidArgumentError('owner', owner, `invalid owner: ${String(owner)} (expected a string)`);
     // Web Crypto's global (Node >= 19, browsers, Deno, workers): the wasm package shares this file.
     const token = owner ?? globalThis.crypto.randomUUID();
-    try {
-      need(driver.backend, 'checkLock')(ttl, token);
-    } catch (e) {
-      throw lockArgumentError(e, { ttl, owner: token });
+    // The engine checks the TTL and the owner. A TTL it passed with a generated token passes again
+    // with any other (every token is a UUID of the same shape): that check is not repeated per lock.
+    if (owner !== undefined || ttl !== driver.checkedTtl) {
+      try {
+        need(driver.backend, 'checkLock')(ttl, token);
+      } catch (e) {
+        throw lockArgumentError(e, { ttl, owner: token });
+      }
+      if (owner === undefined) driver.checkedTtl = ttl;
     }
     this.driver = driver;
     this.key = key;
@@ -114,8 +121,21 @@ export class Lock {
   }
 
   /** Tries once: true if this lock now holds the key (false while anyone holds it, this lock included). */
-  async acquire(): Promise<boolean> {
-    return this.driver.lockRun('acquire', this.key, this.owner, this.ttl);
+  acquire(): Promise<boolean> {
+    return this.run('acquire', this.owner);
+  }
+
+  /**
+   * One operation through the driver, as a promise (a synchronous store's answer resolved, a throw
+   * rejected): the store's own promise when it gives one, so no extra promise or tick is added.
+   */
+  private run(op: 'acquire' | 'release' | 'forceRelease', owner: string | undefined): Promise<boolean> {
+    try {
+      const answer = this.driver.lockRun(op, this.key, owner, this.ttl);
+      return answer instanceof Promise ? answer : Promise.resolve(answer);
+    } catch (e) {
+      return Promise.reject(e);
+    }
   }
 
   /**
@@ -139,13 +159,13 @@ export class Lock {
   }
 
   /** Frees the lock if this owner holds it (compare and delete, one step): whether it did. */
-  async release(): Promise<boolean> {
-    return this.driver.lockRun('release', this.key, this.owner, this.ttl);
+  release(): Promise<boolean> {
+    return this.run('release', this.owner);
   }
 
   /** Frees the lock whoever holds it: whether a held lock was freed. */
-  async forceRelease(): Promise<boolean> {
-    return this.driver.lockRun('forceRelease', this.key, undefined, this.ttl);
+  forceRelease(): Promise<boolean> {
+    return this.run('forceRelease', undefined);
   }
 
   /** Who holds the key now: an owner token, or null. */
