@@ -164,6 +164,37 @@ impl ShardClient {
         })
     }
 
+    /// A lock operation (`acquire`, `release`, `force_release`, `owner`) on the manager's store's lock
+    /// `key` held by `owner` for `ttl` seconds: `(id, text)`. The manager builds the lock to run the
+    /// step on, so a force release or an owner query, which carry none, send a placeholder owner and
+    /// TTL (as Node's shard does).
+    #[pyo3(signature = (op, key, owner = None, ttl = None))]
+    fn lock(
+        &self,
+        op: &str,
+        key: Key<'_>,
+        owner: Option<String>,
+        ttl: Option<f64>,
+    ) -> PyResult<(u64, String)> {
+        guard(|| {
+            let key = key.0.to_owned();
+            let owner = owner.unwrap_or_else(|| PLACEHOLDER_OWNER.to_owned());
+            let ttl = ttl.unwrap_or(1.0);
+            let op = match op {
+                "acquire" => ShardOp::LockAcquire { key, owner, ttl },
+                "release" => ShardOp::LockRelease { key, owner, ttl },
+                "force_release" => ShardOp::LockForceRelease { key, owner, ttl },
+                "owner" => ShardOp::LockOwner { key, owner, ttl },
+                other => {
+                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                        "unknown lock operation {other:?}"
+                    )))
+                }
+            };
+            Ok(self.send(op))
+        })
+    }
+
     /// Gives back an allowed batch by the manager's token: `(id, text)`.
     fn release(&self, token: u64) -> PyResult<(u64, String)> {
         guard(|| Ok(self.send(ShardOp::Release { token })))
@@ -262,6 +293,10 @@ impl ShardClient {
     }
 }
 
+/// The owner a lock step that carries none (a force release, an owner query) sends: the manager
+/// builds a lock to run the step on, and a lock needs an owner. Node's shard sends the same.
+const PLACEHOLDER_OWNER: &str = "ratewindow-shard";
+
 /// A fixed-window argument that must be given.
 fn need<'a, 'py>(op: &str, x: Option<&'a Bound<'py, PyAny>>) -> PyResult<&'a Bound<'py, PyAny>> {
     x.ok_or_else(|| pyo3::exceptions::PyTypeError::new_err(format!("{op} needs more arguments")))
@@ -285,7 +320,7 @@ fn method(op: &ShardOp) -> &'static str {
         ShardOp::AvailableInMs { .. } => "available_in_ms",
         ShardOp::ResetAttempts { .. } => "reset_attempts",
         ShardOp::Clear { .. } => "clear",
-        // The lock is not carried to Python stores yet: refused as unsupported by `shard_decode`.
+        // The manager builds `store.lock(key, ttl, owner)` and runs the step (the first argument).
         ShardOp::LockAcquire { .. }
         | ShardOp::LockRelease { .. }
         | ShardOp::LockForceRelease { .. }
@@ -340,20 +375,6 @@ pub(crate) fn shard_decode<'py>(
         };
         let id = request.id;
         let name = request.op.name();
-        if method(&request.op) == "lock" {
-            let failure = ShardFailure::new(
-                FailureKind::Unsupported,
-                "this manager (Python) does not carry locks yet",
-            );
-            return Ok((
-                id,
-                name,
-                None,
-                PyTuple::empty(py),
-                0,
-                Some(encode_failure(id, &failure)),
-            ));
-        }
         let hold = request.op.hold_ms();
         let m = method(&request.op);
         let built: PyResult<Bound<'py, PyTuple>> = (|| {
@@ -407,10 +428,19 @@ pub(crate) fn shard_decode<'py>(
                 | ShardOp::AvailableInMs { key }
                 | ShardOp::ResetAttempts { key }
                 | ShardOp::Clear { key } => PyTuple::new(py, [key])?,
-                ShardOp::LockAcquire { .. }
-                | ShardOp::LockRelease { .. }
-                | ShardOp::LockForceRelease { .. }
-                | ShardOp::LockOwner { .. } => PyTuple::empty(py),
+                // `(step, key, owner, ttl)`: the manager runs `step` on `store.lock(key, ttl, owner)`.
+                ShardOp::LockAcquire { key, owner, ttl } => {
+                    ("acquire", key, owner, ttl).into_pyobject(py)?
+                }
+                ShardOp::LockRelease { key, owner, ttl } => {
+                    ("release", key, owner, ttl).into_pyobject(py)?
+                }
+                ShardOp::LockForceRelease { key, owner, ttl } => {
+                    ("force_release", key, owner, ttl).into_pyobject(py)?
+                }
+                ShardOp::LockOwner { key, owner, ttl } => {
+                    ("owner", key, owner, ttl).into_pyobject(py)?
+                }
             })
         })();
         match built {

@@ -22,6 +22,11 @@ moves the text.
 A manager that does not answer within ``timeout`` seconds is a store failure (:class:`ShardError`, a
 ``StoreError``: ``Guard`` answers it with its policy). The counts live in the manager, so a worker that
 restarts keeps them. Without a connection the store counts in this process, in a ``MemoryStore``.
+
+``store.lock(key, ttl, owner=None)`` is the manager's store's lock: each step (``acquire``,
+``release``, ``force_release``, ``current_owner``) is one message, and the manager runs it on
+``its_store.lock(key, ttl, owner)``, so the lock is exclusive across every worker; outside sharding it
+is the local store's lock.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any, Protocol
 from . import _ratewindow
 from ._errors import InternalError, InvalidArgumentError, InvalidLimitError, StoreError, StoreReplyError
 from ._limits import Entry, Limit
+from ._lock import AsyncLock, Lock
 from ._memory import AsyncMemoryStore, MemoryStore
 from ._store import AsyncCooldownStore, AttemptResult, CooldownStore, HitResult, Verdict
 
@@ -125,6 +131,31 @@ def _link(conn: object) -> _Link:
         return held[1]
 
 
+class _ShardLockOps:
+    """A sharded store's lock steps: each one message to the manager, which runs it on its store's
+    lock."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: ShardedStore) -> None:
+        self._store = store
+
+    def run(self, op: str, key: str, owner: str | None, ttl: float | None) -> Any:
+        return self._store._ask(self._store._link.client.lock(op, key, owner, ttl))[2]
+
+
+class _AsyncShardLockOps:
+    """:class:`_ShardLockOps` for :class:`AsyncShardedStore`."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: AsyncShardedStore) -> None:
+        self._store = store
+
+    async def run(self, op: str, key: str, owner: str | None, ttl: float | None) -> Any:
+        return (await self._store._ask(self._store._link.client.lock(op, key, owner, ttl)))[2]
+
+
 class ShardedStore(CooldownStore):
     """A cooldown store whose counts live in the manager: each call is one message and one answer over
     ``conn`` (a ``multiprocessing`` ``Connection``). Safe to share between threads (one call on the
@@ -177,6 +208,17 @@ class ShardedStore(CooldownStore):
                 return answer
         finally:
             self._link.lock.release()
+
+    def lock(
+        self, key: str, ttl: float, owner: str | None = None, *, wait: float = 0, retry_ms: float = 250
+    ) -> Lock:
+        """A lock on ``key`` held for ``ttl`` seconds once taken, owned by ``owner`` (default: a random
+        token; pass another lock's ``owner`` to restore it, in any worker). Sharded, each step is one
+        message and the manager runs it on its store's lock, so it is exclusive across every worker;
+        outside sharding it is the local store's. As a context manager it waits ``wait`` seconds."""
+        if self._local is not None:
+            return self._local.lock(key, ttl, owner, wait=wait, retry_ms=retry_ms)
+        return Lock(_ShardLockOps(self), key, ttl, owner, wait=wait, retry_ms=retry_ms)
 
     def _releaser(self, token: int) -> Callable[[], None]:
         def release() -> None:
@@ -320,6 +362,14 @@ class AsyncShardedStore(AsyncCooldownStore):
             raise _error(answer[2], decay)
         return answer
 
+    def lock(
+        self, key: str, ttl: float, owner: str | None = None, *, wait: float = 0, retry_ms: float = 250
+    ) -> AsyncLock:
+        """:meth:`ShardedStore.lock` for asyncio: the manager's store's lock, each step one message."""
+        if self._local is not None:
+            return self._local.lock(key, ttl, owner, wait=wait, retry_ms=retry_ms)
+        return AsyncLock(_AsyncShardLockOps(self), key, ttl, owner, wait=wait, retry_ms=retry_ms)
+
     def _releaser(self, token: int) -> Callable[[], Awaitable[None]]:
         async def release() -> None:
             await self._ask(self._link.client.release(token))
@@ -412,6 +462,10 @@ def _failure_of(e: BaseException) -> tuple[str, str | None]:
     if isinstance(e, StoreReplyError):
         return "reply", None
     return "store", None
+
+
+_LOCK_STEPS = {"acquire": "acquire", "release": "release", "force_release": "force_release", "owner": "current_owner"}
+"""The lock method of each lock step of the protocol."""
 
 
 class ShardServer:
@@ -510,6 +564,11 @@ class ShardServer:
         f = getattr(self.store, method or "", None)
         if not callable(f):
             raise ShardError("unsupported", f"the manager's store has no {method}()")
+        if method == "lock":
+            # `(step, key, owner, ttl)`: the step on the store's lock, built as the worker built its own.
+            step, key, owner, ttl = args
+            lock = f(key, ttl, owner)
+            return getattr(lock, _LOCK_STEPS[step])()
         return f(*args)
 
     def _encode(self, rid: int, op: str, value: Any, hold_ms: int) -> str:
