@@ -239,27 +239,43 @@ pub fn request_entries(name: &str, limits: &[HttpLimit<'_>]) -> Result<RequestEn
             suffix.push_str(":decay:");
             push_seconds(&mut suffix, limit.window_ms());
         }
-        // Measured before anything is copied: a huge key costs one scan.
-        let bytes = PREFIX.len() + name.len() + 1 + escaped_len(key) + suffix.len();
-        if bytes > MAX_KEY_BYTES {
-            return Err(HttpError::KeyTooLong {
-                bytes,
-                max: MAX_KEY_BYTES,
-            });
-        }
-        let mut store_key = String::with_capacity(bytes);
-        store_key.push_str(PREFIX);
-        store_key.push_str(name);
-        store_key.push(':');
-        escape_into(&mut store_key, key);
-        store_key.push_str(&suffix);
         out.entries.push(Entry {
-            key: store_key,
+            key: store_key(name, key, &suffix)?,
             limit,
         });
         out.sources.push(i);
     }
     Ok(out)
+}
+
+/// The store entry of a request to the limiter `name` whose callback returned the one limit `limit`
+/// under `key`: the entry [`request_entries`] makes of `[HttpLimit::new(key, limit)]` (its `sources` are
+/// `[0]`), without the two lists of one.
+pub fn request_entry(name: &str, key: &str, limit: Limit) -> Result<Entry, HttpError> {
+    check_name(name)?;
+    Ok(Entry {
+        key: store_key(name, key, "")?,
+        limit,
+    })
+}
+
+/// `throttle:{name}:{key escaped}{suffix}`, or [`HttpError::KeyTooLong`].
+fn store_key(name: &str, key: &str, suffix: &str) -> Result<String, HttpError> {
+    // Measured before anything is copied: a huge key costs one scan.
+    let bytes = PREFIX.len() + name.len() + 1 + escaped_len(key) + suffix.len();
+    if bytes > MAX_KEY_BYTES {
+        return Err(HttpError::KeyTooLong {
+            bytes,
+            max: MAX_KEY_BYTES,
+        });
+    }
+    let mut store_key = String::with_capacity(bytes);
+    store_key.push_str(PREFIX);
+    store_key.push_str(name);
+    store_key.push(':');
+    escape_into(&mut store_key, key);
+    store_key.push_str(suffix);
+    Ok(store_key)
 }
 
 fn check_name(name: &str) -> Result<(), HttpError> {
@@ -380,54 +396,86 @@ pub fn response_headers(
     options: HeaderOptions,
 ) -> Vec<(&'static str, String)> {
     let mut out = Vec::with_capacity(5);
+    write_response_headers(
+        name,
+        limits,
+        verdict,
+        now_ms,
+        options,
+        Vec::new(),
+        |field, value| {
+            // The core writes ASCII alone: never the empty default.
+            out.push((field, String::from_utf8(value).unwrap_or_default()));
+            Vec::new()
+        },
+    );
+    out
+}
+
+/// [`response_headers`] written one field at a time into a buffer: `emit(name, value)` receives each
+/// field (in the same order, with the same values, as ASCII bytes) and returns the buffer to write the
+/// next one in (the same one, cleared, to reuse its allocation; a new one to keep the value). Returns
+/// the last buffer. A host that copies each value into its own type (a Rust server's `HeaderValue`,
+/// from bytes) writes them all in one allocation and checks no UTF-8 this way.
+pub fn write_response_headers(
+    name: &str,
+    limits: &[Limit],
+    verdict: &BatchVerdict,
+    now_ms: u64,
+    options: HeaderOptions,
+    mut buf: Vec<u8>,
+    mut emit: impl FnMut(&'static str, Vec<u8>) -> Vec<u8>,
+) -> Vec<u8> {
+    let mut field = |buf: &mut Vec<u8>, name: &'static str| {
+        *buf = emit(name, std::mem::take(buf));
+        buf.clear();
+    };
     if !verdict.allowed {
-        out.push((
-            "Retry-After",
-            decimal_string(ceil_seconds(verdict.retry_after_ms).max(1)),
-        ));
+        push_u64(&mut buf, ceil_seconds(verdict.retry_after_ms).max(1));
+        field(&mut buf, "Retry-After");
     }
     if limits.is_empty() {
-        return out;
+        return buf;
     }
     let tightest = tightest(limits, verdict);
     let quota = verdict.quota;
-    // Written with `write!` into one buffer a field: this runs on every request.
+    // Numbers written by hand into one buffer a field: this runs on every request.
     let count = limits.len();
     if options.ietf {
-        let mut policy = String::with_capacity(count * (name.len() + 24));
+        buf.reserve(count * (name.len() + 24));
         for (i, limit) in limits.iter().enumerate() {
             if i > 0 {
-                policy.push_str(", ");
+                buf.extend_from_slice(b", ");
             }
-            push_policy_name(&mut policy, name, i, count);
-            policy.push_str(";q=");
-            push_u64(&mut policy, u64::from(limit.uses()));
-            policy.push_str(";w=");
-            push_u64(&mut policy, ceil_seconds(limit.window_ms()).max(1));
+            push_policy_name(&mut buf, name, i, count);
+            buf.extend_from_slice(b";q=");
+            push_u64(&mut buf, u64::from(limit.uses()));
+            buf.extend_from_slice(b";w=");
+            push_u64(&mut buf, ceil_seconds(limit.window_ms()).max(1));
         }
-        out.push(("RateLimit-Policy", policy));
+        field(&mut buf, "RateLimit-Policy");
         if let Some(i) = tightest {
-            let mut field = String::with_capacity(name.len() + 32);
-            push_policy_name(&mut field, name, i, count);
-            field.push_str(";r=");
-            push_u64(&mut field, u64::from(quota.remaining));
-            field.push_str(";t=");
-            push_u64(&mut field, ceil_seconds(quota.reset_after_ms));
-            out.push(("RateLimit", field));
+            buf.reserve(name.len() + 32);
+            push_policy_name(&mut buf, name, i, count);
+            buf.extend_from_slice(b";r=");
+            push_u64(&mut buf, u64::from(quota.remaining));
+            buf.extend_from_slice(b";t=");
+            push_u64(&mut buf, ceil_seconds(quota.reset_after_ms));
+            field(&mut buf, "RateLimit");
         }
     }
     if options.legacy && tightest.is_some() {
-        out.push(("X-RateLimit-Limit", decimal_string(u64::from(quota.limit))));
-        out.push((
-            "X-RateLimit-Remaining",
-            decimal_string(u64::from(quota.remaining)),
-        ));
-        out.push((
-            "X-RateLimit-Reset",
-            decimal_string(ceil_seconds(now_ms.saturating_add(quota.reset_after_ms))),
-        ));
+        push_u64(&mut buf, u64::from(quota.limit));
+        field(&mut buf, "X-RateLimit-Limit");
+        push_u64(&mut buf, u64::from(quota.remaining));
+        field(&mut buf, "X-RateLimit-Remaining");
+        push_u64(
+            &mut buf,
+            ceil_seconds(now_ms.saturating_add(quota.reset_after_ms)),
+        );
+        field(&mut buf, "X-RateLimit-Reset");
     }
-    out
+    buf
 }
 
 /// The entry the verdict's quota describes (see [`response_headers`]).
@@ -446,27 +494,35 @@ fn tightest(limits: &[Limit], verdict: &BatchVerdict) -> Option<usize> {
     best
 }
 
-/// Appends `n` in decimal (by hand: `write!` is most of this module's cost per request).
-fn push_u64(out: &mut String, mut n: u64) {
+/// Two decimal digits of every number below 100, `00` to `99`.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Appends `n` in decimal, as ASCII bytes (by hand: `write!` is most of this module's cost per
+/// request; a `push` a char, or a UTF-8 check of each number, was 2-4% of the tower layer's profile),
+/// two digits a division.
+fn push_u64(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+    while n >= 100 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
     }
-    // ASCII digits pushed as they are: no UTF-8 check of the buffer (it was 3% of the tower layer).
-    out.extend(digits[at..].iter().map(|&d| char::from(d)));
-}
-
-/// `n` in decimal.
-fn decimal_string(n: u64) -> String {
-    let mut out = String::with_capacity(20);
-    push_u64(&mut out, n);
-    out
+    if n >= 10 {
+        let pair = n as usize * 2;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
+        at -= 1;
+        digits[at] = b'0' + n as u8;
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// `ms` in whole seconds, rounded up.
@@ -475,29 +531,29 @@ const fn ceil_seconds(ms: u64) -> u64 {
 }
 
 /// [`policy_name`] as a structured-field string, appended.
-fn push_policy_name(out: &mut String, name: &str, index: usize, count: usize) {
+fn push_policy_name(out: &mut Vec<u8>, name: &str, index: usize, count: usize) {
     push_sf_string(out, name, if count == 1 { None } else { Some(index) });
 }
 
 /// `s` (then `.index`) as a structured-field string (RFC 9651 §3.3.3): quoted, `"` and `\` escaped; a
 /// character outside printable ASCII (which a checked name never holds) becomes `?`.
-fn push_sf_string(out: &mut String, s: &str, index: Option<usize>) {
-    out.push('"');
+fn push_sf_string(out: &mut Vec<u8>, s: &str, index: Option<usize>) {
+    out.push(b'"');
     for c in s.chars() {
         match c {
             '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
+                out.push(b'\\');
+                out.push(c as u8);
             }
-            ' '..='~' => out.push(c),
-            _ => out.push('?'),
+            ' '..='~' => out.push(c as u8),
+            _ => out.push(b'?'),
         }
     }
     if let Some(i) = index {
-        out.push('.');
+        out.push(b'.');
         push_u64(out, i as u64);
     }
-    out.push('"');
+    out.push(b'"');
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -772,14 +828,15 @@ fn render_address(ip: IpAddr, ipv6_prefix: u8) -> String {
         }
         IpAddr::V4(v4) => {
             // By hand: the standard formatter is most of a request's cost in the tower layer.
-            let mut out = String::with_capacity(15);
+            let mut out = Vec::with_capacity(15);
             for (i, octet) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    out.push('.');
+                    out.push(b'.');
                 }
                 push_u64(&mut out, u64::from(octet));
             }
-            out
+            // ASCII digits and dots: never the empty default.
+            String::from_utf8(out).unwrap_or_default()
         }
         ip => ip.to_string(),
     }

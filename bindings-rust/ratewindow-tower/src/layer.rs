@@ -15,7 +15,7 @@ use axum::extract::ConnectInfo;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Extensions, HeaderMap, Method, Request, Response, StatusCode, Uri};
 use ratewindow_core::http::{self as core_http, HeaderOptions, HttpError, HttpLimit, Trust};
-use ratewindow_core::Entry;
+use ratewindow_core::{Entry, Limit};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -330,7 +330,28 @@ impl<S, I: fmt::Debug> fmt::Debug for ThrottleService<S, I> {
 /// A request's plan: its limits (with their hooks) and the core's entries.
 struct Plan {
     limits: Vec<RouteLimit>,
-    entries: core_http::RequestEntries,
+    /// The entry of a request with one limit (the usual one): then `many` is empty (no lists of one
+    /// to allocate).
+    one: Option<Entry>,
+    many: core_http::RequestEntries,
+}
+
+impl Plan {
+    /// The entries, for the store.
+    fn entries(&self) -> &[Entry] {
+        match &self.one {
+            Some(entry) => std::slice::from_ref(entry),
+            None => &self.many.entries,
+        }
+    }
+
+    /// The index among `limits` of the limit entry `i` was made from.
+    fn source(&self, i: usize) -> usize {
+        match self.one {
+            Some(_) => 0,
+            None => self.many.sources[i],
+        }
+    }
 }
 
 impl<S: Store> Shared<S> {
@@ -344,14 +365,27 @@ impl<S: Store> Shared<S> {
                 None => HttpLimit::Unlimited,
             }
         }
-        let entries = if let [one] = limits.as_slice() {
-            // The usual request, one limit: no list of one to allocate.
-            core_http::request_entries(&self.name, &[http(one)])?
-        } else {
-            let http_limits: Vec<HttpLimit<'_>> = limits.iter().map(http).collect();
-            core_http::request_entries(&self.name, &http_limits)?
+        let none = core_http::RequestEntries {
+            entries: Vec::new(),
+            sources: Vec::new(),
         };
-        Ok(Plan { limits, entries })
+        let (one, many) = match limits.as_slice() {
+            // The usual request, one limit: its entry alone, no lists of one to allocate.
+            [RouteLimit {
+                limit: Some(limit),
+                key,
+                ..
+            }] => (
+                Some(core_http::request_entry(&self.name, key, *limit)?),
+                none,
+            ),
+            [_] => (None, core_http::request_entries(&self.name, &[])?),
+            _ => {
+                let http_limits: Vec<HttpLimit<'_>> = limits.iter().map(http).collect();
+                (None, core_http::request_entries(&self.name, &http_limits)?)
+            }
+        };
+        Ok(Plan { limits, one, many })
     }
 }
 
@@ -381,14 +415,13 @@ where
                 Ok(plan) => plan,
                 Err(e) => return Ok(http_error(&e)),
             };
-            if plan.entries.entries.is_empty() {
+            let entries = plan.entries();
+            if entries.is_empty() {
                 return inner.call(req).await;
             }
-            let sources = &plan.entries.sources;
-            let hooks = sources.iter().any(|&s| plan.limits[s].after.is_some());
-            let entries = &plan.entries.entries;
+            let hooks = (0..entries.len()).any(|i| plan.limits[plan.source(i)].after.is_some());
             // One entry and nothing to give back: the store's single call (no release handle).
-            let consumed = if let ([entry], false) = (entries.as_slice(), hooks) {
+            let consumed = if let ([entry], false) = (entries, hooks) {
                 shared.store.consume(entry).await.map(|verdict| Consumed {
                     verdict,
                     release: None,
@@ -401,33 +434,25 @@ where
                 Err(e) => return Ok((shared.config.store_error)(&e)),
             };
             let verdict = consumed.verdict;
-            let fields = {
-                let (name, options) = (&shared.name, shared.config.headers);
-                // Only X-RateLimit-Reset reads the clock: no second clock read without it.
-                let now = if options.legacy {
-                    shared.store.now_ms()
-                } else {
-                    0
-                };
-                match entries.as_slice() {
-                    [one] => core_http::response_headers(
-                        name,
-                        std::slice::from_ref(&one.limit),
-                        &verdict,
-                        now,
-                        options,
-                    ),
-                    _ => core_http::response_headers(
-                        name,
-                        &plan.entries.limits(),
-                        &verdict,
-                        now,
-                        options,
-                    ),
-                }
+            let (name, options) = (&shared.name, shared.config.headers);
+            // Only X-RateLimit-Reset reads the clock: no second clock read without it.
+            let now = if options.legacy {
+                shared.store.now_ms()
+            } else {
+                0
+            };
+            // One limit (the usual request): no list of one to allocate.
+            let (one, many);
+            let limits: &[Limit] = if let [entry] = entries {
+                one = [entry.limit];
+                &one
+            } else {
+                many = plan.many.limits();
+                &many
             };
             if !verdict.allowed {
-                let source = verdict.blocked.map_or(0, |b| plan.entries.sources[b]);
+                let fields = core_http::response_headers(name, limits, &verdict, now, options);
+                let source = verdict.blocked.map_or(0, |b| plan.source(b));
                 let mut response = match plan.limits.get(source).and_then(|l| l.response.clone()) {
                     Some(custom) => custom(&Refusal {
                         name: Arc::clone(&shared.name),
@@ -441,17 +466,18 @@ where
                 return Ok(response);
             }
             let mut response = inner.call(req).await?;
-            set_fields(&mut response, fields);
+            write_fields(&mut response, name, limits, &verdict, now, options);
             if hooks {
-                let keep: Vec<Entry> = plan
-                    .entries
-                    .entries
+                let keep: Vec<Entry> = entries
                     .iter()
-                    .zip(sources)
-                    .filter(|(_, &s)| plan.limits[s].after.as_ref().is_none_or(|f| f(&response)))
-                    .map(|(e, _)| e.clone())
+                    .enumerate()
+                    .filter(|&(i, _)| {
+                        let limit = &plan.limits[plan.source(i)];
+                        limit.after.as_ref().is_none_or(|f| f(&response))
+                    })
+                    .map(|(_, e)| e.clone())
                     .collect();
-                if keep.len() < sources.len() {
+                if keep.len() < entries.len() {
                     // Give the call back, then count it again against the limits that keep it. A
                     // store failure here changes no answer: the response is already decided.
                     if let Some(release) = consumed.release {
@@ -467,32 +493,110 @@ where
     }
 }
 
+// The names the core writes, parsed once (at compile time).
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// The header name of a field the core writes.
+fn field_name(name: &'static str) -> Option<HeaderName> {
+    Some(match name {
+        "RateLimit-Policy" => RATELIMIT_POLICY,
+        "RateLimit" => RATELIMIT,
+        "Retry-After" => RETRY_AFTER,
+        "X-RateLimit-Limit" => X_RATELIMIT_LIMIT,
+        "X-RateLimit-Remaining" => X_RATELIMIT_REMAINING,
+        "X-RateLimit-Reset" => X_RATELIMIT_RESET,
+        other => HeaderName::from_bytes(other.as_bytes()).ok()?,
+    })
+}
+
+/// Sets `value` as the field `name` unless the response already has it (one lookup: a field the
+/// handler set is left alone).
+fn set_field(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
+    if let http::header::Entry::Vacant(slot) = headers.entry(name) {
+        slot.insert(value);
+    }
+}
+
 /// Sets the rate-limit fields on `response`, leaving alone those it already has.
 fn set_fields(response: &mut Response<Body>, fields: Vec<(&'static str, String)>) {
     let headers = response.headers_mut();
     for (name, value) in fields {
-        let name = match name {
-            // The names the core writes, parsed once.
-            "Retry-After" => RETRY_AFTER,
-            "RateLimit-Policy" => HeaderName::from_static("ratelimit-policy"),
-            "RateLimit" => HeaderName::from_static("ratelimit"),
-            "X-RateLimit-Limit" => HeaderName::from_static("x-ratelimit-limit"),
-            "X-RateLimit-Remaining" => HeaderName::from_static("x-ratelimit-remaining"),
-            "X-RateLimit-Reset" => HeaderName::from_static("x-ratelimit-reset"),
-            other => match HeaderName::from_bytes(other.as_bytes()) {
-                Ok(name) => name,
-                Err(_) => continue,
-            },
+        let Some(name) = field_name(name) else {
+            continue;
         };
         // From the String itself: no copy.
         let Ok(value) = HeaderValue::try_from(value) else {
             continue;
         };
-        // One lookup: a field the handler set is left alone.
-        if let http::header::Entry::Vacant(slot) = headers.entry(name) {
-            slot.insert(value);
-        }
+        set_field(headers, name, value);
     }
+}
+
+/// What [`write_fields`] keeps between the requests a thread serves: the buffer the core writes the
+/// fields in, and the last `RateLimit-Policy` value (the same on every request of a route with fixed
+/// limits: a copy of the cached value costs a reference count, not an allocation and a check).
+#[derive(Default)]
+struct Scratch {
+    buf: Vec<u8>,
+    policy: Option<HeaderValue>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// The core's response fields of an allowed request, written straight onto `response` (through the
+/// thread's one buffer: no `String` a field, no list of them).
+fn write_fields(
+    response: &mut Response<Body>,
+    name: &str,
+    limits: &[Limit],
+    verdict: &ratewindow_core::BatchVerdict,
+    now: u64,
+    options: HeaderOptions,
+) {
+    let headers = response.headers_mut();
+    let mut write = |scratch: &mut Scratch| {
+        let buf = std::mem::take(&mut scratch.buf);
+        let policy = &mut scratch.policy;
+        scratch.buf = core_http::write_response_headers(
+            name,
+            limits,
+            verdict,
+            now,
+            options,
+            buf,
+            |field, value| {
+                if let Some(header) = field_name(field) {
+                    let cached = match (field, &*policy) {
+                        ("RateLimit-Policy", Some(p)) if p.as_bytes() == value.as_slice() => {
+                            Some(p.clone())
+                        }
+                        _ => None,
+                    };
+                    let made = cached.or_else(|| {
+                        let v = HeaderValue::from_bytes(&value).ok()?;
+                        if field == "RateLimit-Policy" {
+                            *policy = Some(v.clone());
+                        }
+                        Some(v)
+                    });
+                    if let Some(v) = made {
+                        set_field(headers, header, v);
+                    }
+                }
+                value
+            },
+        );
+    };
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => write(&mut scratch),
+        Err(_) => write(&mut Scratch::default()),
+    });
 }
 
 fn plain(status: StatusCode, body: &'static str) -> Response<Body> {

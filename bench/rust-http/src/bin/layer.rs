@@ -14,22 +14,29 @@ use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 
-const CALLS: u32 = 200_000;
+/// Calls a round (`LAYER_CALLS`, default 200,000) and rounds (`LAYER_ROUNDS`, default 7): fewer
+/// under callgrind.
+fn env_or(name: &str, default: u32) -> u32 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
-async fn run<S>(svc: &mut S) -> f64
+async fn run<S>(svc: &mut S, calls: u32) -> f64
 where
     S: Service<Request<Body>, Response = Response<Body>>,
     S::Error: std::fmt::Debug,
 {
     let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
     let start = Instant::now();
-    for _ in 0..CALLS {
+    for _ in 0..calls {
         let mut req = Request::new(Body::empty());
         req.extensions_mut().insert(ConnectInfo(peer));
         let res = svc.ready().await.unwrap().call(req).await.unwrap();
         assert!(res.status().is_success());
     }
-    start.elapsed().as_nanos() as f64 / CALLS as f64
+    start.elapsed().as_nanos() as f64 / calls as f64
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -49,10 +56,21 @@ async fn main() {
         .finish()
         .unwrap();
     let mut theirs = GovernorLayer::new(config).layer(inner);
+    let (calls, rounds) = (env_or("LAYER_CALLS", 200_000), env_or("LAYER_ROUNDS", 7));
+    // LAYER_ONLY=ratewindow or governor: one side alone (a profile of it).
+    let only = std::env::var("LAYER_ONLY").unwrap_or_default();
     let mut ratios = Vec::new();
-    for round in 0..7 {
-        let a = run(&mut ours).await;
-        let b = run(&mut theirs).await;
+    for round in 0..rounds {
+        let a = if only == "governor" {
+            1.0
+        } else {
+            run(&mut ours, calls).await
+        };
+        let b = if only == "ratewindow" {
+            1.0
+        } else {
+            run(&mut theirs, calls).await
+        };
         ratios.push(a / b);
         println!(
             "round {round}: ratewindow-tower {a:.0} ns/request, tower-governor {b:.0} ns/request"
