@@ -32,8 +32,15 @@ Contenders (the scripts are the peers' own, sent by ``EVALSHA``):
 - a plain sliding-log script: ``ZREMRANGEBYSCORE``, ``ZCARD``, ``ZADD`` + ``PEXPIRE`` (or ``ZRANGE`` of
   the oldest for the wait), on the server's clock.
 
+With ``--callgrind`` the server runs under ``valgrind --tool=callgrind`` (instrumentation off except while a
+part runs, switched by ``callgrind_control``) and the table gives the server's instructions per call
+instead: the whole process (reading the pipelined request, the script, the reply), independent of the
+load on the machine, so two scripts can be compared on a busy machine. Take fewer keys there
+(``--keys 1000``: a call runs ~50x slower) and one round (the count hardly moves between rounds).
+
 Run: ``.venv/bin/python bench/redis_commandstats.py [--rounds 5] [--port 6397] [--before old.lua ...]``
-(``redis-server`` and redis-py are all it needs).
+and ``... --callgrind --keys 1000 --rounds 1`` (``redis-server`` and redis-py are all it needs;
+valgrind for ``--callgrind``).
 """
 
 from __future__ import annotations
@@ -119,8 +126,10 @@ Args = Callable[[int, int, int], list[str]]
 Contender = tuple[str, Callable[[str, int], list[str]], Args]
 
 
-def ours(source: str) -> Contender:
-    return (source, lambda p, i: [f"{p}log:user:{i}"],
+def ours(source: str, tag: str) -> Contender:
+    # Each version of the script has keys of its own (a tag in the key), or one would count the calls
+    # another recorded.
+    return (source, lambda p, i: [f"{p}{tag}:user:{i}"],
             lambda n, uses, window: ["c", f"{ID_PREFIX}{n:x}", "1", str(uses), str(window)])
 
 
@@ -130,11 +139,11 @@ def contenders(before: list[str]) -> dict[str, Contender]:
             FLOOR, lambda p, i: [f"{p}floor:user:{i}"],
             lambda n, uses, window: ["c", f"{ID_PREFIX}{n:x}", "1", str(uses), str(window)]),
     }
-    for path in before:
+    for n, path in enumerate(before):
         with open(path) as f:
-            out[f"ratewindow {os.path.basename(path)}"[:40]] = ours(f.read())
+            out[f"ratewindow {os.path.basename(path)}"[:40]] = ours(f.read(), f"before{n}")
     with open(SLIDING) as f:
-        out["ratewindow sliding.lua (this checkout)"] = ours(f.read())
+        out["ratewindow sliding.lua (this checkout)"] = ours(f.read(), "log")
     out["rate-limiter-flexible RateLimiterRedis"] = (
         RLF, lambda p, i: [f"{p}rlf:user:{i}"], lambda n, uses, window: ["1", str(window // 1000)])
     out["limits moving window"] = (
@@ -157,6 +166,25 @@ def run_pass(r: redis.Redis, sha: str, contender: Contender, prefix: str, counte
     pipe.execute()
 
 
+def callgrind_instructions(pid: int, workdir: str) -> int:
+    """Dumps the counts collected since the last dump (``callgrind_control --dump``) and returns the
+    instructions (Ir) of that dump."""
+    before = set(os.listdir(workdir))
+    subprocess.run(["callgrind_control", "--dump", str(pid)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        new = [f for f in set(os.listdir(workdir)) - before if f.startswith("callgrind.out")]
+        if new:
+            path = os.path.join(workdir, new[0])
+            for _ in range(100):
+                with open(path) as f:
+                    for line in f:
+                        if line.startswith("totals:"):
+                            return int(line.split()[1])
+                time.sleep(0.05)
+        time.sleep(0.05)
+    raise RuntimeError("callgrind wrote no dump")
+
+
 def usec_per_call(r: redis.Redis) -> float:
     return float(r.info("commandstats")["cmdstat_evalsha"]["usec_per_call"])
 
@@ -173,24 +201,31 @@ def server_cpu_s(pid: int) -> float:
 
 
 def main() -> None:
+    global KEYS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--port", type=int, default=6397)
     parser.add_argument("--before", action="append", default=[],
                         help="another version of sliding.lua to measure beside this checkout's (repeatable)")
+    parser.add_argument("--keys", type=int, default=KEYS, help="keys round-robin (default 10,000)")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="run the server under callgrind and report its instructions per call")
     args = parser.parse_args()
+    KEYS = args.keys
 
     server_bin = shutil.which("redis-server")
     if server_bin is None:
         sys.exit("redis-server is not on the PATH")
     workdir = tempfile.mkdtemp(prefix="rw-cmdstats-")
-    server = subprocess.Popen(
-        [server_bin, "--port", str(args.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", workdir],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = [server_bin, "--port", str(args.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+               "--dir", workdir]
+    if args.callgrind:
+        command = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                   f"--callgrind-out-file={workdir}/callgrind.out.%p", *command]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         r = redis.Redis(port=args.port)
-        for _ in range(100):
+        for _ in range(600):
             try:
                 r.ping()
                 break
@@ -205,9 +240,20 @@ def main() -> None:
 
         def timed(name: str, part: str, passes: int, prefix: str, uses: int, window: int) -> None:
             r.config_resetstat()
+            if args.callgrind:
+                callgrind_instructions(server.pid, workdir)  # the counts so far, set aside
+                subprocess.run(["callgrind_control", "--instr=on", str(server.pid)], check=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             cpu = server_cpu_s(server.pid)
             for _ in range(passes):
                 run_pass(r, shas[name], scripts[name], prefix, counter, uses, window)
+            if args.callgrind:
+                subprocess.run(["callgrind_control", "--instr=off", str(server.pid)], check=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                instructions = callgrind_instructions(server.pid, workdir) / (passes * KEYS)
+                results[name][f"{part} cpu"].append(instructions)
+                results[name][part].append(instructions)
+                return
             results[name][f"{part} cpu"].append((server_cpu_s(server.pid) - cpu) / (passes * KEYS) * 1e6)
             results[name][part].append(usec_per_call(r))
 
@@ -223,6 +269,14 @@ def main() -> None:
               f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
         print(f"fill: {USES} per {WINDOW_MS // 1000} s, {USES} passes (allowed); refused 1st: one more pass; refused: 2 more; "
               f"allowed: {BIG_USES:.0e} per {BIG_WINDOW_MS // 1000} s, {USES} passes over fresh keys")
+        if args.callgrind:
+            print("callgrind: the server process's instructions per call (reading the request, the script, "
+                  "the reply)")
+            print(f"{'script':<40} {'fill':>9} {'ref 1st':>9} {'refused':>9} {'allowed':>9}")
+            for name in names:
+                m = [statistics.median(results[name][k]) for k in parts]
+                print(f"{name:<40} {m[0]:>9.0f} {m[1]:>9.0f} {m[2]:>9.0f} {m[3]:>9.0f}")
+            return
         print("cmdstats: µs inside EVALSHA (INFO commandstats); CPU: the whole server process's CPU µs per call")
         print(f"{'script':<40} {'fill':>6} {'ref 1st':>8} {'refused':>8} {'allowed':>8} | {'fill CPU':>9} "
               f"{'ref 1st CPU':>12} {'refused CPU':>12} {'allowed CPU':>12}")

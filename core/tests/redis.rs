@@ -810,10 +810,11 @@ fn markers(con: &mut redis::Connection, key: &str) -> usize {
         .unwrap()
 }
 
-/// A one-entry refusal leaves a marker in its key that answers the next refusals under the same limit
-/// with one read; every change to the log removes it first, so each answer stays the memory store's:
-/// refuse, refuse again, peek, another limit on the key, a release, a consume after it, and a marker
-/// whose wait has passed.
+/// The one-entry consume that fills a log (or else a one-entry refusal of a full log) leaves a marker
+/// in its key that answers the refusals under the same limit with one read, the first one included;
+/// every change to the log removes it first, so each answer stays the memory store's: fill, refuse,
+/// refuse again, peek, another limit on the key, a release, a consume after it, and a marker whose
+/// wait has passed.
 #[test]
 fn the_refusal_marker_answers_as_the_memory_store() {
     let mut con = connection();
@@ -834,10 +835,18 @@ fn the_refusal_marker_answers_as_the_memory_store() {
         assert!(v.allowed);
         releases.push(r.unwrap());
     }
-    assert_eq!(markers(&mut con, &key), 0);
+    assert_eq!(
+        markers(&mut con, &key),
+        1,
+        "the filling call left its marker"
+    );
     let (v, _) = both(&mut con, &memory, &options, &three, true, "first refusal");
     assert!(!v.allowed);
-    assert_eq!(markers(&mut con, &key), 1, "the refusal left its marker");
+    assert_eq!(
+        markers(&mut con, &key),
+        1,
+        "the refusal wrote no second marker"
+    );
     for i in 0..3 {
         let (v, _) = both(
             &mut con,
@@ -884,6 +893,7 @@ fn the_refusal_marker_answers_as_the_memory_store() {
     );
     assert!(v.allowed);
     releases.push(r.unwrap());
+    assert_eq!(markers(&mut con, &key), 1, "refilled: marked again");
     let (v, _) = both(&mut con, &memory, &options, &three, true, "refused again");
     assert!(!v.allowed);
     assert_eq!(markers(&mut con, &key), 1);
@@ -914,7 +924,9 @@ fn the_refusal_marker_answers_as_the_memory_store() {
     let short = [Entry::new("s", limit(2, 150))];
     let short_key = options.log_key("s");
     both(&mut con, &memory, &options, &short, true, "short 1");
+    assert_eq!(markers(&mut con, &short_key), 0);
     both(&mut con, &memory, &options, &short, true, "short 2");
+    assert_eq!(markers(&mut con, &short_key), 1);
     let (v, _) = both(&mut con, &memory, &options, &short, true, "short refused");
     assert!(!v.allowed);
     assert_eq!(markers(&mut con, &short_key), 1);

@@ -24,7 +24,7 @@ pub struct Script {
 pub static SLIDING: Script = Script {
     name: "sliding",
     source: include_str!("sliding.lua"),
-    sha1: "10090261ffb3fe767595ec6432085574ef325917",
+    sha1: "665e2652b880aa4bb98216be3aa5d3d7e070d962",
 };
 /// The fixed-window script: hit, get, reset and clear of one key.
 pub static FIXED: Script = Script {

@@ -35,43 +35,47 @@ if mode == 'r' then
   return {removed}
 end
 
+-- Server cost: a string turns into a number once by arithmetic (tonumber() parses it twice), and
+-- constant arguments go as strings (Redis formats a Lua number argument with snprintf).
 local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = time[1] * 1000 + math.floor(time[2] / 1000)
 
 -- One key, one entry (the common call), any limit. The log's lowest member, read first, answers most
 -- of it: either a refusal marker or the oldest call.
 --
--- The refusal marker: a consume refused while its key holds exactly `uses` calls (none to trim) adds
--- one member scored -inf (so it sorts first, and every score range over call times skips it) named
--- 'uses:window:until:newest'. Until the log changes, a call under the same limit before `until` is
--- refused with the same wait, whatever the clock does meanwhile (calls only ever leave the window, and
--- none leaves before `until`): that call answers from this one read, writing nothing. Whatever
--- changes the log removes the marker first: every consume trims from -inf, a release removes it.
+-- The refusal marker: the allowed consume that records a key's `uses`-th call in the window (the log
+-- is then full), or else a consume refused while the key holds exactly `uses` calls (none to trim),
+-- adds one member scored -inf (so it sorts first, and every score range over call times skips it)
+-- named 'uses:window:until:end' (`end`: when the newest call leaves, never before `until`). Until
+-- the log changes, a call under the same limit before `until` is refused with the same wait, whatever
+-- the clock does meanwhile (calls only ever leave the window, and none leaves before `until`): that
+-- call, the first refusal included, answers from this one read, writing nothing. Whatever changes the
+-- log removes the marker first: every consume trims from -inf, a release removes it.
 if #ARGV == 5 then
-  local key, uses, w = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5])
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local key = KEYS[1]
+  local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
   local oldest
   if first[1] then
     if first[2] == '-inf' then
-      local limit = ARGV[4] .. ':' .. ARGV[5] .. ':'
-      if string.sub(first[1], 1, #limit) == limit then
-        local u, newest = string.match(first[1], '^(%d+):(%d+)$', #limit + 1)
-        u = tonumber(u)
-        if u and now < u then
-          local wait = u - now
-          return {0, wait, now, math.max(wait, tonumber(newest) + w - now)}
-        end
+      local mu, mw, wait, reset = string.match(first[1], '^(%d+):(%d+):(%d+):(%d+)$')
+      -- Short strings are interned: equal ones are one object, compared at once.
+      if mu == ARGV[4] and mw == ARGV[5] then
+        wait = wait - now
+        if wait > 0 then return {0, wait, now, reset - now} end
       end
     else
-      oldest = tonumber(first[2])
+      oldest = first[2] + 0
     end
+  end
+  local uses, w = ARGV[4] + 0, ARGV[5] + 0
+  if first[1] then
     if not oldest or oldest + w <= now then
       -- A stale marker, or calls that have left the window: a consume trims (the marker too), a peek
       -- takes the general path below, which counts by score ranges.
       if mode == 'c' then
         redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - w))
-        first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-        oldest = first[2] and tonumber(first[2])
+        first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+        oldest = first[2] and first[2] + 0
       else
         oldest = false
       end
@@ -80,7 +84,12 @@ if #ARGV == 5 then
   if oldest == nil then
     -- An empty log.
     if mode ~= 'c' then return {1, uses, 0, 0, now} end
-    redis.call('ZADD', key, int(now), id)
+    if uses == 1 and now + w < 9007199254740992 then
+      -- This call fills the log: the marker goes in with it, in the same ZADD.
+      redis.call('ZADD', key, int(now), id, '-inf', ARGV[4] .. ':' .. ARGV[5] .. ':' .. int(now + w) .. ':' .. int(now + w))
+    else
+      redis.call('ZADD', key, int(now), id)
+    end
     redis.call('PEXPIRE', key, int(w))
     return {1, uses - 1, w, w, now}
   end
@@ -94,16 +103,16 @@ if #ARGV == 5 then
       if n > uses then u = tonumber(redis.call('ZREVRANGE', key, int(uses - 1), int(uses - 1), 'WITHSCORES')[2]) end
       u = u + w
       local newest = oldest
-      if n > 1 then newest = tonumber(redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')[2]) end
-      if mode == 'c' and n == uses and u < 9007199254740992 and newest < 9007199254740992 then
-        redis.call('ZADD', key, '-inf', ARGV[4] .. ':' .. ARGV[5] .. ':' .. int(u) .. ':' .. int(newest))
+      if n > 1 then newest = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2]) end
+      if mode == 'c' and n == uses and newest + w < 9007199254740992 then
+        redis.call('ZADD', key, '-inf', ARGV[4] .. ':' .. ARGV[5] .. ':' .. int(u) .. ':' .. int(newest + w))
       end
       local wait = u - now
       return {0, wait, now, math.max(wait, newest + w - now)}
     end
     if mode ~= 'c' then
       local newest = oldest
-      if n > 1 then newest = tonumber(redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')[2]) end
+      if n > 1 then newest = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2]) end
       return {1, uses - n, oldest + w - now, newest + w - now, now}
     end
     -- Allowed. A clock that stepped back records at the newest call, keeping the log in order: only a
@@ -112,9 +121,15 @@ if #ARGV == 5 then
     if n == 1 then
       if oldest > now then at = oldest end
     elseif redis.call('ZCOUNT', key, '(' .. int(now), '+inf') > 0 then
-      at = tonumber(redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')[2])
+      at = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2])
     end
-    redis.call('ZADD', key, int(at), id)
+    if n + 1 == uses and at + w < 9007199254740992 then
+      -- This call fills the log: every call is inside the window, so the oldest of the newest `uses`
+      -- is the oldest, and this one the newest. The marker goes in with it, in the same ZADD.
+      redis.call('ZADD', key, int(at), id, '-inf', ARGV[4] .. ':' .. ARGV[5] .. ':' .. int(oldest + w) .. ':' .. int(at + w))
+    else
+      redis.call('ZADD', key, int(at), id)
+    end
     -- The key lives until its newest call leaves the window (it may keep a longer expiry another
     -- limit gave it).
     local ttl = w + at - now
@@ -161,11 +176,11 @@ for i = 0, entries - 1 do
     -- One read for a small limit, two (each O(log n)) for a large one.
     local u, newest
     if uses <= 16 then
-      local calls = redis.call('ZREVRANGE', KEYS[k], 0, int(uses - 1), 'WITHSCORES')
+      local calls = redis.call('ZREVRANGE', KEYS[k], '0', int(uses - 1), 'WITHSCORES')
       u, newest = tonumber(calls[2 * uses]) + w, tonumber(calls[2])
     else
       u = tonumber(redis.call('ZREVRANGE', KEYS[k], int(uses - 1), int(uses - 1), 'WITHSCORES')[2]) + w
-      newest = tonumber(redis.call('ZREVRANGE', KEYS[k], 0, 0, 'WITHSCORES')[2])
+      newest = tonumber(redis.call('ZREVRANGE', KEYS[k], '0', '0', 'WITHSCORES')[2])
     end
     if u > until_ then blocked, until_, blocked_reset = i, u, newest + w - now end
   end
@@ -192,7 +207,7 @@ if mode == 'c' then
     if size[k] > 0 and redis.call('ZCOUNT', KEYS[k], '(' .. int(now), '+inf') > 0 then
       -- A clock that stepped back records at the newest call, keeping the log in order (counting the
       -- calls later than now is cheaper than reading the newest).
-      at = tonumber(redis.call('ZRANGE', KEYS[k], -1, -1, 'WITHSCORES')[2])
+      at = tonumber(redis.call('ZRANGE', KEYS[k], '-1', '-1', 'WITHSCORES')[2])
     end
     redis.call('ZADD', KEYS[k], int(at), id)
     recorded_at[k] = at
@@ -211,9 +226,9 @@ if mode == 'c' then
 end
 local refill, reset = 0, 0
 if count[tight] + recorded > 0 then
-  local oldest = redis.call('ZRANGEBYSCORE', KEYS[tight_k], int(now - tight_w + 1), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local oldest = redis.call('ZRANGEBYSCORE', KEYS[tight_k], int(now - tight_w + 1), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
   local newest = recorded_at[tight_k]
-  if not newest then newest = tonumber(redis.call('ZRANGE', KEYS[tight_k], -1, -1, 'WITHSCORES')[2]) end
+  if not newest then newest = tonumber(redis.call('ZRANGE', KEYS[tight_k], '-1', '-1', 'WITHSCORES')[2]) end
   refill, reset = tonumber(oldest[2]) + tight_w - now, newest + tight_w - now
 end
 return {1, 0, -1, -1, now, tight, left, refill, reset}
