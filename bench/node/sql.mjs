@@ -18,9 +18,9 @@
 //   - rlf-rel:   the same on a pool whose connections run with synchronous_commit = off
 //   - bare:      pool.query('SELECT 1') (the floor: one round trip)
 //   - batch3:    PostgresStore.consumeMany of 3 entries (still one statement), in tables of its own
-//   - prev:      before/after in the same run: the same PostgresStore and schema, but its one-entry consume
-//                swapped for the previous statement (nine columns, the mode and all six values as
-//                parameters; PREV_ONE below), its rows decoded as before
+//   - prev:      before/after in the same run: the same PostgresStore and one-entry statement, on tables
+//                of its own whose functions are the previous schema's (PREV_SCHEMA below: {p}_take1's
+//                compare-and-set found the window by a sub-select over unnest)
 //   Like for like: ours / rlf-rel (both relaxed) and ours-dur / rlf (both wait for the flush).
 //   Round trips per call are counted on the pool ours runs on (target: 1).
 //   SQLite (better-sqlite3, a file in a temp dir, WAL, one call at a time):
@@ -29,7 +29,11 @@
 //
 //   node bench/node/sql.mjs               full run (~2 min)
 //   BENCH_QUICK=1 node bench/node/sql.mjs a smoke run (1,000 keys, ~6 s)
-import { mkdtempSync, rmSync } from 'node:fs';
+//   BENCH_ROUNDS=9 BENCH_RUN_MS=400 BENCH_VARIANTS=allowed BENCH_SQLITE=0 node bench/node/sql.mjs
+//                                         rounds, ms per contender and round, which variants
+//                                         (refusals,allowed), and whether the SQLite part runs
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -43,16 +47,18 @@ const pg = require('pg');
 const Database = require('better-sqlite3');
 
 const quick = process.env.BENCH_QUICK === '1';
-const ROUNDS = quick ? 1 : 5;
-const RUN_MS = quick ? 80 : 400;
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (quick ? 1 : 5));
+const RUN_MS = Number(process.env.BENCH_RUN_MS ?? (quick ? 80 : 400));
+const VARIANTS = (process.env.BENCH_VARIANTS ?? 'refusals,allowed').split(',');
+const load = () => loadavg().map((x) => x.toFixed(1)).join(' ');
 const N = quick ? 1_000 : 10_000; // the smoke run fills fewer keys
 const KEYS = Array.from({ length: N }, (_, i) => `user:${i}`);
 const LIMIT = { uses: 5, windowMs: 10_000 };
 const FULL = { uses: 5, windowMs: 600_000 };
 const OPEN = { uses: 1000, windowMs: 10_000 };
 const tag = `${process.pid}_${Date.now().toString(36)}`;
-/** The one-entry consume before the verdict became one text column (505e728 … 9b1afb0^). */
-const PREV_ONE =
+/** The schema before fa6d25c: its {p}_take1 found the window's first call by a sub-select over unnest. */
+const PREV_SCHEMA = readFileSync(join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'core', 'tests', 'data', 'postgres_schema_take1_subselect.sql'), 'utf8');
   'SELECT v[1] = 1 AS allowed, v[2] AS retry_after_ms, v[3] AS retry_timestamp, v[4] AS blocked, v[5] AS now_ms, v[6] AS quota_limit, v[7] AS remaining, v[8] AS refill_after_ms, v[9] AS reset_after_ms FROM (SELECT CASE WHEN s.u > s.now - s.w THEN ARRAY[0, greatest(1, s.u + s.w - s.now), s.u + s.w, 0, s.now, s.uses, 0, greatest(1, s.u + s.w - s.now), s.ats[s.n] + s.w - s.now] ELSE {p}_take1($1, $2, $3, s.uses, s.w, $6::boolean, s.ats, s.ids, s.now) END AS v FROM (SELECT l.ats, l.ids, cardinality(l.ats) AS n, CASE WHEN cardinality(l.ats) >= $4::bigint THEN l.ats[cardinality(l.ats) - $4::bigint + 1] END AS u, greatest(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, l.ats[cardinality(l.ats)]) AS now, $4::bigint AS uses, $5::bigint AS w FROM (SELECT) AS o LEFT JOIN {p}_log AS l ON l.key = $3 OFFSET 0) AS s OFFSET 0) AS t';
 
 /** Runs `op(i)` with `inflight` calls in flight for `ms`; returns completed calls per second. */
@@ -129,27 +135,17 @@ async function postgres() {
   await store.installSchema();
   await durable.installSchema();
   await batches.installSchema();
-  // The previous one-entry statement, through the same store code and schema: only the statement is
-  // swapped (its parameters were mode, id, key, uses, window, relaxed; now key, id, uses, window, relaxed).
+  // The previous schema's functions under the same store code and statement (installed from its text,
+  // not by installSchema, which would install this one's).
   const prevPrefix = `rw_benchp_${tag}`;
-  const prevOne = PREV_ONE.replaceAll('{p}', prevPrefix);
-  const prevStore = PostgresStore.using(pool, { prefix: prevPrefix });
-  await prevStore.installSchema();
-  const prev = PostgresStore.using(
-    (sql, values) => {
-      const one = sql.startsWith('SELECT (CASE WHEN s.u') && sql.includes("_take1('c'");
-      const text = one ? prevOne : sql;
-      const params = one ? ['c', values[1], values[0], values[2], values[3], values[4]] : values;
-      return pool.query({ name: `rw_bench_prev_${text.length}`, text, values: params, rowMode: 'array' }).then((r) => r.rows);
-    },
-    { prefix: prevPrefix },
-  );
+  await pool.query(PREV_SCHEMA.replaceAll('{p}', prevPrefix));
+  const prev = PostgresStore.using(pool, { prefix: prevPrefix });
   try {
     await Promise.all(Array.from({ length: 8 }, () => pool.query('SELECT 1'))); // connections open
     await Promise.all(Array.from({ length: 8 }, () => relaxedPool.query('SELECT 1')));
-    console.log(`PostgreSQL (pg Pool of 8, unix socket), calls/s, ${ROUNDS} interleaved rounds; ratios are medians of per-round ratios`);
+    console.log(`PostgreSQL (pg Pool of 8, unix socket), calls/s, ${ROUNDS} interleaved rounds of ${RUN_MS} ms; ratios are medians of per-round ratios; load ${load()}`);
     let calls = 0;
-    for (const variant of ['refusals', 'allowed']) {
+    for (const variant of VARIANTS) {
       const limit = variant === 'refusals' ? FULL : OPEN;
       const table = (t) => { const name = `rlf_bench_${t}_${variant}_${tag}`; rlfTables.push(name); return name; };
       const rlf = await rlfLimiter(pool, table('d'), limit);
@@ -191,7 +187,7 @@ async function postgres() {
         );
         console.log(`                  ${Object.entries(ratios).map(([k, v]) => `${k} ${v.toFixed(2)}x`).join('  ')}`);
       }
-      console.log(`    round trips per call (ours, consume and consumeMany): ${(roundTrips / calls).toFixed(3)}`);
+      console.log(`    round trips per call (ours, consume and consumeMany): ${(roundTrips / calls).toFixed(3)}; load ${load()}`);
     }
   } finally {
     for (const p of [prefix, durPrefix, prevPrefix, batchPrefix]) {
@@ -235,4 +231,4 @@ async function sqlite() {
 }
 
 await postgres();
-await sqlite();
+if (process.env.BENCH_SQLITE !== '0') await sqlite();

@@ -17,13 +17,17 @@ read for the ``Sync`` messages the client sent (one per round trip outside pipel
 - ``consume`` through a schema installed with ``durable=True`` (each commit waits for the WAL flush;
   by default the functions commit with ``synchronous_commit = off``).
 - ``consume`` under 1,000 uses per 10 s: every timed call is allowed and recorded.
-- before/after in the same run: ``consume``, allowed calls and refusals through a query function of
-  the bench's own, once with this one-entry statement and once with the previous one (``PREV_ONE``:
-  nine columns, six parameters), on the same schema: the ratio of the two is printed.
+- before/after in the same run: ``consume``, allowed calls and refusals through the same store code and
+  one-entry statement, once on this schema and once on tables whose functions are the previous
+  schema's (``core/tests/data/postgres_schema_take1_subselect.sql``: its ``{p}_take1`` found the
+  window by a sub-select over unnest): the ratio of the two is printed.
+- server CPU per call: the CPU time of the connection's backend process (``/proc/<pid>/stat``, when the
+  server runs on this machine), load-independent where wall-clock ratios are not; the load average is
+  printed with the tables.
 - SQLite: ``SqliteStore(sqlite3.connect(path, isolation_level=None)).consume`` on a file, in the
   default rollback journal and in WAL with ``synchronous=NORMAL``.
 
-Run: ``.venv/bin/python bench/python/bench_sql.py [--rounds N] [--ops N]`` (PostgreSQL on
+Run: ``.venv/bin/python bench/python/bench_sql.py [--rounds N] [--ops N] [--no-sqlite]`` (PostgreSQL on
 ``/var/run/postgresql``, user postgres, database test; or ``RATEWINDOW_TEST_PG``).
 """
 
@@ -97,40 +101,36 @@ def refusals(store: PostgresStore, keys: list[str]) -> Runner:
     return run
 
 
-# The one-entry consume before its verdict became one text column (505e728 … 9b1afb0^): nine columns,
-# the mode and all six values as parameters (mode, id, key, uses, window, relaxed).
-PREV_ONE = (
-    'SELECT v[1] = 1 AS allowed, v[2] AS retry_after_ms, v[3] AS retry_timestamp, v[4] AS blocked, v['
-    '5] AS now_ms, v[6] AS quota_limit, v[7] AS remaining, v[8] AS refill_after_ms, v[9] AS reset_aft'
-    'er_ms FROM (SELECT CASE WHEN s.u > s.now - s.w THEN ARRAY[0, greatest(1, s.u + s.w - s.now), s.u'
-    ' + s.w, 0, s.now, s.uses, 0, greatest(1, s.u + s.w - s.now), s.ats[s.n] + s.w - s.now] ELSE {p}_'
-    'take1($1, $2, $3, s.uses, s.w, $6::boolean, s.ats, s.ids, s.now) END AS v FROM (SELECT l.ats, l.'
-    'ids, cardinality(l.ats) AS n, CASE WHEN cardinality(l.ats) >= $4::bigint THEN l.ats[cardinality('
-    'l.ats) - $4::bigint + 1] END AS u, greatest(floor(extract(epoch FROM clock_timestamp()) * 1000):'
-    ':bigint, l.ats[cardinality(l.ats)]) AS now, $4::bigint AS uses, $5::bigint AS w FROM (SELECT) AS'
-    ' o LEFT JOIN {p}_log AS l ON l.key = $3 OFFSET 0) AS s OFFSET 0) AS t'
-)
+PREVIOUS_SCHEMA = Path(__file__).resolve().parents[2] / "core" / "tests" / "data" / "postgres_schema_take1_subselect.sql"
 
 
-def swapped(conn: psycopg.Connection[Any], prefix: str, *, prev: bool) -> PostgresStore:
-    """A store under ``prefix`` through a query function on ``conn`` (``$1`` placeholders, statements
-    prepared by psycopg as for the store's own), on this schema. ``prev``: the one-entry consume is
-    swapped for the previous statement (:data:`PREV_ONE`, its parameters reordered), whose nine columns
-    the store decodes as before. The same store code and client either way: the pair is a
-    before/after in one interleaved run."""
-    old_one = PREV_ONE.replace("{p}", prefix)
+def previous(conn: psycopg.Connection[Any], prefix: str) -> PostgresStore:
+    """A store under ``prefix`` whose tables and functions are the previous schema's (installed from its
+    text, since ``install_schema`` installs this one's): the same store code and one-entry statement, so
+    the pair with a store on this schema is a before/after in one interleaved run."""
+    conn.execute(PREVIOUS_SCHEMA.read_text().replace("{p}", prefix).encode())
+    return PostgresStore.using(conn, prefix=prefix)
 
-    def query(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-        if prev and sql.startswith("SELECT (CASE WHEN s.u") and "_take1('c'" in sql:
-            sql = old_one
-            params = ["c", params[1], params[0], *params[2:]]
-        with psycopg.RawCursor(conn) as cur:
-            cur.execute(sql.encode(), params)
-            result = cur.pgresult
-            return cur.fetchall() if result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK else []
 
-    PostgresStore.using(conn, prefix=prefix).install_schema()
-    return PostgresStore.using(query, prefix=prefix)
+def current(conn: psycopg.Connection[Any], prefix: str) -> PostgresStore:
+    store = PostgresStore.using(conn, prefix=prefix)
+    store.install_schema()
+    return store
+
+
+def backend_cpu(conn: psycopg.Connection[Any]) -> Callable[[], float | None]:
+    """The CPU seconds the connection's server process has used so far (None: not on this machine)."""
+    path = Path(f"/proc/{conn.info.backend_pid}/stat")  # known to libpq: no statement, no transaction
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def read() -> float | None:
+        try:
+            fields = path.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    return read
 
 
 def consume_many(store: PostgresStore, width: int) -> Runner:
@@ -157,18 +157,35 @@ def round_trips(conn: psycopg.Connection[Any], run: Runner, calls: int = 100) ->
     return syncs / calls
 
 
-def interleaved(runners: dict[str, Runner], keys: list[str], rounds: int, ops: int) -> dict[str, float]:
+def interleaved(
+    runners: dict[str, Runner],
+    keys: list[str],
+    rounds: int,
+    ops: int,
+    cpu: dict[str, Callable[[], float | None]] | None = None,
+) -> tuple[dict[str, float], dict[str, float | None]]:
+    """Median calls/s of each runner, and (where ``cpu`` reads its connection's server process) the
+    median server CPU µs per call."""
     batch = [keys[i % len(keys)] for i in range(ops)]
     for run in runners.values():  # warm-up: every key seen once, statements prepared
         run(keys[: min(len(keys), ops)])
     rates: dict[str, list[float]] = {name: [] for name in runners}
+    server: dict[str, list[float]] = {name: [] for name in runners}
     names = list(runners)
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
+            read = (cpu or {}).get(name)
+            before = read() if read else None
             start = time.perf_counter()
             runners[name](batch)
             rates[name].append(ops / (time.perf_counter() - start))
-    return {name: statistics.median(v) for name, v in rates.items()}
+            after = read() if read else None
+            if before is not None and after is not None:
+                server[name].append(1e6 * (after - before) / ops)
+    return (
+        {name: statistics.median(v) for name, v in rates.items()},
+        {name: statistics.median(v) if v else None for name, v in server.items()},
+    )
 
 
 AsyncOp = Callable[[int], Awaitable[Any]]
@@ -231,6 +248,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per contender (default 5)")
     parser.add_argument("--ops", type=int, default=3_000, help="calls per contender per round (default 3000)")
+    parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL only")
     args = parser.parse_args()
     keys = [f"user:{i}" for i in range(KEYS)]
     prefix = f"rwbench_{os.getpid()}_{secrets.token_hex(3)}"
@@ -257,20 +275,22 @@ def main() -> None:
                 "PostgresStore.consume (refusals: every key full)": refusals(
                     PostgresStore.using(conn, prefix=f"{prefix}_f"), keys[: args.ops]  # the keys the rounds use
                 ),
-                # Before/after: the same query function, this schema's one-entry statement and the last.
-                "query fn: consume": consume(swapped(conn, f"{prefix}_n", prev=False)),
-                "query fn: consume, previous statement": consume(swapped(conn, f"{prefix}_p", prev=True)),
-                "query fn: allowed": allowed(swapped(conn, f"{prefix}_na", prev=False)),
-                "query fn: allowed, previous statement": allowed(swapped(conn, f"{prefix}_pa", prev=True)),
-                "query fn: refusals": refusals(swapped(conn, f"{prefix}_nf", prev=False), keys[: args.ops]),
-                "query fn: refusals, previous statement": refusals(
-                    swapped(conn, f"{prefix}_pf", prev=True), keys[: args.ops]
-                ),
+                # Before/after: the same store code and statement, on this schema and on the previous one.
+                "this schema: consume": consume(current(conn, f"{prefix}_n")),
+                "previous schema: consume": consume(previous(conn, f"{prefix}_p")),
+                "this schema: allowed": allowed(current(conn, f"{prefix}_na")),
+                "previous schema: allowed": allowed(previous(conn, f"{prefix}_pa")),
+                "this schema: refusals": refusals(current(conn, f"{prefix}_nf"), keys[: args.ops]),
+                "previous schema: refusals": refusals(previous(conn, f"{prefix}_pf"), keys[: args.ops]),
             }
             trips = {
                 name: round_trips(tx_conn if "not autocommit" in name else conn, run) for name, run in runners.items()
             }
-            rates = interleaved(runners, keys, args.rounds, args.ops)
+            on_conn, on_tx = backend_cpu(conn), backend_cpu(tx_conn)
+            cpu = {name: on_tx if "not autocommit" in name else on_conn for name in runners}
+            load_before = os.getloadavg()
+            rates, server = interleaved(runners, keys, args.rounds, args.ops, cpu)
+            load = (*load_before, *os.getloadavg())
             many = asyncio.run(in_flight(prefix, keys, args.rounds, args.ops))
         finally:
             for p in (prefix, *(f"{prefix}_{s}" for s in ("d", "f", "a", "n", "p", "na", "pa", "nf", "pf"))):
@@ -282,17 +302,27 @@ def main() -> None:
 
     base = rates["bare SELECT 1"]
     print(f"PostgreSQL (psycopg {psycopg.__version__}, unix socket): {KEYS:,} keys round-robin, {USES} uses per")
-    print(f"{WINDOW_MS // 1000} s, {args.rounds} interleaved rounds of {args.ops:,} calls")
-    print(f"{'contender':<48} {'calls/s':>10} {'us/call':>9} {'time vs SELECT 1':>17} {'round trips':>12}")
+    print(f"{WINDOW_MS // 1000} s, {args.rounds} interleaved rounds of {args.ops:,} calls; load average")
+    print(f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} before, {load[3]:.1f} {load[4]:.1f} {load[5]:.1f} after")
+    print(
+        f"{'contender':<48} {'calls/s':>10} {'us/call':>9} {'time vs SELECT 1':>17} {'round trips':>12}"
+        f" {'server CPU us/call':>19}"
+    )
     for name, rate in rates.items():
-        print(f"{name:<48} {rate:>10,.0f} {1e6 / rate:>9.1f} {base / rate:>16.2f}x {trips[name]:>12.2f}")
+        cpu_us = server[name]
+        shown = f"{cpu_us:>19.1f}" if cpu_us is not None else f"{'-':>19}"
+        print(f"{name:<48} {rate:>10,.0f} {1e6 / rate:>9.1f} {base / rate:>16.2f}x {trips[name]:>12.2f} {shown}")
     print(f"asyncio, 16 calls in flight on an AsyncConnectionPool of 8, {args.rounds} interleaved rounds")
     many_base = many["bare SELECT 1"]
     for name, rate in many.items():
         print(f"{name:<48} {rate:>10,.0f} {1e6 / rate:>9.1f} {many_base / rate:>16.2f}x")
     for what in ("consume", "allowed", "refusals"):
-        after, before = rates[f"query fn: {what}"], rates[f"query fn: {what}, previous statement"]
-        print(f"{what}: this schema's one-entry statement / the previous one: {after / before:.2f}x calls/s")
+        after, before = rates[f"this schema: {what}"], rates[f"previous schema: {what}"]
+        cpu_after, cpu_before = server[f"this schema: {what}"], server[f"previous schema: {what}"]
+        cpu_ratio = f", server CPU a call {cpu_after / cpu_before:.2f}x" if cpu_after and cpu_before else ""
+        print(f"{what}: this schema / the previous one: {after / before:.2f}x calls/s{cpu_ratio}")
+    if args.no_sqlite:
+        return
 
     print()
     print(f"SQLite {sqlite3.sqlite_version} file, the same workload, {args.rounds} rounds of {args.ops:,} calls")
@@ -301,7 +331,7 @@ def main() -> None:
             lite = sqlite3.connect(Path(tmp) / f"{mode[:3]}.db", isolation_level=None)
             for pragma in pragmas:
                 lite.execute(f"PRAGMA {pragma}")
-            rate = interleaved({mode: consume(SqliteStore(lite))}, keys, args.rounds, args.ops)[mode]
+            rate = interleaved({mode: consume(SqliteStore(lite))}, keys, args.rounds, args.ops)[0][mode]
             print(f"{'SqliteStore.consume, ' + mode:<48} {rate:>10,.0f} {1e6 / rate:>9.1f} us/call")
             lite.close()
 
