@@ -24,7 +24,7 @@ pub struct Script {
 pub static SLIDING: Script = Script {
     name: "sliding",
     source: include_str!("sliding.lua"),
-    sha1: "665e2652b880aa4bb98216be3aa5d3d7e070d962",
+    sha1: "aac473f7450184c3b177672f245a9b4d62c47ac2",
 };
 /// The fixed-window script: hit, get, reset and clear of one key.
 pub static FIXED: Script = Script {

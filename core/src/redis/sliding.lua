@@ -44,13 +44,14 @@ local now = time[1] * 1000 + math.floor(time[2] / 1000)
 -- of it: either a refusal marker or the oldest call.
 --
 -- The refusal marker: the allowed consume that records a key's `uses`-th call in the window (the log
--- is then full), or else a consume refused while the key holds exactly `uses` calls (none to trim),
--- adds one member scored -inf (so it sorts first, and every score range over call times skips it)
--- named 'uses:window:until:end' (`end`: when the newest call leaves, never before `until`). Until
--- the log changes, a call under the same limit before `until` is refused with the same wait, whatever
--- the clock does meanwhile (calls only ever leave the window, and none leaves before `until`): that
--- call, the first refusal included, answers from this one read, writing nothing. Whatever changes the
--- log removes the marker first: every consume trims from -inf, a release removes it.
+-- is then full; in a batch, on a key that one entry names), or else a consume refused while the key
+-- holds exactly `uses` calls (none to trim), adds one member scored -inf (so it sorts first, and
+-- every score range over call times skips it) named 'uses:window:until:end' (`end`: when the newest
+-- call leaves, never before `until`). Until the log changes, a call under the same limit before
+-- `until` is refused with the same wait, whatever the clock does meanwhile (calls only ever leave the
+-- window, and none leaves before `until`): that call, the first refusal included, answers from this
+-- one read, writing nothing. Whatever changes the log removes the marker first: every consume trims
+-- from -inf, a release removes it.
 if #ARGV == 5 then
   local key = KEYS[1]
   local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
@@ -143,10 +144,12 @@ if #ARGV == 5 then
   -- A peek of a log holding a marker or calls outside the window: the general path.
 end
 local entries = (#ARGV - 2) / 3
-local longest = {}
+local longest, only = {}, {}
 for i = 0, entries - 1 do
   local k, w = tonumber(ARGV[3 + 3 * i]), tonumber(ARGV[5 + 3 * i])
   if (longest[k] or 0) < w then longest[k] = w end
+  -- The entry that alone names its key (false when several do).
+  if only[k] == nil then only[k] = i else only[k] = false end
 end
 
 -- A call drops the times that have left its (longest) window: now - t >= w. What is left is then
@@ -209,7 +212,17 @@ if mode == 'c' then
       -- calls later than now is cheaper than reading the newest).
       at = tonumber(redis.call('ZRANGE', KEYS[k], '-1', '-1', 'WITHSCORES')[2])
     end
-    redis.call('ZADD', KEYS[k], int(at), id)
+    -- A key named by one entry that this call fills gets the refusal marker, as in the one-entry
+    -- path: its trim left only calls inside the entry's window, so the oldest decides `until`.
+    local i = only[k]
+    local uses, w = i and tonumber(ARGV[4 + 3 * i]), i and tonumber(ARGV[5 + 3 * i])
+    if i and count[i] + 1 == uses and at + w < 9007199254740992 then
+      local oldest = at
+      if size[k] > 0 then oldest = redis.call('ZRANGE', KEYS[k], '0', '0', 'WITHSCORES')[2] + 0 end
+      redis.call('ZADD', KEYS[k], int(at), id, '-inf', ARGV[4 + 3 * i] .. ':' .. ARGV[5 + 3 * i] .. ':' .. int(oldest + w) .. ':' .. int(at + w))
+    else
+      redis.call('ZADD', KEYS[k], int(at), id)
+    end
     recorded_at[k] = at
     -- The key lives until its newest call leaves the longest window it was counted under (a new key
     -- has no expiry yet; an existing one keeps a longer one).
