@@ -20,7 +20,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
-import { Guard, TOO_MANY_REQUESTS, type LimitSource, type Refusal, type ThrottleOptions } from './guard';
+import { Guard, TOO_MANY_REQUESTS, type LimitSource, type Outcome, type Refusal, type ThrottleOptions } from './guard';
 
 export { HttpInputError } from './native';
 export type { HeaderOptions, LimitCallback, LimitSource, Refusal, RequestInfo, ThrottleOptions } from './guard';
@@ -40,21 +40,33 @@ export type Middleware = (req: IncomingMessage, res: ServerResponse, next: (erro
 export function throttle(source: LimitSource, options: ThrottleOptions = {}): Middleware {
   const guard = new Guard(source, options);
   return (req, res, next) => {
-    const setHeader = (name: string, value: string) => res.setHeader(name, value);
-    const header = (name: string) => headerOf(req, name);
-    guard.check(req, req.socket.remoteAddress, header, setHeader).then(
-      (outcome) => {
-        if (outcome.allowed) {
-          const finish = outcome.finish;
-          if (finish !== undefined) res.once('finish', () => void finish(res));
-          next();
-          return;
-        }
-        refuse(req, res, outcome.refusal).catch(next);
-      },
-      next,
-    );
+    let outcome: Outcome | Promise<Outcome>;
+    try {
+      outcome = guard.check(
+        req,
+        req.socket.remoteAddress,
+        (name) => headerOf(req, name),
+        (name, value) => res.setHeader(name, value),
+      );
+    } catch (e) {
+      next(e);
+      return;
+    }
+    // A MemoryStore answers at once: the request goes on in this tick, no promise in between.
+    if (outcome instanceof Promise) outcome.then((got) => settle(req, res, next, got), next);
+    else settle(req, res, next, outcome);
   };
+}
+
+/** Goes on with an allowed request (its `after()` hooks once the response is finished), or refuses it. */
+function settle(req: IncomingMessage, res: ServerResponse, next: (error?: unknown) => void, outcome: Outcome): void {
+  if (outcome.allowed) {
+    const finish = outcome.finish;
+    if (finish !== undefined) res.once('finish', () => void finish(res));
+    next();
+    return;
+  }
+  refuse(req, res, outcome.refusal).catch(next);
 }
 
 /** Answers a refusal: the limit's `response()` callback, or 429 and a short text. */

@@ -163,17 +163,23 @@ export class Guard {
   /**
    * Counts `request` against its limits and sets the response fields with `setHeader`. `peer` is the
    * socket's remote address; `header(name)` reads a request header (lower-case name, several lines
-   * joined by `, `). Awaits only what is a promise (a `MemoryStore` answers at once).
+   * joined by `, `). Answers at once, without a promise, when nothing it calls answers with one (a
+   * `MemoryStore` and a synchronous callback): the middleware then goes on in the same tick. A
+   * synchronous error (a bad key, a callback that throws) is thrown; an asynchronous one rejects.
    */
-  async check(
+  check(
     request: unknown,
     peer: string | undefined,
     header: (name: string) => string | undefined,
     setHeader: (name: string, value: string) => void,
-  ): Promise<Outcome> {
-    const info = new Info(this.address, peer, header);
-    let limits = this.limits(request, info);
-    if (isPromise(limits)) limits = await limits;
+  ): Outcome | Promise<Outcome> {
+    const limits = this.limits(request, new Info(this.address, peer, header));
+    if (isPromise(limits)) return Promise.resolve(limits).then((got) => this.count(got, setHeader));
+    return this.count(limits, setHeader);
+  }
+
+  /** {@link check} once the limits are known: one store call. */
+  private count(limits: readonly Limit[], setHeader: (name: string, value: string) => void): Outcome | Promise<Outcome> {
     if (limits.length === 0) return PASS;
     const p = plan(this.name, limits);
     if (p === undefined) return PASS; // every limit unlimited: not counted
@@ -182,12 +188,23 @@ export class Guard {
     // One entry and nothing to give back: `consume` is the same call as a batch of one, without the
     // batch's release handle.
     const entry = p.entries[0]!;
-    let verdict: Awaitable<BatchVerdict> =
+    const verdict: Awaitable<BatchVerdict> =
       p.entries.length === 1 && !hooks ? this.store.consume(entry.key, entry.limit) : this.store.consumeMany(p.entries);
-    if (isPromise(verdict)) verdict = await verdict;
+    if (isPromise(verdict)) return Promise.resolve(verdict).then((got) => this.decide(p, limits, hooks, got, setHeader));
+    return this.decide(p, limits, hooks, verdict, setHeader);
+  }
+
+  /** {@link check} once the store answered: the fields, and what to do. */
+  private decide(
+    p: Plan,
+    limits: readonly Limit[],
+    hooks: boolean,
+    verdict: BatchVerdict,
+    setHeader: (name: string, value: string) => void,
+  ): Outcome {
     if (verdict.allowed) {
       headers(this.name, p, verdict, this.flags, setHeader);
-      return hooks ? { allowed: true, finish: (response) => this.after(p, limits, verdict as BatchVerdict, response) } : PASS;
+      return hooks ? { allowed: true, finish: (response) => this.after(p, limits, verdict, response) } : PASS;
     }
     const pairs: [string, string][] = [];
     headers(this.name, p, verdict, this.flags, (name, value) => {
