@@ -93,8 +93,19 @@ impl CallLog {
     }
 
     /// The index of the first call that is `>= at` under `before` (a binary search: times are sorted).
+    ///
+    /// Galloping from the oldest call (1, 2, 4 … calls) before the binary search: the calls that left
+    /// since the last one are usually few, so a long log is not searched whole on every call.
     fn partition_point(&self, before: impl Fn(u64) -> bool) -> usize {
-        let (mut lo, mut hi) = (0, self.len());
+        let len = self.len();
+        let (mut lo, mut step) = (0, 1);
+        while lo < len && before(self.get(lo)) {
+            lo += step;
+            step *= 2;
+        }
+        // Every call before `lo - step / 2 + 1` is known to be before; none from `lo` on need be.
+        let mut hi = lo.min(len);
+        lo = if step == 1 { 0 } else { lo - step / 2 + 1 };
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             if before(self.get(mid)) {
@@ -240,6 +251,22 @@ mod tests {
 
     fn times(log: &CallLog) -> Vec<u64> {
         (0..log.len()).map(|i| log.get(i)).collect()
+    }
+
+    #[test]
+    fn the_galloping_search_finds_every_split_of_a_wrapped_log() {
+        for len in 0..40u64 {
+            let mut log = CallLog::new(4, 1);
+            // A wrapped ring: record and trim past the start first.
+            for t in 0..len + 7 {
+                log.record(t);
+            }
+            log.trim(7 + 7, 7); // keeps the calls at 8 and later
+            for at in 0..=len + 9 {
+                let want = times(&log).iter().filter(|&&t| t < at).count();
+                assert_eq!(log.partition_point(|t| t < at), want, "len {len}, at {at}");
+            }
+        }
     }
 
     #[test]
