@@ -539,6 +539,23 @@ fn push_policy_name(out: &mut Vec<u8>, name: &str, index: usize, count: usize) {
 /// character outside printable ASCII (which a checked name never holds) becomes `?`.
 fn push_sf_string(out: &mut Vec<u8>, s: &str, index: Option<usize>) {
     out.push(b'"');
+    if s.bytes()
+        .all(|b| (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\')
+    {
+        // A checked limiter name: copied as it is.
+        out.extend_from_slice(s.as_bytes());
+    } else {
+        push_sf_escaped(out, s);
+    }
+    if let Some(i) = index {
+        out.push(b'.');
+        push_u64(out, i as u64);
+    }
+    out.push(b'"');
+}
+
+/// The inside of a structured-field string: `"` and `\` escaped, anything outside printable ASCII `?`.
+fn push_sf_escaped(out: &mut Vec<u8>, s: &str) {
     for c in s.chars() {
         match c {
             '"' | '\\' => {
@@ -549,11 +566,6 @@ fn push_sf_string(out: &mut Vec<u8>, s: &str, index: Option<usize>) {
             _ => out.push(b'?'),
         }
     }
-    if let Some(i) = index {
-        out.push(b'.');
-        push_u64(out, i as u64);
-    }
-    out.push(b'"');
 }
 
 // ---------------------------------------------------------------------------------------------
