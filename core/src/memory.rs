@@ -250,6 +250,23 @@ impl Shard {
         }
     }
 
+    /// [`sweep`](Self::sweep) after a GCRA operation: only the GCRA keys of this shard (the other
+    /// maps are swept by their own operations and by the rotation over the shards), so the hot path
+    /// of a keyed limiter touches one map.
+    #[inline]
+    fn sweep_gcra(&mut self, horizon: u64) -> bool {
+        sweep(&mut self.gcra, &mut self.gcra_cursor, SWEEP_REMOVE, |t| {
+            !tat_alive(t, horizon)
+        });
+        self.ops += 1;
+        if self.ops >= FOREIGN_EVERY {
+            self.ops = 0;
+            true
+        } else {
+            false
+        }
+    }
+
     fn sweep_up_to(&mut self, horizon: u64, remove: usize) {
         sweep(&mut self.logs, &mut self.log_cursor, remove, |log| {
             !alive(log, horizon)
@@ -953,15 +970,35 @@ impl MemoryStore {
         let horizon = self.advance(now);
         let (shard, key) = self.key(key);
         let mut shard = self.lock(shard);
-        let decision = gcra.decide(shard.gcra_state(key, horizon), cost, now, true);
-        if let Some(tat) = decision.store {
-            shard.put_gcra(key, gcra_from_horizon(gcra, tat, cost, now, horizon));
-        }
-        if shard.sweep(horizon) {
+        // One probe: it finds the key's state or the slot for a new one.
+        let verdict = match shard
+            .gcra
+            .raw_entry_mut_v1()
+            .from_hash(key.hash, |k| &**k == key.text)
+        {
+            RawEntryMut::Occupied(mut entry) => {
+                let tat = *entry.get();
+                let decision =
+                    gcra.decide(tat_alive(&tat, horizon).then_some(tat), cost, now, true);
+                if let Some(tat) = decision.store {
+                    *entry.get_mut() = gcra_from_horizon(gcra, tat, cost, now, horizon);
+                }
+                decision.verdict
+            }
+            RawEntryMut::Vacant(entry) => {
+                let decision = gcra.decide(None, cost, now, true);
+                if let Some(tat) = decision.store {
+                    let tat = gcra_from_horizon(gcra, tat, cost, now, horizon);
+                    entry.insert_hashed_nocheck(key.hash, key.text.into(), tat);
+                }
+                decision.verdict
+            }
+        };
+        if shard.sweep_gcra(horizon) {
             drop(shard);
             self.sweep_foreign(horizon);
         }
-        Ok(decision.verdict)
+        Ok(verdict)
     }
 
     /// The verdict [`gcra_consume`](Self::gcra_consume) would give, recording and creating nothing;
