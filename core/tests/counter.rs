@@ -126,7 +126,14 @@ fn the_previous_window_weighs_what_the_sliding_window_still_covers() {
     // 7.5 + 2 + 1 > 10 until the previous window weighs 7: e = 300.
     assert_eq!(refused.retry_timestamp, Some(1_300));
     assert!(store.counter_consume("k", c, 1, 1_300).unwrap().allowed);
-    assert_eq!(store.counter_peek("k", c, 1, 1_300).unwrap().quota.reset_after_ms, 1_700);
+    assert_eq!(
+        store
+            .counter_peek("k", c, 1, 1_300)
+            .unwrap()
+            .quota
+            .reset_after_ms,
+        1_700
+    );
 }
 
 #[test]
@@ -135,7 +142,7 @@ fn a_clock_that_steps_back_reads_the_key_window_at_its_start() {
     let store = MemoryStore::new();
     assert!(store.counter_consume("k", c, 4, 900).unwrap().allowed);
     assert!(store.counter_consume("k", c, 1, 1_900).unwrap().allowed); // 4 · 0.1 + 1 fits
-    // Back to window 0: read at 1,000 (the previous window at full weight): 4 + 1 > 4.
+                                                                       // Back to window 0: read at 1,000 (the previous window at full weight): 4 + 1 > 4.
     let v = store.counter_consume("k", c, 1, 950).unwrap();
     assert!(!v.allowed);
     // 4 · (1000 − e)/1000 + 1 + 1 ≤ 4 from e = 500.

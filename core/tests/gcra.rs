@@ -28,7 +28,13 @@ impl Model {
     }
 
     /// (verdict, new scaled TAT if stored).
-    fn decide(&self, tat: Option<u128>, n: u128, now: u64, record: bool) -> (Verdict, Option<u128>) {
+    fn decide(
+        &self,
+        tat: Option<u128>,
+        n: u128,
+        now: u64,
+        record: bool,
+    ) -> (Verdict, Option<u128>) {
         let now_s = now as u128 * self.uses;
         let tau = self.burst * self.window;
         let s = tat.unwrap_or(0).max(now_s);
@@ -62,7 +68,10 @@ impl Model {
             return (v, None);
         }
         let after = if record { new } else { s };
-        (Verdict::ALLOWED.with_quota(quota(after)), record.then_some(new))
+        (
+            Verdict::ALLOWED.with_quota(quota(after)),
+            record.then_some(new),
+        )
     }
 }
 
@@ -176,7 +185,10 @@ fn limits_and_costs_out_of_range_are_typed_errors() {
         (Gcra::new(1, MAX_WINDOW_MS + 1, 1), RateField::WindowMs),
         (Gcra::new(1, 1_000, 0), RateField::Burst),
         // burst x window_ms past 2^53 - 1: 10^9 a day with the default burst.
-        (Gcra::new(1_000_000_000, 86_400_000, 1_000_000_000), RateField::Burst),
+        (
+            Gcra::new(1_000_000_000, 86_400_000, 1_000_000_000),
+            RateField::Burst,
+        ),
         // τ = burst x T past the longest window.
         (Gcra::new(1, MAX_WINDOW_MS, 2), RateField::Burst),
     ];
@@ -212,12 +224,19 @@ fn a_full_bucket_is_no_key_and_is_swept() {
         let v = store
             .gcra_consume(&format!("k{i}"), g, 3, 1_000_000)
             .unwrap();
-        assert_eq!((v.allowed, v.quota.remaining, v.quota.reset_after_ms), (true, 7, 300));
+        assert_eq!(
+            (v.allowed, v.quota.remaining, v.quota.reset_after_ms),
+            (true, 7, 300)
+        );
     }
     assert_eq!(store.len(), 100);
     // One ms before the TAT the keys live; at the TAT they are full and go.
     assert_eq!(
-        store.gcra_peek("k0", g, 1, 1_000_299).unwrap().quota.remaining,
+        store
+            .gcra_peek("k0", g, 1, 1_000_299)
+            .unwrap()
+            .quota
+            .remaining,
         9
     );
     store.purge(1_000_299);
@@ -226,7 +245,9 @@ fn a_full_bucket_is_no_key_and_is_swept() {
     assert_eq!(store.len(), 0);
     // The incremental sweep also removes them as the store is used.
     for i in 0..100u64 {
-        let _ = store.gcra_consume(&format!("k{i}"), g, 1, 2_000_000).unwrap();
+        let _ = store
+            .gcra_consume(&format!("k{i}"), g, 1, 2_000_000)
+            .unwrap();
     }
     for _ in 0..200 {
         let _ = store.gcra_consume("hot", g, 1, 3_000_000).unwrap();
@@ -258,7 +279,7 @@ fn reset_and_a_changed_rate() {
     assert!(!store.gcra_consume("k", g, 1, 1).unwrap().allowed);
     store.gcra_reset("k");
     assert!(store.gcra_consume("k", g, 1, 1).unwrap().allowed); // TAT 334 1/3
-    // Read under another `uses`, the TAT rounds up to the whole ms: 335 (never more uses).
+                                                                // Read under another `uses`, the TAT rounds up to the whole ms: 335 (never more uses).
     let h = Gcra::new(2, 1_000, 1).unwrap();
     let v = store.gcra_peek("k", h, 1, 2).unwrap();
     assert_eq!(v.retry_timestamp, Some(335));

@@ -79,7 +79,9 @@ fn per_key(bytes: f64, keys: &[String]) -> (f64, f64) {
 
 #[test]
 fn memory_per_gcra_key_is_at_most_87_bytes_beside_the_key() {
-    println!("memory per key (bytes): ours total / beside the key   governor total / beside the key");
+    println!(
+        "memory per key (bytes): ours total / beside the key   governor total / beside the key"
+    );
     for n in [10_000usize, 100_000, 300_000] {
         let keys: Vec<String> = (0..n).map(|i| format!("user:{i}")).collect();
         let (ours_total, ours_beside) = ours(&keys);
@@ -91,6 +93,9 @@ fn memory_per_gcra_key_is_at_most_87_bytes_beside_the_key() {
         // measured here is printed beside ours, not asserted: its map entry (a String and an
         // AtomicU64, 32 bytes) is smaller than ours (hash, Box<str>, TAT: 40 bytes, in an IndexMap
         // with its index table).
-        assert!(ours_beside <= 87.0, "{ours_beside} bytes beside the key at {n} keys");
+        assert!(
+            ours_beside <= 87.0,
+            "{ours_beside} bytes beside the key at {n} keys"
+        );
     }
 }
