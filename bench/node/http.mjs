@@ -17,6 +17,9 @@
 //
 //   node bench/node/http.mjs               full run (5 rounds of 3 s per server, ~2.5 min)
 //   BENCH_QUICK=1 node bench/node/http.mjs a smoke run (1 round of 1 s, ~15 s)
+//   BENCH_ONLY=fastify                     the pairs whose title holds that word
+//   BENCH_REDIS_PORT=6481                  Redis on a private server of that port (default the shared 6379)
+//   BENCH_ROUNDS=9 BENCH_SECONDS=3         more rounds (default 5 of 3 s)
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createRequire } from 'node:module';
@@ -29,6 +32,9 @@ const pkg = join(dirname(here), '..', '..', 'bindings-node');
 const require = createRequire(join(pkg, 'package.json'));
 
 const WINDOW_S = 60;
+// BENCH_REDIS_PORT: a private redis-server (`redis-server --port P --save '' --appendonly no`) rather than
+// the shared one on 6379, whose load from the test suites swings the Redis pairs.
+const REDIS_PORT = Number(process.env.BENCH_REDIS_PORT ?? 6379);
 const PER_CLIENT = 1000;
 const CLIENTS = 10_000;
 
@@ -39,11 +45,11 @@ async function serve(variant, run) {
   const [framework, limiter, storeKind] = variant.split(':');
   const redisClient = async () => {
     const { createClient } = require('redis');
-    const client = createClient({ socket: { host: '127.0.0.1', port: 6379 } });
+    const client = createClient({ socket: { host: '127.0.0.1', port: REDIS_PORT } });
     await client.connect();
     return client;
   };
-  const ioredis = () => new (require('ioredis'))({ host: '127.0.0.1', port: 6379 });
+  const ioredis = () => new (require('ioredis'))({ host: '127.0.0.1', port: REDIS_PORT });
   const { MemoryStore, RedisStore, Limit, RateLimiter } = require('./dist/index.js');
   const ourStore = async () => {
     if (storeKind === 'memory') return new MemoryStore();
@@ -120,8 +126,8 @@ if (process.argv[2] === '--serve') {
 async function main() {
   const autocannon = require('autocannon');
   const quick = process.env.BENCH_QUICK === '1';
-  const ROUNDS = quick ? 1 : 5;
-  const SECONDS = quick ? 1 : 3;
+  const ROUNDS = quick ? 1 : Number(process.env.BENCH_ROUNDS ?? 5);
+  const SECONDS = quick ? 1 : Number(process.env.BENCH_SECONDS ?? 3);
   const CONNECTIONS = 16;
   const run = Date.now().toString(36);
 
