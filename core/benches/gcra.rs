@@ -14,7 +14,13 @@
 //! cargo bench -p ratewindow-core --bench gcra                 # both
 //! RW_GCRA_ROUNDS=15 cargo bench -p ratewindow-core --bench gcra -- --rounds-only
 //! ```
-//! `RW_GCRA_ROUNDS` sets the rounds (default 9); `--rounds-only` skips Criterion.
+//! `RW_GCRA_ROUNDS` sets the rounds (default 9), `RW_GCRA_VARIANTS` a comma list of the variants
+//! to run in the rounds (default all); `--rounds-only` skips Criterion. Instructions per call,
+//! load-independent (the binary is the one cargo bench built, `target/release/deps/gcra-*`):
+//! `RW_GCRA_ROUNDS=1 RW_GCRA_CALLS=200000 RW_GCRA_VARIANTS=refused valgrind --tool=callgrind
+//! target/release/deps/gcra-<hash> --rounds-only`, then `callgrind_annotate --inclusive=yes` and
+//! divide `Ours::call` / `Theirs::call` (or `gcra_consume` / `check_key`) by the calls (220,000:
+//! 20,000 warm-up calls and 200,000 measured, per side).
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -179,7 +185,11 @@ fn rounds() {
     println!(
         "\nGCRA vs governor, {KEYS} keys round-robin: thread CPU ns per call, {rounds} interleaved rounds of {calls} calls"
     );
+    let only = std::env::var("RW_GCRA_VARIANTS").unwrap_or_default();
     for variant in VARIANTS {
+        if !only.is_empty() && !only.split(',').any(|v| v == variant) {
+            continue;
+        }
         let (mut ours, mut theirs) = (Ours::new(variant), Theirs::new(variant));
         // Warm: every key exists on both sides.
         for _ in 0..2 * KEYS {

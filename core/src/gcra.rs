@@ -360,7 +360,7 @@ impl Gcra {
     }
 
     /// The quota at `now` of a key whose effective TAT is `s` (`s ≥ now`).
-    #[inline]
+    #[inline(always)]
     fn quota(self, s: Pair, now: u64) -> Quota {
         let top = self.limit_at(now);
         let remaining = if s > top {
@@ -388,7 +388,7 @@ impl Gcra {
     /// Decides a call costing `cost` (checked with [`check_cost`](Self::check_cost)) at `now` on a key
     /// holding `tat` (`None`: no key). `record`: a consume (an allowed call returns the TAT to
     /// store); otherwise a peek (nothing to store, the quota as it stands).
-    #[inline]
+    #[inline(always)]
     pub fn decide(self, tat: Option<Tat>, cost: u32, now: u64, record: bool) -> Decision {
         let now_pair = (now, 0);
         let s = match tat.map(|t| self.pair(t)) {
