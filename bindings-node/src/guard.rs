@@ -128,6 +128,19 @@ impl NativeGuard {
         self.inner.settled(allowed);
     }
 
+    /// [`Self::settled`] for `allowed` calls allowed and `refused` refused at once: the host counts
+    /// the calls answered in time and hands them over before it reads the counters (one crossing for
+    /// many calls; the counters are sums, so their order does not matter).
+    #[napi]
+    pub fn settled_many(&mut self, allowed: u32, refused: u32) {
+        for _ in 0..allowed {
+            self.inner.settled(true);
+        }
+        for _ in 0..refused {
+            self.inner.settled(false);
+        }
+    }
+
     /// The store refused in time: counted, and the blocked entry cached (with the cache on).
     #[napi]
     #[allow(clippy::too_many_arguments)]

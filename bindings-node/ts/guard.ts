@@ -145,6 +145,7 @@ interface NativeGuard {
   forget(key: string, uses: number, windowMs: number): void;
   failed(failure: GuardFailure, begin: boolean): number;
   settled(allowed: boolean): void;
+  settledMany(allowed: number, refused: number): void;
   fallbackAnswered(allowed: boolean): void;
   fallbackFailed(): void;
   late(answeredAllowed: boolean, lateAllowed: boolean): number;
@@ -169,6 +170,9 @@ const R_LIMIT = 3;
 const R_REMAINING = 4;
 const R_REFILL = 5;
 const R_RESET = 6;
+
+/** Calls answered in time that the guard hands over to the engine's counters at once (a u32 apiece). */
+const HAND_OVER = 1 << 20;
 
 /** The counters, in the order the addon answers them. */
 const STATS = [
@@ -238,6 +242,12 @@ export class GuardedStore extends CooldownStore {
   /** The store guarded. */
   readonly store: CooldownStore;
   private readonly native: NativeGuard;
+  /**
+   * Calls answered in time by the store (without the cache), not yet handed to the engine's counters:
+   * {@link stats} hands them over in one crossing (the happy path then crosses nothing of its own).
+   */
+  private settledAllowed = 0;
+  private settledRefused = 0;
   private readonly record = new Float64Array(RECORD.length);
   private readonly timeoutMs: number;
   private readonly fallback: CooldownStore | undefined;
@@ -346,8 +356,17 @@ export class GuardedStore extends CooldownStore {
     return this.call('peekMany', entries, false);
   }
 
+  /** Hands the calls answered in time over to the engine's counters. */
+  private handOver(): void {
+    if (this.settledAllowed + this.settledRefused === 0) return;
+    this.native.settledMany(this.settledAllowed, this.settledRefused);
+    this.settledAllowed = 0;
+    this.settledRefused = 0;
+  }
+
   /** The counters. */
   stats(): GuardStats {
+    this.handOver();
     const values = this.native.stats();
     const out: Record<string, number> = {};
     for (let i = 0; i < STATS.length; i++) out[STATS[i]!] = values[i]!;
@@ -586,7 +605,7 @@ export class GuardedStore extends CooldownStore {
   private settle(v: BatchVerdict, entries: readonly Entry[], single: boolean, started: number): BatchVerdict {
     if (v.allowed) {
       if (this.caching) this.native.answered(true);
-      else this.native.settled(true);
+      else if (++this.settledAllowed === HAND_OVER) this.handOver();
       return single || typeof v.release !== 'function' ? v : this.withRelease(v, v, entries, true);
     }
     if (this.caching) {
@@ -603,7 +622,7 @@ export class GuardedStore extends CooldownStore {
           v.resetAfterMs ?? NaN,
         );
       } else this.native.answered(false);
-    } else this.native.settled(false);
+    } else if (++this.settledRefused === HAND_OVER) this.handOver();
     return single ? singleOf(v) : v;
   }
 
