@@ -192,6 +192,17 @@ fn an_earlier_schema_upgrades_in_place_with_its_calls() {
 
         client.batch_execute(&plans.schema()).unwrap();
         client.batch_execute(&plans.schema()).unwrap();
+        let storage: i64 = client
+            .query_one(
+                &format!(
+                    "SELECT count(*) FROM pg_attribute WHERE attrelid = '{p}_log'::regclass \
+                     AND attname IN ('ats', 'ids') AND attstorage = 'e'"
+                ),
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(storage, 2, "the log's arrays stored uncompressed after the upgrade");
         let two = [Entry::new("full", limit(2, 60_000))];
         let refused = consume(&mut client, plans, &two).0;
         assert!(!refused.allowed, "the old calls count: {refused:?}");
@@ -402,6 +413,50 @@ fn the_largest_limit_is_counted() {
     let peeked =
         Postgres::decode_batch(&run(&mut client, &plans.plan_peek_many(&largest)), 1).unwrap();
     assert_eq!(peeked.quota.remaining, u32::MAX - 2);
+}
+
+/// A busy key's log outgrows the row (its arrays move out of line, stored uncompressed): every call
+/// up to the limit passes and the next is refused, one entry or in a batch, a release gives exactly
+/// one use back, and the arrays are neither compressed nor inline.
+#[test]
+fn a_key_whose_log_moves_out_of_line_stays_exact() {
+    let schema = Schema::install("toast");
+    let (plans, mut client) = (&schema.plans, connect());
+    let p = plans.names().prefix();
+    let uses = 700;
+    let one = [Entry::new("busy", limit(uses, 600_000))];
+    let mut releases = Vec::new();
+    for remaining in (0..uses as u32).rev() {
+        let (v, release) = consume(&mut client, plans, &one);
+        assert!(v.allowed && v.quota.remaining == remaining, "{v:?}");
+        releases.push(release);
+    }
+    assert!(!consume(&mut client, plans, &one).0.allowed);
+    let both = [
+        Entry::new("busy", limit(uses, 600_000)),
+        Entry::new("other", limit(1, 600_000)),
+    ];
+    assert_eq!(consume(&mut client, plans, &both).0.blocked, Some(0));
+    run(
+        &mut client,
+        &plans.plan_release(&releases[uses as usize / 2]),
+    );
+    let (back, _) = consume(&mut client, plans, &one);
+    assert!(back.allowed && back.quota.remaining == 0, "{back:?}");
+    assert!(!consume(&mut client, plans, &one).0.allowed);
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT cardinality(ids), pg_column_compression(ats) IS NULL \
+                 AND pg_column_compression(ids) IS NULL, pg_column_size(ids) \
+                 FROM {p}_log WHERE key = 'busy'"
+            ),
+            &[],
+        )
+        .unwrap();
+    let (n, uncompressed, size): (i32, bool, i32) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(n, uses as i32);
+    assert!(uncompressed && size > 2_000, "{uncompressed} {size}");
 }
 
 /// The batch function names the verdict's nine columns, the one-entry statement its one text column
