@@ -24,7 +24,7 @@ pub struct Script {
 pub static SLIDING: Script = Script {
     name: "sliding",
     source: include_str!("sliding.lua"),
-    sha1: "aac473f7450184c3b177672f245a9b4d62c47ac2",
+    sha1: "dabd055a7c82a1ba615ba1944df6218d095754aa",
 };
 /// The fixed-window script: hit, get, reset and clear of one key.
 pub static FIXED: Script = Script {

@@ -85,13 +85,17 @@ if #ARGV == 5 then
   if oldest == nil then
     -- An empty log.
     if mode ~= 'c' then return {1, uses, 0, 0, now} end
+    -- `now` as text, from TIME's own (the seconds, then the milliseconds of the zero-padded
+    -- microseconds): cheaper than formatting the number.
+    local now_s = time[1] .. string.sub('00000' .. time[2], -6, -4)
     if uses == 1 and now + w < 9007199254740992 then
       -- This call fills the log: the marker goes in with it, in the same ZADD.
-      redis.call('ZADD', key, int(now), id, '-inf', ARGV[4] .. ':' .. ARGV[5] .. ':' .. int(now + w) .. ':' .. int(now + w))
+      local e = tostring(int(now + w))
+      redis.call('ZADD', key, now_s, id, '-inf', ARGV[4] .. ':' .. ARGV[5] .. ':' .. e .. ':' .. e)
     else
-      redis.call('ZADD', key, int(now), id)
+      redis.call('ZADD', key, now_s, id)
     end
-    redis.call('PEXPIRE', key, int(w))
+    redis.call('PEXPIRE', key, ARGV[5])
     return {1, uses - 1, w, w, now}
   end
   if oldest then
@@ -118,26 +122,28 @@ if #ARGV == 5 then
     end
     -- Allowed. A clock that stepped back records at the newest call, keeping the log in order: only a
     -- call later than now needs reading.
-    local at = now
+    local at, now_s = now, time[1] .. string.sub('00000' .. time[2], -6, -4)
     if n == 1 then
       if oldest > now then at = oldest end
-    elseif redis.call('ZCOUNT', key, '(' .. int(now), '+inf') > 0 then
+    elseif redis.call('ZCOUNT', key, '(' .. now_s, '+inf') > 0 then
       at = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2])
     end
+    -- The call's time and expiry as text: now's and the window's, unless the clock stepped back.
+    local at_s, ttl, ttl_s = now_s, w, ARGV[5]
+    if at ~= now then at_s, ttl = int(at), w + at - now; ttl_s = int(ttl) end
     if n + 1 == uses and at + w < 9007199254740992 then
       -- This call fills the log: every call is inside the window, so the oldest of the newest `uses`
       -- is the oldest, and this one the newest. The marker goes in with it, in the same ZADD.
-      redis.call('ZADD', key, int(at), id, '-inf', ARGV[4] .. ':' .. ARGV[5] .. ':' .. int(oldest + w) .. ':' .. int(at + w))
+      redis.call('ZADD', key, at_s, id, '-inf', ARGV[4] .. ':' .. ARGV[5] .. ':' .. int(oldest + w) .. ':' .. int(at + w))
     else
-      redis.call('ZADD', key, int(at), id)
+      redis.call('ZADD', key, at_s, id)
     end
     -- The key lives until its newest call leaves the window (it may keep a longer expiry another
     -- limit gave it).
-    local ttl = w + at - now
     if (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
-      redis.call('PEXPIRE', key, int(ttl), 'GT')
+      redis.call('PEXPIRE', key, ttl_s, 'GT')
     elseif redis.call('PTTL', key) < ttl then
-      redis.call('PEXPIRE', key, int(ttl))
+      redis.call('PEXPIRE', key, ttl_s)
     end
     return {1, uses - n - 1, oldest + w - now, ttl, now}
   end
