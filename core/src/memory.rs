@@ -16,11 +16,15 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
+#[cfg(feature = "rates")]
 use crate::counter::{Counter, CounterState};
 use crate::fixed::{self, FixedWindow};
+#[cfg(feature = "rates")]
 use crate::gcra::{Gcra, RateError, RateField, Tat};
 use crate::sliding::{self, CallLog};
-use crate::{BatchVerdict, Entry, Limit, MixedEntry, Quota, Rule, Verdict, Window};
+use crate::{BatchVerdict, Entry, Limit, Quota, Verdict, Window};
+#[cfg(feature = "rates")]
+use crate::{MixedEntry, Rule};
 
 type Hasher = foldhash::fast::RandomState;
 type Map<V> = IndexMap<Box<str>, V, Hasher>;
@@ -89,12 +93,16 @@ struct Shard {
     logs: Map<KeyLog>,
     windows: Map<FixedWindow>,
     /// GCRA keys: each one TAT (16 bytes), removable once it is behind the horizon.
+    #[cfg(feature = "rates")]
     gcra: Map<Tat>,
     /// Sliding-window counter keys (24 bytes each).
+    #[cfg(feature = "rates")]
     counters: Map<CounterState>,
     log_cursor: usize,
     window_cursor: usize,
+    #[cfg(feature = "rates")]
     gcra_cursor: usize,
+    #[cfg(feature = "rates")]
     counter_cursor: usize,
     next_instance: u64,
     /// Operations since this shard last swept another one.
@@ -106,11 +114,15 @@ impl Shard {
         Shard {
             logs: IndexMap::with_hasher(hasher.clone()),
             windows: IndexMap::with_hasher(hasher.clone()),
+            #[cfg(feature = "rates")]
             gcra: IndexMap::with_hasher(hasher.clone()),
+            #[cfg(feature = "rates")]
             counters: IndexMap::with_hasher(hasher.clone()),
             log_cursor: 0,
             window_cursor: 0,
+            #[cfg(feature = "rates")]
             gcra_cursor: 0,
+            #[cfg(feature = "rates")]
             counter_cursor: 0,
             next_instance: 1,
             ops: 0,
@@ -250,6 +262,7 @@ impl Shard {
         }
     }
 
+    #[cfg(feature = "rates")]
     /// [`sweep`](Self::sweep) after a GCRA operation: only the GCRA keys of this shard (the other
     /// maps are swept by their own operations and by the rotation over the shards), so the hot path
     /// of a keyed limiter touches one map.
@@ -274,11 +287,13 @@ impl Shard {
         sweep(&mut self.windows, &mut self.window_cursor, remove, |w| {
             !w.is_live(horizon)
         });
+        #[cfg(feature = "rates")]
         if !self.gcra.is_empty() {
             sweep(&mut self.gcra, &mut self.gcra_cursor, remove, |t| {
                 !tat_alive(t, horizon)
             });
         }
+        #[cfg(feature = "rates")]
         if !self.counters.is_empty() {
             sweep(&mut self.counters, &mut self.counter_cursor, remove, |c| {
                 !counter_alive(c, horizon)
@@ -286,6 +301,7 @@ impl Shard {
         }
     }
 
+    #[cfg(feature = "rates")]
     /// `key`'s live GCRA state.
     #[inline]
     fn gcra_state(&self, key: Key<'_>, horizon: u64) -> Option<Tat> {
@@ -296,6 +312,7 @@ impl Shard {
             .filter(|t| tat_alive(t, horizon))
     }
 
+    #[cfg(feature = "rates")]
     /// `key`'s live counter state.
     #[inline]
     fn counter_state(&self, key: Key<'_>, horizon: u64) -> Option<CounterState> {
@@ -306,6 +323,7 @@ impl Shard {
             .filter(|c| counter_alive(c, horizon))
     }
 
+    #[cfg(feature = "rates")]
     /// Stores `key`'s GCRA state (one probe: it replaces the old one or inserts).
     #[inline]
     fn put_gcra(&mut self, key: Key<'_>, tat: Tat) {
@@ -321,6 +339,7 @@ impl Shard {
         }
     }
 
+    #[cfg(feature = "rates")]
     /// Stores `key`'s counter state.
     #[inline]
     fn put_counter(&mut self, key: Key<'_>, state: CounterState) {
@@ -337,18 +356,21 @@ impl Shard {
     }
 }
 
+#[cfg(feature = "rates")]
 /// Whether a GCRA key is not yet full at `horizon` (a full one is the same as no key).
 #[inline]
 fn tat_alive(tat: &Tat, horizon: u64) -> bool {
     tat.expires_at() > horizon || tat.expires_at() == u64::MAX
 }
 
+#[cfg(feature = "rates")]
 /// Whether a counter key still counts anything at `horizon`.
 #[inline]
 fn counter_alive(state: &CounterState, horizon: u64) -> bool {
     state.expires_at() > horizon || state.expires_at() == u64::MAX
 }
 
+#[cfg(feature = "rates")]
 /// A GCRA state recorded while the clock lags the horizon lasts at least `cost` uses past the
 /// horizon, so it is not dead on arrival (the sliding log's rule: the call counts from the horizon).
 #[inline]
@@ -956,6 +978,55 @@ impl MemoryStore {
         self.lock(shard).windows.swap_remove(key.text);
     }
 
+    /// Removes every key expired at `now` at once, in O(keys), and gives back the memory. Never needed
+    /// for correctness: use it to shrink a store after a burst of keys without waiting for the sweep.
+    pub fn purge(&self, now: u64) {
+        let horizon = self.advance(now);
+        for index in 0..self.shards.len() {
+            let mut shard = self.lock(index);
+            shard.logs.retain(|_, log| alive(log, horizon));
+            shard.windows.retain(|_, w| w.is_live(horizon));
+            shard.logs.shrink_to_fit();
+            shard.windows.shrink_to_fit();
+            shard.log_cursor = 0;
+            shard.window_cursor = 0;
+            #[cfg(feature = "rates")]
+            {
+                shard.gcra.retain(|_, t| tat_alive(t, horizon));
+                shard.counters.retain(|_, c| counter_alive(c, horizon));
+                shard.gcra.shrink_to_fit();
+                shard.counters.shrink_to_fit();
+                shard.gcra_cursor = 0;
+                shard.counter_cursor = 0;
+            }
+        }
+    }
+
+    /// How many keys the store holds (sliding logs, fixed windows, GCRA and counter keys), dead ones
+    /// the sweep has not reached yet included.
+    pub fn len(&self) -> usize {
+        (0..self.shards.len())
+            .map(|i| {
+                let shard = self.lock(i);
+                #[cfg(feature = "rates")]
+                let rates = shard.gcra.len() + shard.counters.len();
+                #[cfg(not(feature = "rates"))]
+                let rates = 0;
+                shard.logs.len() + shard.windows.len() + rates
+            })
+            .sum()
+    }
+
+    /// Whether the store holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// GCRA and the sliding-window counter on the memory store, and batches mixing them with the sliding
+/// log (cargo feature `rates`, default on).
+#[cfg(feature = "rates")]
+impl MemoryStore {
     /// Counts a call costing `cost` uses on `key`'s GCRA bucket at `now`: allowed and recorded, or
     /// refused with the wait until `cost` uses are there (see [`gcra`](crate::gcra) for every field).
     /// A cost outside `1..=burst` is an error and changes nothing.
@@ -1277,43 +1348,6 @@ impl MemoryStore {
                 calls,
             }),
         })
-    }
-
-    /// Removes every key expired at `now` at once, in O(keys), and gives back the memory. Never needed
-    /// for correctness: use it to shrink a store after a burst of keys without waiting for the sweep.
-    pub fn purge(&self, now: u64) {
-        let horizon = self.advance(now);
-        for index in 0..self.shards.len() {
-            let mut shard = self.lock(index);
-            shard.logs.retain(|_, log| alive(log, horizon));
-            shard.windows.retain(|_, w| w.is_live(horizon));
-            shard.gcra.retain(|_, t| tat_alive(t, horizon));
-            shard.counters.retain(|_, c| counter_alive(c, horizon));
-            shard.logs.shrink_to_fit();
-            shard.windows.shrink_to_fit();
-            shard.gcra.shrink_to_fit();
-            shard.counters.shrink_to_fit();
-            shard.log_cursor = 0;
-            shard.window_cursor = 0;
-            shard.gcra_cursor = 0;
-            shard.counter_cursor = 0;
-        }
-    }
-
-    /// How many keys the store holds (sliding logs, fixed windows, GCRA and counter keys), dead ones
-    /// the sweep has not reached yet included.
-    pub fn len(&self) -> usize {
-        (0..self.shards.len())
-            .map(|i| {
-                let shard = self.lock(i);
-                shard.logs.len() + shard.windows.len() + shard.gcra.len() + shard.counters.len()
-            })
-            .sum()
-    }
-
-    /// Whether the store holds no key.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

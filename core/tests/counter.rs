@@ -3,6 +3,7 @@
 //! step — over-admission at most `uses + floor(prev · e / w)` (< 2 · uses) in any window, a refusal only
 //! when more than `uses − n` were admitted in the current and the previous fixed window. Also: the
 //! store against the pure rule, the retry time is the first ms a call fits, typed errors.
+#![cfg(feature = "rates")]
 
 use proptest::prelude::*;
 use ratewindow_core::counter::{Counter, CounterState};

@@ -1,6 +1,7 @@
 //! GCRA: the core's pair arithmetic (ms plus a remainder in 1/uses ms) against a naive model in
 //! 128-bit scaled time (every time multiplied by `uses`), random costs and clocks that step back; the
 //! burst bound in any window; the memory store against the pure rule; typed errors.
+#![cfg(feature = "rates")]
 
 use proptest::prelude::*;
 use ratewindow_core::gcra::{Gcra, RateField, Tat};

@@ -8,6 +8,7 @@
 //! bytes); "beside the key" subtracts the key's text (governor's `String` and our `Box<str>` each
 //! hold exactly the key's bytes on the heap). Allocator overhead per block (malloc's 8 to 16 bytes
 //! per allocation) is not counted on either side.
+#![cfg(feature = "rates")]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::num::NonZeroU32;

@@ -4,6 +4,7 @@
 //! `RW_VECTORS_WRITE=1 cargo test -p ratewindow-core --test gcra_vectors` fills in every op's
 //! `expect` from the store and rewrites the files (for new cases; check the values by hand and by
 //! the model tests in gcra.rs and counter.rs before committing them).
+#![cfg(feature = "rates")]
 
 use std::path::PathBuf;
 
