@@ -35,23 +35,19 @@ if mode == 'r' then
   return {removed}
 end
 
--- Server cost: a string turns into a number once by arithmetic (tonumber() parses it twice), and
--- constant arguments go as strings (Redis formats a Lua number argument with snprintf).
+-- Cheaper: text to a number by arithmetic (tonumber parses twice); constant arguments as text.
 local time = redis.call('TIME')
 local now = time[1] * 1000 + math.floor(time[2] / 1000)
 
 -- One key, one entry (the common call), any limit. The log's lowest member, read first, answers most
 -- of it: either a refusal marker or the oldest call.
 --
--- The refusal marker: the allowed consume that records a key's `uses`-th call in the window (the log
--- is then full; in a batch, on a key that one entry names), or else a consume refused while the key
--- holds exactly `uses` calls (none to trim), adds one member scored -inf (so it sorts first, and
--- every score range over call times skips it) named 'uses:window:until:end' (`end`: when the newest
--- call leaves, never before `until`). Until the log changes, a call under the same limit before
--- `until` is refused with the same wait, whatever the clock does meanwhile (calls only ever leave the
--- window, and none leaves before `until`): that call, the first refusal included, answers from this
--- one read, writing nothing. Whatever changes the log removes the marker first: every consume trims
--- from -inf, a release removes it.
+-- The refusal marker: the consume that fills a log (records its `uses`-th call in the window; in a
+-- batch, on a key one entry names), or a refusal of a log of exactly `uses` calls, adds a member
+-- scored -inf (first; no range over call times has it) named 'uses:window:until:end' (end: when the
+-- newest call leaves). Until the log changes, a call under that limit before `until` is refused with
+-- that wait (calls only leave the window, none before `until`) from this one read, writing nothing.
+-- Whatever changes the log removes it first: every consume trims from -inf, a release removes it.
 if #ARGV == 5 then
   local key = KEYS[1]
   local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
@@ -59,7 +55,6 @@ if #ARGV == 5 then
   if first[1] then
     if first[2] == '-inf' then
       local mu, mw, wait, reset = string.match(first[1], '^(%d+):(%d+):(%d+):(%d+)$')
-      -- Short strings are interned: equal ones are one object, compared at once.
       if mu == ARGV[4] and mw == ARGV[5] then
         wait = wait - now
         if wait > 0 then return {0, wait, now, reset - now} end
@@ -85,11 +80,10 @@ if #ARGV == 5 then
   if oldest == nil then
     -- An empty log.
     if mode ~= 'c' then return {1, uses, 0, 0, now} end
-    -- `now` as text, from TIME's own (the seconds, then the milliseconds of the zero-padded
-    -- microseconds): cheaper than formatting the number.
+    -- now as text, from TIME's (seconds, then ms of the padded us): no number formatting.
     local now_s = time[1] .. string.sub('00000' .. time[2], -6, -4)
     if uses == 1 and now + w < 9007199254740992 then
-      -- This call fills the log: the marker goes in with it, in the same ZADD.
+      -- This call fills the log: its marker in the same ZADD.
       local e = tostring(int(now + w))
       redis.call('ZADD', key, now_s, id, '-inf', ARGV[4] .. ':' .. ARGV[5] .. ':' .. e .. ':' .. e)
     else
@@ -128,12 +122,10 @@ if #ARGV == 5 then
     elseif redis.call('ZCOUNT', key, '(' .. now_s, '+inf') > 0 then
       at = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2])
     end
-    -- The call's time and expiry as text: now's and the window's, unless the clock stepped back.
     local at_s, ttl, ttl_s = now_s, w, ARGV[5]
     if at ~= now then at_s, ttl = int(at), w + at - now; ttl_s = int(ttl) end
     if n + 1 == uses and at + w < 9007199254740992 then
-      -- This call fills the log: every call is inside the window, so the oldest of the newest `uses`
-      -- is the oldest, and this one the newest. The marker goes in with it, in the same ZADD.
+      -- Fills the log (all inside the window: the oldest decides `until`): its marker in the ZADD.
       redis.call('ZADD', key, at_s, id, '-inf', ARGV[4] .. ':' .. ARGV[5] .. ':' .. int(oldest + w) .. ':' .. int(at + w))
     else
       redis.call('ZADD', key, at_s, id)
@@ -218,8 +210,7 @@ if mode == 'c' then
       -- calls later than now is cheaper than reading the newest).
       at = tonumber(redis.call('ZRANGE', KEYS[k], '-1', '-1', 'WITHSCORES')[2])
     end
-    -- A key named by one entry that this call fills gets the refusal marker, as in the one-entry
-    -- path: its trim left only calls inside the entry's window, so the oldest decides `until`.
+    -- A key one entry names, filled: its marker (the trim left calls inside the window only).
     local i = only[k]
     local uses, w = i and tonumber(ARGV[4 + 3 * i]), i and tonumber(ARGV[5 + 3 * i])
     if i and count[i] + 1 == uses and at + w < 9007199254740992 then
