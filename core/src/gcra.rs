@@ -363,18 +363,22 @@ impl Gcra {
     #[inline(always)]
     fn quota(self, s: Pair, now: u64) -> Quota {
         let top = self.limit_at(now);
-        let remaining = if s > top {
-            0
+        let (remaining, refill_after_ms) = if s > top {
+            // Behind a clock that stepped back: nothing remains until the TAT is within τ again.
+            (0, self.ceil_minus_tau(self.add(s, 1)).saturating_sub(now))
         } else {
             // (now + τq − s.ms) ≤ τq since s ≥ now: the product is ≤ burst · window_ms.
             let slack = (top.0 - s.0) * self.uses as u64 + top.1 - s.1;
-            (self.by_window.div(slack)).min(self.burst as u64) as u32
-        };
-        let refill_after_ms = if remaining >= self.burst {
-            0
-        } else {
-            self.ceil_minus_tau(self.add(s, remaining as u64 + 1))
-                .saturating_sub(now)
+            let remaining = self.by_window.div(slack).min(self.burst as u64);
+            let refill = if remaining >= self.burst as u64 {
+                0
+            } else {
+                // The next use is back when the slack reaches (remaining + 1) · window_ms: after
+                // ceil(deficit / uses) ms, deficit in (0, window_ms].
+                let deficit = (remaining + 1) * self.window_ms - slack;
+                self.by_uses.div(deficit + self.uses as u64 - 1)
+            };
+            (remaining as u32, refill)
         };
         let full_at = s.0 + (s.1 > 0) as u64;
         Quota {
@@ -399,8 +403,19 @@ impl Gcra {
         if new > self.limit_at(now) {
             let retry = self.ceil_minus_tau(new);
             let refused = Verdict::refused(now, retry);
+            let quota = if cost == 1 {
+                // S + T > now + τ: less than one use remains, and the next one is the retry.
+                Quota {
+                    limit: self.burst,
+                    remaining: 0,
+                    refill_after_ms: refused.retry_after_ms,
+                    reset_after_ms: s.0 + (s.1 > 0) as u64 - now,
+                }
+            } else {
+                self.quota(s, now)
+            };
             return Decision {
-                verdict: refused.with_quota(self.quota(s, now)),
+                verdict: refused.with_quota(quota),
                 store: None,
             };
         }
