@@ -92,7 +92,7 @@ impl From<Limit> for RawLimit {
 /// A host number as text for an error message, as JavaScript would mostly spell it (`NaN`,
 /// `Infinity`, `-0`, `1.5`, `1e+300`-like for huge values). Written by hand rather than with `{v}`:
 /// the standard float formatter is ~16 KB of code, most of a WebAssembly component's budget.
-fn format_f64(v: f64) -> String {
+pub(crate) fn format_f64(v: f64) -> String {
     if v.is_nan() {
         return "NaN".to_owned();
     }

@@ -43,6 +43,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use crate::limit::format_f64;
 use crate::MAX_WINDOW_MS;
 
 /// The longest TTL, in milliseconds (the longest window: 50,000 days).
@@ -149,7 +150,7 @@ impl LockTtl {
     /// above 0, or above the longest TTL: refused.
     pub fn from_secs(secs: f64) -> Result<LockTtl, LockError> {
         if secs.is_nan() || secs <= 0.0 || !secs.is_finite() || secs * 1000.0 > MAX_TTL_MS as f64 {
-            return Err(LockError::new(LockField::Ttl, secs));
+            return Err(LockError::new(LockField::Ttl, format_f64(secs)));
         }
         Ok(LockTtl(
             ((secs * 1000.0).ceil() as u64).clamp(1, MAX_TTL_MS),
@@ -165,8 +166,11 @@ impl LockTtl {
 /// An owner token, checked: not empty, at most [`MAX_OWNER_BYTES`] bytes.
 pub fn check_owner(owner: &str) -> Result<(), LockError> {
     if owner.is_empty() || owner.len() > MAX_OWNER_BYTES {
-        let shown: String = owner.chars().take(40).collect();
-        return Err(LockError::new(LockField::Owner, format!("{shown:?}")));
+        // Its first 40 characters quoted by `format!`, not `{:?}`: Debug's escaping carries Unicode
+        // tables into the component.
+        let end = owner.char_indices().nth(40).map_or(owner.len(), |(i, _)| i);
+        let shown = format!("\"{}\"", owner.get(..end).unwrap_or(owner));
+        return Err(LockError::new(LockField::Owner, shown));
     }
     Ok(())
 }
@@ -185,10 +189,10 @@ impl LockWait {
     /// A wait of `seconds` from `now` (host ms), trying every `retry_ms` ms (rounded up).
     pub fn new(seconds: f64, retry_ms: f64, now: u64) -> Result<LockWait, LockError> {
         if seconds.is_nan() || seconds < 0.0 {
-            return Err(LockError::new(LockField::Seconds, seconds));
+            return Err(LockError::new(LockField::Seconds, format_f64(seconds)));
         }
         if retry_ms.is_nan() || retry_ms < 1.0 || retry_ms > MAX_RETRY_MS as f64 {
-            return Err(LockError::new(LockField::RetryMs, retry_ms));
+            return Err(LockError::new(LockField::RetryMs, format_f64(retry_ms)));
         }
         let deadline = if seconds.is_finite() && seconds * 1000.0 < 9.0e15 {
             Some(now.saturating_add((seconds * 1000.0).ceil() as u64))
@@ -285,7 +289,8 @@ struct Held {
 
 #[derive(Debug, Default)]
 struct Table {
-    held: HashMap<Box<str>, Held>,
+    /// foldhash, as the memory store's maps: std's SipHash would be more code in the component.
+    held: HashMap<Box<str>, Held, foldhash::fast::RandomState>,
     /// The size after the last sweep: the next sweep runs when the table doubles.
     swept_at: usize,
 }

@@ -3,11 +3,12 @@
 //! Redis: one script on one key, by SHA1 first and with its source after `NOSCRIPT` (the rule of
 //! [`errors::is_noscript`], as every Redis call). PostgreSQL and SQLite: one statement whose rows
 //! answer. Any other failure is the store's; a reply or rows of the wrong shape are never read as an
-//! answer.
+//! answer. Without the `sql` feature only the Redis machine is built (the component's).
 
 use super::{errors, Call, CallError, Command, Fed, Outcome, Redis};
 use crate::lock::{LockError, LockOp};
 use crate::redis::{Plan, Reply, ReplyError, Script};
+#[cfg(feature = "sql")]
 use crate::sql::{Postgres, RowError, SqlValue, Sqlite, Statement};
 
 /// The lock script: acquire (`SET NX PX`), release (compare and delete), force release, owner.
@@ -37,7 +38,11 @@ impl Asked {
 
 #[derive(Debug)]
 enum Step {
-    Script { plan: Plan, by_sha1: bool },
+    Script {
+        plan: Plan,
+        by_sha1: bool,
+    },
+    #[cfg(feature = "sql")]
     Sql(Vec<Statement>),
 }
 
@@ -67,6 +72,7 @@ impl LockCall {
                 args: &plan.args,
                 by_sha1: *by_sha1,
             },
+            #[cfg(feature = "sql")]
             Step::Sql(statements) => Command::Sql { statements },
         }
     }
@@ -97,11 +103,13 @@ impl LockCall {
             }
             (_, Err(message)) => Err(CallError::Store { message }),
             (Step::Script { .. }, Ok(Fed::Reply(reply))) => decode_reply(self.asked, &reply),
+            #[cfg(feature = "sql")]
             (Step::Sql(_), Ok(Fed::Rows(rows))) => decode_rows(self.asked, &rows),
             (Step::Script { .. }, Ok(Fed::Rows(_))) => Err(CallError::Protocol {
                 expected: "a Redis reply",
                 got: "rows",
             }),
+            #[cfg(feature = "sql")]
             (Step::Sql(_), Ok(Fed::Reply(_))) => Err(CallError::Protocol {
                 expected: "rows",
                 got: "a Redis reply",
@@ -134,6 +142,7 @@ fn decode_reply(asked: Asked, reply: &Reply) -> Result<Outcome, CallError> {
 
 /// The lock statement's rows: none or one row of one boolean (or 1/0); for `owner` none or one row
 /// of the token.
+#[cfg(feature = "sql")]
 fn decode_rows(asked: Asked, rows: &[Vec<SqlValue>]) -> Result<Outcome, CallError> {
     let error = |expected| {
         let shown: Vec<String> = rows
@@ -167,6 +176,7 @@ fn decode_rows(asked: Asked, rows: &[Vec<SqlValue>]) -> Result<Outcome, CallErro
     }
 }
 
+#[cfg(feature = "sql")]
 fn boolean(value: &SqlValue) -> Option<bool> {
     match value {
         SqlValue::Bool(b) => Some(*b),
@@ -205,35 +215,46 @@ impl Redis {
     }
 }
 
+#[cfg(feature = "sql")]
 /// PostgreSQL's lock statements (`{p}` is the name prefix): times by `clock_timestamp()`.
 const PG_ACQUIRE: &str = "INSERT INTO {p}_locks AS l (key, owner, expires_at) \
      VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 millisecond') \
      ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
      WHERE l.expires_at <= clock_timestamp() RETURNING true";
+#[cfg(feature = "sql")]
 const PG_RELEASE: &str = "DELETE FROM {p}_locks WHERE key = $1 AND owner = $2 \
      RETURNING expires_at > clock_timestamp()";
+#[cfg(feature = "sql")]
 const PG_FORCE: &str =
     "DELETE FROM {p}_locks WHERE key = $1 RETURNING expires_at > clock_timestamp()";
+#[cfg(feature = "sql")]
 const PG_OWNER: &str =
     "SELECT owner FROM {p}_locks WHERE key = $1 AND expires_at > clock_timestamp()";
 
+#[cfg(feature = "sql")]
 /// SQLite's lock statements: times are the host's ms, given as parameters.
 const SQLITE_ACQUIRE: &str = "INSERT INTO {p}_locks (key, owner, expires_at) VALUES (?, ?, ?) \
      ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
      WHERE {p}_locks.expires_at <= ? RETURNING 1";
+#[cfg(feature = "sql")]
 const SQLITE_RELEASE: &str =
     "DELETE FROM {p}_locks WHERE key = ? AND owner = ? RETURNING expires_at > ?";
+#[cfg(feature = "sql")]
 const SQLITE_FORCE: &str = "DELETE FROM {p}_locks WHERE key = ? RETURNING expires_at > ?";
+#[cfg(feature = "sql")]
 const SQLITE_OWNER: &str = "SELECT owner FROM {p}_locks WHERE key = ? AND expires_at > ?";
 
+#[cfg(feature = "sql")]
 fn text(s: String) -> SqlValue {
     SqlValue::Text(s)
 }
 
+#[cfg(feature = "sql")]
 fn int(n: u64) -> SqlValue {
     SqlValue::Int(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
+#[cfg(feature = "sql")]
 impl Postgres {
     /// Starts a lock operation: one statement on `{prefix}_locks`, on the server's clock.
     pub fn lock(&self, op: LockOp) -> Call {
@@ -258,6 +279,7 @@ impl Postgres {
     }
 }
 
+#[cfg(feature = "sql")]
 impl Sqlite {
     /// Starts a lock operation at `now` (the host's clock, ms): one statement on `{prefix}_locks`.
     pub fn lock(&self, op: LockOp, now: u64) -> Call {
@@ -343,6 +365,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "sql")]
     fn replies_and_rows_of_the_wrong_shape_are_reply_errors() {
         let redis = Redis::new(RedisOptions::default());
         let (result, _) = redis
@@ -371,6 +394,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "sql")]
     fn a_bad_owner_is_refused_before_any_command() {
         let call = Sqlite::default().lock(acquire(""), 0);
         let (result, _) = call.drive(|_| panic!("no command"));
