@@ -28,11 +28,20 @@ export async function loadEngine() {
 
 /** The component's exports for the `hosted` world, and the host state its clock reads. */
 export async function loadHosted() {
-  const host = { clockMs: 0n, clockReads: 0 };
+  // `realTime`: `nowMs` reads Date.now() and `sleepMs` blocks the thread (Atomics.wait: the import is
+  // synchronous), for a lock's `block` on a real store; otherwise `nowMs` is `host.clockMs` and `sleepMs`
+  // moves it. Sleeps asked for are kept in `host.sleptMs`.
+  const host = { clockMs: 0n, clockReads: 0, realTime: false, sleptMs: [] };
+  const pause = new Int32Array(new SharedArrayBuffer(4));
   const clock = {
     nowMs() {
       host.clockReads += 1;
-      return host.clockMs;
+      return host.realTime ? BigInt(Date.now()) : host.clockMs;
+    },
+    sleepMs(ms) {
+      host.sleptMs.push(Number(ms));
+      if (host.realTime) Atomics.wait(pause, 0, 0, Number(ms));
+      else host.clockMs += BigInt(ms);
     },
   };
   // `store-io`: the Redis store's scripts go to `host.runner(script, sha1, keys, args)`, the host's
@@ -236,5 +245,7 @@ export async function hostedOps() {
   });
   ops.host = host;
   ops.redis = exports.redis;
+  ops.lock = exports.lock;
+  ops.clockedMemory = exports.clockedMemory;
   return ops;
 }

@@ -13,6 +13,7 @@ with ``field`` and ``value``); :func:`ok` turns the latter into a :class:`Compon
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -20,7 +21,7 @@ from typing import Any, Callable, Optional
 import wasmtime
 from wasmtime import component as wc
 
-__all__ = ["ComponentError", "EngineWorld", "HostedWorld", "RedisStore", "component_dir", "limit", "ok", "verdict_json"]
+__all__ = ["ComponentError", "EngineWorld", "HostedWorld", "Lock", "RedisStore", "component_dir", "limit", "ok", "verdict_json"]
 
 PACKAGE = "ratewindow:engine"
 VERSION = "0.2.0"
@@ -274,10 +275,24 @@ class HostedWorld(_World):
     def __init__(self) -> None:
         self.clock_ms = 0
         self.clock_reads = 0
+        # ``real_time``: ``now-ms`` reads the system clock and ``sleep-ms`` sleeps (a lock's ``block`` on a
+        # real store); otherwise ``now-ms`` is ``clock_ms`` and ``sleep-ms`` moves it. Sleeps asked for are
+        # kept in ``slept_ms``.
+        self.real_time = False
+        self.slept_ms: list[int] = []
 
         def now_ms(_store: Any) -> int:
             self.clock_reads += 1
+            if self.real_time:
+                return time.time_ns() // 1_000_000
             return self.clock_ms
+
+        def sleep_ms(_store: Any, ms: int) -> None:
+            self.slept_ms.append(ms)
+            if self.real_time:
+                time.sleep(ms / 1000)
+            else:
+                self.clock_ms += ms
 
         # `store-io`: the Redis store's scripts go to ``self.runner`` (the host's client); an exception it
         # raises goes back to the component's call machine as ``f"{type(e).__name__}: {e}"`` (so
@@ -309,6 +324,7 @@ class HostedWorld(_World):
             with linker.root() as root:
                 with root.add_instance(f"{PACKAGE}/clock@{VERSION}") as clock:
                     clock.add_func("now-ms", now_ms)
+                    clock.add_func("sleep-ms", sleep_ms)
                 with root.add_instance(f"{PACKAGE}/store-io@{VERSION}") as io:
                     io.add_func("run-script", run_script)
                     io.add_func("query", query)
@@ -326,6 +342,16 @@ class HostedWorld(_World):
     ) -> RedisStore:
         """A ``redis-store`` of this instance; its scripts run through :attr:`runner`."""
         return RedisStore(self, prefix, hash_tag_before, evalsha)
+
+    def lock_on_memory(self, key: str, ttl: float, owner: Optional[str] = None) -> Lock:
+        """``lock.on-memory`` on the current ``clocked-memory`` store (after :meth:`fresh_store`); raises
+        :class:`ComponentError` for a refused argument."""
+        assert self.handle is not None, "call fresh_store first"
+        return Lock(self, "on-memory", self.handle, key, ttl, owner)
+
+    def lock_on_redis(self, store: RedisStore, key: str, ttl: float, owner: Optional[str] = None) -> Lock:
+        """``lock.on-redis`` on ``store``; raises :class:`ComponentError` for a refused argument."""
+        return Lock(self, "on-redis", store.handle, key, ttl, owner)
 
 
 class RedisStore:
@@ -355,6 +381,34 @@ class RedisStore:
     def call(self, method: str, *args: Any) -> Any:
         """Calls ``method`` (a WIT name, e.g. ``consume-many``) on this store."""
         return self._m[method](self.world.store, self.handle, *args)
+
+
+_LOCK_METHODS = ["key", "owner-token", "ttl", "acquire", "block", "release", "force-release", "owner"]
+
+
+class Lock:
+    """A ``lock`` resource of a :class:`HostedWorld`: :meth:`call` takes a method's WIT name and its
+    parameters and returns its value (a ``result`` unwrapped by :func:`ok`: the ``error`` variant raises
+    :class:`ComponentError`)."""
+
+    def __init__(
+        self, world: HostedWorld, on: str, store: wc.ResourceAny, key: str, ttl: float, owner: Optional[str]
+    ) -> None:
+        self.world = world
+        funcs = _interface(
+            world.store, world.instance, "lock",
+            ["[static]lock.on-memory", "[static]lock.on-redis"] + [f"[method]lock.{m}" for m in _LOCK_METHODS],
+        )
+        self._m = {m: funcs[f"[method]lock.{m}"] for m in _LOCK_METHODS}
+        self.handle: wc.ResourceAny = ok(funcs[f"[static]lock.{on}"](world.store, store, key, float(ttl), owner))
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Calls ``method`` (a WIT name, e.g. ``force-release``) on this lock, unwrapped by :func:`ok`."""
+        return ok(self._m[method](self.world.store, self.handle, *args))
+
+    def drop(self) -> None:
+        """Drops the resource."""
+        self.handle.drop(self.world.store)
 
 
 class FastConsume:

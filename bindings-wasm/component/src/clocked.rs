@@ -7,11 +7,22 @@ use crate::bindings::exports::ratewindow::engine::{
     types::{AttemptResult, BatchVerdict, Entry, HitWindow, Limit, Verdict},
 };
 use crate::bindings::ratewindow::engine::clock::now_ms;
+use std::rc::Rc;
+
+use ratewindow_core::lock::MemoryLocks;
+
 use crate::store::{Store, Token};
 use crate::Component;
 
-/// A [`Store`] on the host's clock.
-pub struct ClockedStore(Store);
+/// A [`Store`] on the host's clock, and its locks (shared with the `lock` resources made on it).
+pub struct ClockedStore(Store, Rc<MemoryLocks>);
+
+impl ClockedStore {
+    /// The store's locks.
+    pub fn locks(&self) -> Rc<MemoryLocks> {
+        Rc::clone(&self.1)
+    }
+}
 
 impl clocked_memory::Guest for Component {
     type MemoryStore = ClockedStore;
@@ -20,7 +31,7 @@ impl clocked_memory::Guest for Component {
 
 impl GuestMemoryStore for ClockedStore {
     fn new() -> ClockedStore {
-        ClockedStore(Store::create())
+        ClockedStore(Store::create(), Rc::new(MemoryLocks::new()))
     }
 
     fn consume(&self, key: String, limit: Limit) -> Result<Verdict, Error> {

@@ -5,7 +5,8 @@
 //! - default: the `engine` world, exports only (`limits`, `memory`): the host passes `now`;
 //! - feature `hosted`: the `hosted` world, which also exports `clocked-memory`, reading the imported
 //!   `clock` at the start of each call, and `redis`, the core's Redis call machines driven here, each
-//!   command run by the host's client through the imported `store-io.run-script`.
+//!   command run by the host's client through the imported `store-io.run-script`, and `lock`, the
+//!   core's lock on either of them (`block` sleeps through the imported `clock.sleep-ms`).
 //!
 //! No input makes it trap: every host value is checked (limits arrive as `f64` and go through
 //! `Limit::from_f64`) and comes back as the WIT `error` variant. On wasm a panic aborts, so the layer
@@ -18,6 +19,8 @@ mod store;
 
 #[cfg(feature = "hosted")]
 mod clocked;
+#[cfg(feature = "hosted")]
+mod lock;
 #[cfg(feature = "hosted")]
 mod redis;
 

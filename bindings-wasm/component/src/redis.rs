@@ -89,7 +89,7 @@ fn reply(r: store_io::Reply) -> Reply {
 }
 
 /// Runs one command the machine asks for with the host's client.
-fn run(command: Command<'_>) -> Result<Fed, String> {
+pub(crate) fn run(command: Command<'_>) -> Result<Fed, String> {
     match command {
         Command::Script {
             script,
@@ -106,7 +106,7 @@ fn run(command: Command<'_>) -> Result<Fed, String> {
 }
 
 /// A fresh call id: 16 random bytes from the host, in hex.
-fn call_id() -> Result<String, Error> {
+pub(crate) fn call_id() -> Result<String, Error> {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = store_io::random_bytes(16);
     if bytes.len() < 16 {
@@ -125,7 +125,7 @@ fn call_id() -> Result<String, Error> {
 
 /// An outcome the operation cannot give (a machine bug): a protocol error, never a trap. Not rendered
 /// with `{:?}`, which would carry every outcome type's `Debug` into the component.
-fn unexpected(_outcome: &Outcome) -> Error {
+pub(crate) fn unexpected(_outcome: &Outcome) -> Error {
     Error::Protocol("the call ended with an outcome of another operation".to_owned())
 }
 
@@ -166,6 +166,16 @@ fn unit(outcome: Outcome) -> Result<(), Error> {
 }
 
 impl RedisStore {
+    /// The store's machine (its options): a lock on the store runs its own calls on it.
+    pub(crate) fn machine(&self) -> &Redis {
+        &self.machine
+    }
+
+    /// The refused prefix, if the store has one.
+    pub(crate) fn bad_prefix(&self) -> Option<&str> {
+        self.bad_prefix.as_deref()
+    }
+
     /// Drives `op`'s machine to its end, reporting the give-backs that failed on the way.
     fn call(&self, op: Op) -> Result<Outcome, Error> {
         if let Some(prefix) = &self.bad_prefix {

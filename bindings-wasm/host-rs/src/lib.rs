@@ -109,6 +109,8 @@ pub enum Error {
     Protocol(String),
     /// `unsupported`.
     Unsupported(String),
+    /// `lock-timeout`: a lock's `block` waited its seconds without the lock (the lock's key).
+    LockTimeout(String),
 }
 
 impl Error {
@@ -121,6 +123,7 @@ impl Error {
             Error::StoreFailed(_) => "store",
             Error::Protocol(_) => "protocol",
             Error::Unsupported(_) => "unsupported",
+            Error::LockTimeout(_) => "lock_timeout",
         }
     }
 }
@@ -214,6 +217,11 @@ pub struct HostState {
     pub clock_ms: u64,
     /// How many times the component called `clock.now-ms`.
     pub clock_reads: u64,
+    /// The real clock: `clock.now-ms` reads the system time and `clock.sleep-ms` sleeps (a lock's
+    /// `block` on a real store). Otherwise `now-ms` is [`HostState::clock_ms`] and `sleep-ms` moves it.
+    pub real_time: bool,
+    /// What `clock.sleep-ms` was asked to sleep, oldest first.
+    pub slept_ms: Vec<u64>,
     /// Runs the `redis` store's scripts; without one, `run-script` answers an error.
     pub runner: Option<ScriptRunner>,
     /// `run-script` calls that sent the script by SHA1 only (EVALSHA).
@@ -242,7 +250,21 @@ impl std::fmt::Debug for HostState {
 impl hosted::ratewindow::engine::clock::Host for HostState {
     fn now_ms(&mut self) -> u64 {
         self.clock_reads += 1;
+        if self.real_time {
+            return std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+        }
         self.clock_ms
+    }
+
+    fn sleep_ms(&mut self, ms: u64) {
+        self.slept_ms.push(ms);
+        if self.real_time {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        } else {
+            self.clock_ms = self.clock_ms.saturating_add(ms);
+        }
     }
 }
 
@@ -401,6 +423,7 @@ macro_rules! convert_types {
                 e::Error::StoreFailed(s) => crate::Error::StoreFailed(s),
                 e::Error::Protocol(s) => crate::Error::Protocol(s),
                 e::Error::Unsupported(s) => crate::Error::Unsupported(s),
+                e::Error::LockTimeout(s) => crate::Error::LockTimeout(s),
             }
         }
     };
@@ -576,6 +599,21 @@ impl HostedWorld {
         &hosted::exports::ratewindow::engine::redis::Guest,
     ) {
         (&mut self.store, self.bindings.ratewindow_engine_redis())
+    }
+
+    /// The `lock` interface's exports.
+    pub fn lock(&self) -> &hosted::exports::ratewindow::engine::lock::Guest {
+        self.bindings.ratewindow_engine_lock()
+    }
+
+    /// The wasmtime store and the `lock` exports at once, to call them directly.
+    pub fn split_lock(
+        &mut self,
+    ) -> (
+        &mut Store<HostState>,
+        &hosted::exports::ratewindow::engine::lock::Guest,
+    ) {
+        (&mut self.store, self.bindings.ratewindow_engine_lock())
     }
 
     /// The `clocked-memory` interface's exports.

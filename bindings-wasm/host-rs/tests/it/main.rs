@@ -5,5 +5,6 @@ mod common;
 mod conversations;
 mod differential;
 mod hosted;
+mod lock;
 mod redis;
 mod vectors;
