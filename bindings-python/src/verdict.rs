@@ -11,16 +11,21 @@ use ratewindow_core::{BatchVerdict, Quota, Release};
 use crate::errors::guard;
 use crate::store::Shared;
 
+/// A networked store's `release(token)` callable and the token it is handed.
+type TokenRelease = (Py<PyAny>, ReleaseToken);
+
 /// How a verdict gives its call back, taken at most once.
 enum Releaser {
     /// Nothing to give back (a refusal, a single consume, a peek).
     Nothing,
-    /// A memory store's release: the store and the core's `Release`.
-    Native(Mutex<Option<(Shared, Release)>>),
+    /// A memory store's release: the store and the core's `Release`. Boxed, as the token below: every
+    /// verdict carries a `Releaser`, and a refused or single consume (most verdicts) moves this enum
+    /// whole into the Python object, so its size is that of its smallest payloads.
+    Native(Mutex<Option<Box<(Shared, Release)>>>),
     /// A Python store's release: a callable (which may return an awaitable, for asyncio stores).
     Python(Mutex<Option<Py<PyAny>>>),
     /// A networked store's release: its `release(token)` callable and the call machine's token.
-    Token(Mutex<Option<(Py<PyAny>, ReleaseToken)>>),
+    Token(Mutex<Option<Box<TokenRelease>>>),
 }
 
 /// What gives an allowed call back on a networked store: opaque, handed to the store's release.
@@ -71,7 +76,7 @@ impl Verdict {
             blocked: if single { None } else { v.blocked },
             quota: v.quota,
             releaser: match release {
-                Some(r) => Releaser::Token(Mutex::new(Some(r))),
+                Some(r) => Releaser::Token(Mutex::new(Some(Box::new(r)))),
                 None => Releaser::Nothing,
             },
             failure: None,
@@ -86,7 +91,7 @@ impl Verdict {
             blocked: v.blocked,
             quota: v.quota,
             releaser: match release {
-                Some(r) => Releaser::Native(Mutex::new(Some(r))),
+                Some(r) => Releaser::Native(Mutex::new(Some(Box::new(r)))),
                 None => Releaser::Nothing,
             },
             failure: None,
@@ -268,7 +273,8 @@ impl Verdict {
         guard(|| match &self.releaser {
             Releaser::Nothing => Ok(py.None()),
             Releaser::Native(slot) => {
-                if let Some((shared, release)) = take(slot) {
+                if let Some(held) = take(slot) {
+                    let (shared, release) = *held;
                     let now = shared.now(py)?;
                     shared.store.release(release, now);
                 }
@@ -279,7 +285,10 @@ impl Verdict {
                 None => Ok(py.None()),
             },
             Releaser::Token(slot) => match take(slot) {
-                Some((f, token)) => Ok(f.bind(py).call1((PyReleaseToken(token),))?.unbind()),
+                Some(held) => {
+                    let (f, token) = *held;
+                    Ok(f.bind(py).call1((PyReleaseToken(token),))?.unbind())
+                }
                 None => Ok(py.None()),
             },
         })
@@ -293,9 +302,7 @@ impl Verdict {
         match &self.releaser {
             Releaser::Nothing => Ok(()),
             Releaser::Native(slot) => match slot.try_lock() {
-                Ok(held) => held
-                    .as_ref()
-                    .map_or(Ok(()), |(shared, _)| shared.traverse(&visit)),
+                Ok(held) => held.as_ref().map_or(Ok(()), |held| held.0.traverse(&visit)),
                 Err(_) => Ok(()),
             },
             Releaser::Python(slot) => match slot.try_lock() {
@@ -303,7 +310,7 @@ impl Verdict {
                 Err(_) => Ok(()),
             },
             Releaser::Token(slot) => match slot.try_lock() {
-                Ok(held) => visit.call(held.as_ref().map(|(f, _)| f)),
+                Ok(held) => visit.call(held.as_ref().map(|held| &held.0)),
                 Err(_) => Ok(()),
             },
         }
