@@ -24,7 +24,7 @@ pub struct Script {
 pub static SLIDING: Script = Script {
     name: "sliding",
     source: include_str!("sliding.lua"),
-    sha1: "a1b4570ce24de4922298528604ce1300401b5f2e",
+    sha1: "febc865778bceb464ed87b5aa8a809fdb40891ff",
 };
 /// The fixed-window script: hit, get, reset and clear of one key.
 pub static FIXED: Script = Script {

@@ -38,6 +38,12 @@ end
 -- Cheaper: text to a number by arithmetic (tonumber parses twice); constant arguments as text.
 local time = redis.call('TIME')
 local now = time[1] * 1000 + math.floor(time[2] / 1000)
+-- now as text, from TIME's (seconds, then ms of the padded us): no number formatting.
+local function now_text() return time[1] .. string.sub('00000' .. time[2], -6, -4) end
+-- The refusal marker's member (below): the limit's uses and window as sent, then until and end.
+local function marker(uses_s, w_s, until_, end_)
+  return uses_s .. ':' .. w_s .. ':' .. int(until_) .. ':' .. int(end_)
+end
 
 -- One key, one entry (the common call), any limit. The log's lowest member, read first, answers most
 -- of it: either a refusal marker or the oldest call.
@@ -80,12 +86,10 @@ if #ARGV == 5 then
   if oldest == nil then
     -- An empty log.
     if mode ~= 'c' then return {1, uses, 0, 0, now} end
-    -- now as text, from TIME's (seconds, then ms of the padded us): no number formatting.
-    local now_s = time[1] .. string.sub('00000' .. time[2], -6, -4)
+    local now_s = now_text()
     if uses == 1 and now + w < 9007199254740992 then
       -- This call fills the log: its marker in the same ZADD.
-      local e = tostring(int(now + w))
-      redis.call('ZADD', key, now_s, id, '-inf', ARGV[4] .. ':' .. ARGV[5] .. ':' .. e .. ':' .. e)
+      redis.call('ZADD', key, now_s, id, '-inf', marker(ARGV[4], ARGV[5], now + w, now + w))
     else
       redis.call('ZADD', key, now_s, id)
     end
@@ -104,7 +108,7 @@ if #ARGV == 5 then
       local newest = oldest
       if n > 1 then newest = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2]) end
       if mode == 'c' and n == uses and newest + w < 9007199254740992 then
-        redis.call('ZADD', key, '-inf', ARGV[4] .. ':' .. ARGV[5] .. ':' .. int(u) .. ':' .. int(newest + w))
+        redis.call('ZADD', key, '-inf', marker(ARGV[4], ARGV[5], u, newest + w))
       end
       local wait = u - now
       return {0, wait, now, math.max(wait, newest + w - now)}
@@ -116,7 +120,7 @@ if #ARGV == 5 then
     end
     -- Allowed. A clock that stepped back records at the newest call, keeping the log in order: only a
     -- call later than now needs reading.
-    local at, now_s = now, time[1] .. string.sub('00000' .. time[2], -6, -4)
+    local at, now_s = now, now_text()
     if n == 1 then
       if oldest > now then at = oldest end
     elseif redis.call('ZCOUNT', key, '(' .. now_s, '+inf') > 0 then
@@ -126,7 +130,7 @@ if #ARGV == 5 then
     if at ~= now then at_s, ttl = int(at), w + at - now; ttl_s = int(ttl) end
     if n + 1 == uses and at + w < 9007199254740992 then
       -- Fills the log (all inside the window: the oldest decides `until`): its marker in the ZADD.
-      redis.call('ZADD', key, at_s, id, '-inf', ARGV[4] .. ':' .. ARGV[5] .. ':' .. int(oldest + w) .. ':' .. int(at + w))
+      redis.call('ZADD', key, at_s, id, '-inf', marker(ARGV[4], ARGV[5], oldest + w, at + w))
     else
       redis.call('ZADD', key, at_s, id)
     end
@@ -216,7 +220,7 @@ if mode == 'c' then
     if i and count[i] + 1 == uses and at + w < 9007199254740992 then
       local oldest = at
       if size[k] > 0 then oldest = redis.call('ZRANGE', KEYS[k], '0', '0', 'WITHSCORES')[2] + 0 end
-      redis.call('ZADD', KEYS[k], int(at), id, '-inf', ARGV[4 + 3 * i] .. ':' .. ARGV[5 + 3 * i] .. ':' .. int(oldest + w) .. ':' .. int(at + w))
+      redis.call('ZADD', KEYS[k], int(at), id, '-inf', marker(ARGV[4 + 3 * i], ARGV[5 + 3 * i], oldest + w, at + w))
     else
       redis.call('ZADD', KEYS[k], int(at), id)
     end
