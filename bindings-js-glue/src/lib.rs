@@ -11,6 +11,8 @@
 //! - [`calls`]: the networked stores' call boundary (Redis, PostgreSQL, SQLite): the core's call
 //!   machines kept by id, each step answered in the fewest crossings;
 //! - [`store`]: one memory store's operations, as the `BackendStore` of `bindings-node/ts/backend.ts`;
+//! - `rates` (cargo feature `rates`, the napi addon's): GCRA and the sliding-window counter on it, and
+//!   batches mixing them with the sliding log;
 //! - [`Failure`]: what a shell throws, a JS `Error` with `code` and `message`.
 //!
 //! Nothing here panics on host input: every number is checked or converted with a saturating cast.
@@ -20,6 +22,8 @@ pub mod guard;
 pub mod key;
 pub mod lock;
 pub mod number;
+#[cfg(feature = "rates")]
+pub mod rates;
 pub mod record;
 pub mod store;
 

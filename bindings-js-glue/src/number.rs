@@ -114,7 +114,7 @@ fn argument_failure(field: Field, v: f64, bound: &str) -> Failure {
 /// them: `NaN`, `-Infinity`, `1.5`, a whole number digit for digit; written by hand there, as the standard float formatter
 /// would cost the wasm package ~16 KB). It is reached through `Window::from_f64`, which refuses every
 /// value [`int`] and [`now`] refuse (NaN, infinities, fractions, negatives, anything past 2^53).
-fn text(v: f64) -> String {
+pub(crate) fn text(v: f64) -> String {
     Window::from_f64(v).map_or_else(|e| e.value, |w| w.as_ms().to_string())
 }
 

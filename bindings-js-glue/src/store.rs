@@ -22,8 +22,11 @@ use crate::Res;
 
 /// One core [`MemoryStore`], its pending batch and the releases of its allowed batches.
 pub struct JsStore {
-    store: MemoryStore,
+    pub(crate) store: MemoryStore,
     batch: Vec<Entry>,
+    /// The pending batch mixing algorithms (`rates.rs`).
+    #[cfg(feature = "rates")]
+    pub(crate) mixed: Vec<ratewindow_core::MixedEntry>,
     releases: HashMap<u64, Release>,
     next_handle: u64,
 }
@@ -34,6 +37,8 @@ impl JsStore {
         JsStore {
             store,
             batch: Vec::new(),
+            #[cfg(feature = "rates")]
+            mixed: Vec::new(),
             releases: HashMap::new(),
             next_handle: 1,
         }
@@ -109,12 +114,7 @@ impl JsStore {
         let consumed = self.take_batch(now, |store, batch, now| store.consume_many(batch, now))?;
         record::write_quota(out, consumed.verdict.quota);
         Ok(match consumed.release {
-            Some(release) => {
-                let handle = self.next_handle;
-                self.next_handle += 1;
-                self.releases.insert(handle, release);
-                handle as f64
-            }
+            Some(release) => self.keep_release(release),
             None => refused(
                 out,
                 consumed.verdict.blocked,
@@ -132,6 +132,14 @@ impl JsStore {
         } else {
             refused(out, verdict.blocked, verdict.retry_timestamp)
         })
+    }
+
+    /// Keeps an allowed batch's release under a new handle (> 0), which it answers.
+    pub(crate) fn keep_release(&mut self, release: Release) -> f64 {
+        let handle = self.next_handle;
+        self.next_handle += 1;
+        self.releases.insert(handle, release);
+        handle as f64
     }
 
     /// Discards the pending batch.
@@ -253,14 +261,18 @@ impl JsStore {
 
 /// A single verdict's answer: the quota into the record, `0` or the retry timestamp returned.
 #[inline(always)]
-fn single(out: &mut Record, verdict: Verdict) -> f64 {
+pub(crate) fn single(out: &mut Record, verdict: Verdict) -> f64 {
     record::write_quota(out, verdict.quota);
     verdict.retry_timestamp.map_or(0.0, |t| t as f64)
 }
 
 /// A refused batch's answer: `blocked` into the record, minus the retry timestamp returned.
 #[inline]
-fn refused(out: &mut Record, blocked: Option<usize>, retry_timestamp: Option<u64>) -> f64 {
+pub(crate) fn refused(
+    out: &mut Record,
+    blocked: Option<usize>,
+    retry_timestamp: Option<u64>,
+) -> f64 {
     out[record::BLOCKED] = blocked.unwrap_or(0) as f64;
     -(retry_timestamp.unwrap_or(1) as f64)
 }

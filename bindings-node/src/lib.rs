@@ -276,6 +276,101 @@ impl NativeStore {
     pub fn size(&self) -> Result<f64, String> {
         guard(|| Ok(self.store.size()))
     }
+
+    /// GCRA (`kind` 1) or counter (`kind` 2) consume: `0` when allowed, else the retry timestamp; the
+    /// quota in the record.
+    #[napi]
+    #[allow(clippy::too_many_arguments)]
+    pub fn rate_consume(
+        &mut self,
+        key: Key,
+        kind: u32,
+        uses: f64,
+        window_ms: f64,
+        burst: f64,
+        cost: f64,
+        now: f64,
+    ) -> Result<f64, String> {
+        glue(|| {
+            let (store, out) = self.out();
+            store.rate_consume(key.get()?, kind, uses, window_ms, burst, cost, now, out)
+        })
+    }
+
+    /// Like `rateConsume`, recording nothing.
+    #[napi]
+    #[allow(clippy::too_many_arguments)]
+    pub fn rate_peek(
+        &mut self,
+        key: Key,
+        kind: u32,
+        uses: f64,
+        window_ms: f64,
+        burst: f64,
+        cost: f64,
+        now: f64,
+    ) -> Result<f64, String> {
+        glue(|| {
+            let (store, out) = self.out();
+            store.rate_peek(key.get()?, kind, uses, window_ms, burst, cost, now, out)
+        })
+    }
+
+    /// Forgets a GCRA bucket (`kind` 1) or a counter (`kind` 2).
+    #[napi]
+    pub fn rate_reset(&self, key: Key, kind: u32) -> Result<(), String> {
+        glue(|| self.store.rate_reset(key.get()?, kind))
+    }
+
+    /// Appends an entry of any algorithm (`kind` 0 sliding, 1 GCRA, 2 counter) to the pending mixed
+    /// batch; a refusal clears it.
+    #[napi]
+    pub fn mixed_push(
+        &mut self,
+        key: Key,
+        kind: u32,
+        uses: f64,
+        window_ms: f64,
+        burst: f64,
+        cost: f64,
+    ) -> Result<(), String> {
+        glue(|| match key.entry(self.store.mixed_len()) {
+            Ok(key) => self
+                .store
+                .mixed_push(key, kind, uses, window_ms, burst, cost),
+            Err(e) => {
+                self.store.mixed_clear();
+                Err(e)
+            }
+        })
+    }
+
+    /// Consumes the pending mixed batch: a release handle (> 0) or minus the retry timestamp.
+    #[napi]
+    pub fn mixed_consume(&mut self, now: f64) -> Result<f64, String> {
+        glue(|| {
+            let (store, out) = self.out();
+            store.mixed_consume(now, out)
+        })
+    }
+
+    /// Peeks the pending mixed batch: `0` or minus the retry timestamp.
+    #[napi]
+    pub fn mixed_peek(&mut self, now: f64) -> Result<f64, String> {
+        glue(|| {
+            let (store, out) = self.out();
+            store.mixed_peek(now, out)
+        })
+    }
+
+    /// Discards the pending mixed batch.
+    #[napi]
+    pub fn mixed_clear(&mut self) -> Result<(), String> {
+        guard(|| {
+            self.store.mixed_clear();
+            Ok(())
+        })
+    }
 }
 
 /// The names of the record's slots, in order (`ts/backend.ts` checks them against its own on load).
@@ -288,6 +383,12 @@ pub fn record_layout() -> Vec<&'static str> {
 #[napi]
 pub fn check_limit(uses: f64, window_ms: f64) -> Result<(), String> {
     guard(|| limit(uses, window_ms).map(|_| ()))
+}
+
+/// Validates a GCRA (`kind` 1) or counter (`kind` 2) limit with the core.
+#[napi]
+pub fn check_rate(kind: u32, uses: f64, window_ms: f64, burst: f64) -> Result<(), String> {
+    glue(|| ratewindow_js_glue::rates::check_rate(kind, uses, window_ms, burst))
 }
 
 /// Does nothing: the bare cost of a call into the addon.

@@ -10,11 +10,11 @@
  * @internal
  */
 import type { Backend } from './backend';
-import { InternalError, InvalidArgumentError, InvalidLimitError, RateWindowError } from './errors';
+import { InternalError, InvalidArgumentError, InvalidLimitError, RateWindowError, UnsupportedError } from './errors';
 import { GlobalLimit, Limit, Unlimited } from './limit';
 import { RateLimiter } from './rate-limiter';
-import { CooldownStore, cooldownLimit, MemoryStore, type MemoryStoreOptions } from './store';
-import type { CooldownLimit } from './types';
+import { CooldownStore, cooldownLimit, counterLimit, gcraLimit, MemoryStore, type MemoryStoreOptions } from './store';
+import type { CooldownLimit, CounterLimit, GcraLimit } from './types';
 
 export type { Backend, BackendStore, BackendError, BackendErrorCode } from './backend';
 export { nativeBackend } from './native';
@@ -38,10 +38,13 @@ export function createApi(backend: Backend) {
     GlobalLimit,
     Unlimited,
     cooldownLimit: (uses: number, windowMs: number): CooldownLimit => cooldownLimit(uses, windowMs, backend),
+    gcraLimit: (uses: number, windowMs: number, burst: number = uses): GcraLimit => gcraLimit(uses, windowMs, burst, backend),
+    counterLimit: (uses: number, windowMs: number): CounterLimit => counterLimit(uses, windowMs, backend),
     RateWindowError,
     InvalidLimitError,
     InvalidArgumentError,
     InternalError,
+    UnsupportedError,
   } as const;
 }
 

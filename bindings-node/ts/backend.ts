@@ -33,7 +33,7 @@
  */
 
 /** Error codes a backend may put on the errors it throws (`error.code`). */
-export type BackendErrorCode = 'invalid_limit:uses' | 'invalid_limit:window_ms' | `invalid_argument:${string}` | 'panic';
+export type BackendErrorCode = 'invalid_limit:uses' | 'invalid_limit:window_ms' | 'invalid_limit:burst' | `invalid_argument:${string}` | 'panic';
 
 /** The record's slots, by name: where each call writes the parts of its answer it does not return. */
 export const RECORD_SLOTS = Object.freeze(['limit', 'remaining', 'refillAfterMs', 'resetAfterMs', 'blocked', 'allowed'] as const);
@@ -189,6 +189,36 @@ export interface BackendStore {
 
   /** `MemoryStore::len`. */
   size(): number;
+
+  // GCRA and the sliding-window counter (`ratewindow_js_glue::rates`): the napi addon has them; the
+  // wasm-bindgen build leaves them out (its size budget), and the TypeScript layer then throws
+  // `UnsupportedError`. `kind` is `1` for GCRA, `2` for the counter (`0`: the sliding log, in a mixed
+  // batch); `burst` is read for GCRA only. Refusals: `invalid_limit:uses|window_ms|burst`,
+  // `invalid_argument:cost` (a batch's message names `entries[i].<field>`).
+
+  /**
+   * `MemoryStore::gcra_consume` / `counter_consume`: as {@link consume}, `0` or the retry timestamp, the
+   * quota in the record.
+   */
+  rateConsume?(key: string, kind: number, uses: number, windowMs: number, burst: number, cost: number, now: number): number;
+
+  /** `MemoryStore::gcra_peek` / `counter_peek`: like {@link rateConsume}, recording nothing. */
+  ratePeek?(key: string, kind: number, uses: number, windowMs: number, burst: number, cost: number, now: number): number;
+
+  /** `MemoryStore::gcra_reset` / `counter_reset`. */
+  rateReset?(key: string, kind: number): void;
+
+  /** Appends an entry of any algorithm to the pending mixed batch; a refusal clears it. */
+  mixedPush?(key: string, kind: number, uses: number, windowMs: number, burst: number, cost: number): void;
+
+  /** `MemoryStore::consume_mixed` of the pending mixed batch, answered as {@link batchConsume}. */
+  mixedConsume?(now: number): number;
+
+  /** `MemoryStore::peek_mixed` of the pending mixed batch, answered as {@link batchPeek}. */
+  mixedPeek?(now: number): number;
+
+  /** Discards the pending mixed batch. */
+  mixedClear?(): void;
 }
 
 /** An engine build: the factory of stores plus the module-level functions. */
@@ -210,6 +240,13 @@ export interface Backend {
    * @throws {BackendError} `invalid_limit:*` when it cannot be built.
    */
   checkLimit(uses: number, windowMs: number): void;
+
+  /**
+   * Validates a GCRA (`kind` 1) or counter (`kind` 2) limit with the core; absent from a build without
+   * them (the wasm-bindgen package).
+   * @throws {BackendError} `invalid_limit:*` when it cannot be built.
+   */
+  checkRate?(kind: number, uses: number, windowMs: number, burst: number): void;
 
   /** Does nothing and returns `0`: measures the bare cost of crossing into the backend. */
   noop(): number;

@@ -10,8 +10,8 @@
  * @module
  * @internal
  */
-import { InvalidArgumentError, typeError } from './errors';
-import type { CooldownLimit, Entry } from './types';
+import { InvalidArgumentError, typeError, UnsupportedError } from './errors';
+import type { AnyLimit, CooldownLimit, CounterLimit, Entry, GcraLimit } from './types';
 
 /**
  * `key` must be a string.
@@ -35,6 +35,51 @@ export function checkLimitShape(limit: unknown): asserts limit is CooldownLimit 
   ) {
     throw typeError('limit must be an object { uses: number, windowMs: number }', limit);
   }
+  const algorithm = (limit as { algorithm?: unknown }).algorithm;
+  if (algorithm !== undefined && algorithm !== 'sliding') {
+    if (algorithm === 'gcra' || algorithm === 'counter') throw new UnsupportedError(algorithm);
+    throw typeError("limit.algorithm must be 'sliding', 'gcra' or 'counter'", algorithm);
+  }
+}
+
+/**
+ * The engine's kind of a GCRA (`1`) or counter (`2`) limit, checked for shape (`uses`, `windowMs` and a
+ * GCRA's optional `burst` numbers); `0` for any other value (the sliding log: {@link checkLimitShape}
+ * checks it).
+ * @throws {TypeError} for a GCRA or counter limit of the wrong shape.
+ */
+export function rateKind(limit: unknown): 0 | 1 | 2 {
+  if (typeof limit !== 'object' || limit === null) return 0;
+  const algorithm = (limit as { algorithm?: unknown }).algorithm;
+  if (algorithm !== 'gcra' && algorithm !== 'counter') return 0;
+  const l = limit as GcraLimit | CounterLimit;
+  if (typeof l.uses !== 'number' || typeof l.windowMs !== 'number') {
+    throw typeError(`limit must be an object { algorithm: '${algorithm}', uses: number, windowMs: number }`, limit);
+  }
+  if (algorithm === 'counter') return 2;
+  const burst = (l as GcraLimit).burst;
+  if (burst !== undefined && typeof burst !== 'number') throw typeError('limit.burst must be a number', burst);
+  return 1;
+}
+
+/**
+ * A call's `cost` (default 1) from `options`; its range is the engine's check.
+ * @throws {TypeError} when `options` is not an object or `cost` not a number.
+ */
+export function costOf(options: unknown): number {
+  if (options === undefined) return 1;
+  if (typeof options !== 'object' || options === null) throw typeError('options must be an object { cost?: number }', options);
+  const cost = (options as { cost?: unknown }).cost;
+  if (cost === undefined) return 1;
+  if (typeof cost !== 'number') throw typeError('cost must be a number', cost);
+  return cost;
+}
+
+/** Whether any entry of a batch names a GCRA or counter limit (checked for shape). */
+export function mixesRates(entries: readonly Entry[]): boolean {
+  let rates = false;
+  for (const entry of entries) if (rateKind((entry as { limit?: AnyLimit }).limit) !== 0) rates = true;
+  return rates;
 }
 
 /**

@@ -12,7 +12,8 @@ export type RateWindowErrorCode =
   | 'ERR_RATEWINDOW_STORE'
   | 'ERR_RATEWINDOW_STORE_REPLY'
   | 'ERR_RATEWINDOW_STORE_GIVE_BACK'
-  | 'ERR_RATEWINDOW_LOCK_TIMEOUT';
+  | 'ERR_RATEWINDOW_LOCK_TIMEOUT'
+  | 'ERR_RATEWINDOW_UNSUPPORTED';
 
 /** The base class of every ratewindow error: `instanceof RateWindowError` catches them all. */
 export class RateWindowError extends Error {
@@ -26,13 +27,14 @@ export class RateWindowError extends Error {
   }
 }
 
-/** The engine's two limit fields, as TypeScript spells them. */
-export type LimitField = 'uses' | 'windowMs';
+/** The engine's limit fields, as TypeScript spells them (`burst`: a GCRA limit's). */
+export type LimitField = 'uses' | 'windowMs' | 'burst';
 
 /** What each limit field accepts, in words (the engine's ranges). @internal */
 export const LIMIT_RANGES: Readonly<Record<LimitField, string>> = Object.freeze({
   uses: 'a whole number from 1 to 4294967295',
   windowMs: 'a whole number of milliseconds from 1 to 4320000000000000',
+  burst: 'a whole number from 1 to 4294967295, with burst x windowMs at most 2^53 - 1',
 });
 
 /**
@@ -46,7 +48,7 @@ export const LIMIT_RANGES: Readonly<Record<LimitField, string>> = Object.freeze(
  * rate limiter.
  */
 export class InvalidLimitError extends RateWindowError {
-  /** The refused field: `uses`, or `windowMs` (a fixed window's decay included). */
+  /** The refused field: `uses`, or `windowMs` (a fixed window's decay included), or a GCRA limit's `burst`. */
   readonly field: LimitField;
   /** The refused value, exactly as given (NaN, -1, 1.5 ...). */
   readonly value: unknown;
@@ -90,6 +92,21 @@ export class InvalidArgumentError extends RateWindowError {
   }
 }
 
+/**
+ * The store cannot count this kind of limit: a GCRA or sliding-window counter limit given to a store that
+ * counts the sliding log only (the Redis, PostgreSQL, SQLite and sharded stores, and the wasm-bindgen
+ * build of the memory store, for now). `algorithm` is the limit's (`gcra`, `counter`).
+ */
+export class UnsupportedError extends RateWindowError {
+  /** The algorithm refused. */
+  readonly algorithm: string;
+
+  constructor(algorithm: string, message?: string) {
+    super('ERR_RATEWINDOW_UNSUPPORTED', message ?? `this store does not count ${algorithm} limits (the memory store does; see docs/algorithms.md)`);
+    this.algorithm = algorithm;
+  }
+}
+
 /** A bug inside the engine (a Rust panic, caught before it could cross into Node). Please report it. */
 export class InternalError extends RateWindowError {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -101,10 +118,11 @@ export class InternalError extends RateWindowError {
  * Maps what a backend threw to a ratewindow error. `uses` and `windowMs` are the values the caller gave,
  * so the error carries them as they were. The message names the field as TypeScript spells it
  * (`windowMs`, not the engine's `window_ms`); called with a `windowMs` but no `uses` — a fixed window's
- * decay, as every store's `hit` calls it — it names `decayMs`.
+ * decay, as every store's `hit` calls it — it names `decayMs`. `burst` and `cost` are a GCRA or counter
+ * call's (`invalid_limit:burst`, `invalid_argument:cost`).
  * @internal
  */
-export function fromBackend(error: unknown, uses?: unknown, windowMs?: unknown): Error {
+export function fromBackend(error: unknown, uses?: unknown, windowMs?: unknown, burst?: unknown, cost?: unknown): Error {
   const code = (error as { code?: unknown } | null)?.code;
   const message = error instanceof Error ? error.message : String(error);
   switch (code) {
@@ -116,6 +134,13 @@ export function fromBackend(error: unknown, uses?: unknown, windowMs?: unknown):
     }
     case 'panic':
       return new InternalError(message, { cause: error });
+    case 'invalid_limit:burst':
+      return new InvalidLimitError('burst', burst, message, 'burst');
+    case 'invalid_argument:cost': {
+      // A call's cost (`entries[3].cost` in a batch's message).
+      const field = /^invalid (\S+):/.exec(message)?.[1] ?? 'cost';
+      return new InvalidArgumentError(field, cost, message);
+    }
     case 'invalid_argument:key': {
       // A key that is not valid Unicode; the engine's message names its position (`entries[3].key`).
       const field = /^invalid (\S+):/.exec(message)?.[1] ?? 'key';

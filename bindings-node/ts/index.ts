@@ -12,14 +12,14 @@
  * ```
  * @module
  */
-export type { Awaitable, BatchVerdict, Clock, CooldownLimit, Entry, Verdict } from './types';
-export { CooldownStore, MemoryStore, cooldownLimit } from './store';
+export type { AnyLimit, Awaitable, BatchVerdict, CallOptions, Clock, CooldownLimit, CounterLimit, Entry, GcraLimit, Verdict } from './types';
+export { CooldownStore, MemoryStore, cooldownLimit, counterLimit, gcraLimit } from './store';
 export type { MemoryStoreOptions } from './store';
 export { GlobalLimit, Limit, Unlimited } from './limit';
 export type { AfterCallback, ResponseCallback } from './limit';
 export { RateLimiter } from './rate-limiter';
 export type { FixedWindowStore, LimiterCallback } from './rate-limiter';
-export { InternalError, InvalidArgumentError, InvalidLimitError, RateWindowError } from './errors';
+export { InternalError, InvalidArgumentError, InvalidLimitError, RateWindowError, UnsupportedError } from './errors';
 export type { LimitField, RateWindowErrorCode } from './errors';
 export { RedisStore } from './redis';
 export type { RedisEvalSha, RedisRun, RedisStoreOptions } from './redis';

@@ -17,6 +17,7 @@ interface NativeModule {
   NativeStore: new (record: Float64Array) => BackendStore;
   recordLayout(): string[];
   checkLimit(uses: number, windowMs: number): void;
+  checkRate(kind: number, uses: number, windowMs: number, burst: number): void;
   noop(): number;
   __panicForTest(message: string): void;
   NativeCalls: {
@@ -46,6 +47,7 @@ export function nativeBackend(): Backend {
     createStore: (record: Float64Array) => new native.NativeStore(record),
     recordLayout: native.recordLayout,
     checkLimit: native.checkLimit,
+    checkRate: native.checkRate,
     noop: native.noop,
     panicForTest: native.__panicForTest,
     createRedis: (record: Float64Array, prefix: string, hashTagBefore: string | null, evalsha?: boolean) =>

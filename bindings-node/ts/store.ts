@@ -4,12 +4,12 @@
  * @module
  */
 import { checkRecordLayout, RECORD_LENGTH, Slot, type Backend, type BackendStore } from './backend';
-import { checkEntries, checkInteger, checkKey, checkLimitShape, checkNow } from './check';
-import { fromBackend, InvalidArgumentError, typeError } from './errors';
+import { checkEntries, checkInteger, checkKey, checkLimitShape, checkNow, costOf, mixesRates, rateKind } from './check';
+import { fromBackend, InvalidArgumentError, InvalidLimitError, typeError, UnsupportedError } from './errors';
 import { memoryLockDriver, withLock, type Lock as LockType, type LockBackend, type LockDriver, type WithLockOptions } from './lock';
 import { Lock } from './lock';
 import { nativeBackend } from './native';
-import type { AttemptResult, Awaitable, BatchVerdict, Clock, CooldownLimit, Entry, Verdict } from './types';
+import type { AnyLimit, AttemptResult, Awaitable, BatchVerdict, CallOptions, Clock, CooldownLimit, CounterLimit, Entry, GcraLimit, Verdict } from './types';
 
 /** The verdict of an allowed batch that has nothing to give back (the default `peekMany`). */
 const ALLOWED_BATCH: BatchVerdict = Object.freeze({ allowed: true, retryAfterMs: 0 });
@@ -194,9 +194,16 @@ export class MemoryStore extends CooldownStore {
     return this.clock === undefined ? Date.now() : checkNow(this.clock.now());
   }
 
-  /** Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait. */
-  override consume(key: string, limit: CooldownLimit): Verdict {
+  /**
+   * Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait. `limit` is a
+   * sliding log (`{ uses, windowMs }`), a {@link GcraLimit} or a {@link CounterLimit}; `options.cost`
+   * (GCRA and the counter) is the uses the call takes, default 1. Keys of different algorithms are
+   * different keys.
+   */
+  override consume(key: string, limit: AnyLimit, options?: CallOptions): Verdict {
     checkKey(key);
+    const kind = rateKind(limit);
+    if (kind !== 0) return this.rate(true, key, kind, limit as GcraLimit, costOf(options));
     checkLimitShape(limit);
     const now = this.now();
     let result: number;
@@ -209,8 +216,10 @@ export class MemoryStore extends CooldownStore {
   }
 
   /** The verdict {@link consume} would give, recording and creating nothing. */
-  peek(key: string, limit: CooldownLimit): Verdict {
+  peek(key: string, limit: AnyLimit, options?: CallOptions): Verdict {
     checkKey(key);
+    const kind = rateKind(limit);
+    if (kind !== 0) return this.rate(false, key, kind, limit as GcraLimit, costOf(options));
     checkLimitShape(limit);
     const now = this.now();
     let result: number;
@@ -220,6 +229,82 @@ export class MemoryStore extends CooldownStore {
       throw fromBackend(e, limit.uses, limit.windowMs);
     }
     return verdictOf(result, now, this.record);
+  }
+
+  /** The native methods of GCRA and the counter, or the refusal of a build without them. */
+  private rates(algorithm: string): Required<BackendStore> {
+    if (this.native.rateConsume === undefined) throw new UnsupportedError(algorithm, `this build of the memory store does not count ${algorithm} limits (the native addon does)`);
+    return this.native as Required<BackendStore>;
+  }
+
+  /** A GCRA (`kind` 1) or counter (`kind` 2) consume or peek. */
+  private rate(record: boolean, key: string, kind: 1 | 2, limit: GcraLimit, cost: number): Verdict {
+    const native = this.rates(limit.algorithm);
+    const burst = kind === 1 ? (limit.burst ?? limit.uses) : 0;
+    const now = this.now();
+    let result: number;
+    try {
+      result = record
+        ? native.rateConsume(key, kind, limit.uses, limit.windowMs, burst, cost, now)
+        : native.ratePeek(key, kind, limit.uses, limit.windowMs, burst, cost, now);
+    } catch (e) {
+      throw fromBackend(e, limit.uses, limit.windowMs, limit.burst, cost);
+    }
+    return verdictOf(result, now, this.record);
+  }
+
+  /**
+   * Forgets `key`'s GCRA bucket or counter (by `limit`'s algorithm): its next call finds every use there.
+   * @throws {TypeError} for a sliding-log limit (its calls are given back by a batch's `release()`).
+   */
+  reset(key: string, limit: GcraLimit | CounterLimit): void {
+    checkKey(key);
+    const kind = rateKind(limit);
+    if (kind === 0) throw typeError("reset takes a GCRA or counter limit ({ algorithm: 'gcra' | 'counter', ... })", limit);
+    const native = this.rates(limit.algorithm);
+    this.call(() => native.rateReset(key, kind));
+  }
+
+  /** Pushes a batch mixing algorithms (checked in full first), as {@link pushBatch}. */
+  private pushMixed(entries: readonly Entry[]): Required<BackendStore> {
+    const kinds: number[] = [];
+    for (const entry of entries) {
+      if (typeof entry !== 'object' || entry === null) throw typeError('each entry must be { key, limit, cost? }', entry);
+      checkKey(entry.key);
+      const kind = rateKind(entry.limit);
+      if (kind === 0) checkLimitShape(entry.limit);
+      costOf(entry);
+      kinds.push(kind);
+    }
+    const native = this.rates((entries.find((e) => rateKind(e.limit) !== 0)!.limit as GcraLimit).algorithm);
+    entries.forEach((entry, i) => {
+      const limit = entry.limit as GcraLimit;
+      const burst = kinds[i] === 1 ? (limit.burst ?? limit.uses) : 0;
+      const cost = costOf(entry);
+      try {
+        native.mixedPush(entry.key, kinds[i]!, limit.uses, limit.windowMs, burst, cost);
+      } catch (e) {
+        native.mixedClear();
+        throw fromBackend(e, limit.uses, limit.windowMs, limit.burst, cost);
+      }
+    });
+    return native;
+  }
+
+  /** A mixed batch consumed (`record`) or peeked. */
+  private mixed(entries: readonly Entry[], record: boolean): BatchVerdict {
+    const native = this.pushMixed(entries);
+    let now: number;
+    let result: number;
+    try {
+      now = this.now();
+      result = record ? native.mixedConsume(now) : native.mixedPeek(now);
+    } catch (e) {
+      native.mixedClear();
+      throw e instanceof TypeError || e instanceof InvalidArgumentError || e instanceof InvalidLimitError ? e : fromBackend(e);
+    }
+    if (result < 0) return refusedBatch(result, now, this.record);
+    return record ? this.allowedWithRelease(result) : verdictOf(0, now, this.record);
   }
 
   private pushBatch(entries: readonly Entry[]): void {
@@ -239,8 +324,13 @@ export class MemoryStore extends CooldownStore {
    * Counts one call against every entry at once: recorded against all of them only if none refuses.
    * A refusal names `blocked`, the entry with the longest wait, and that wait. An allowed verdict
    * carries `release()` (not enumerable), which gives back exactly this call.
+   *
+   * Entries may mix algorithms (a per-user {@link GcraLimit} and a global sliding log in one call), each
+   * with its `cost`; entries naming one GCRA or counter key count one after another. `release()` then
+   * gives back the sliding-log calls only.
    */
   override consumeMany(entries: readonly Entry[]): BatchVerdict {
+    if (Array.isArray(entries) && mixesRates(entries)) return this.mixed(entries, true);
     this.pushBatch(entries);
     let now: number;
     let result: number;
@@ -278,6 +368,7 @@ export class MemoryStore extends CooldownStore {
 
   /** The verdict {@link consumeMany} would give, recording, trimming and creating nothing. */
   override peekMany(entries: readonly Entry[]): BatchVerdict {
+    if (Array.isArray(entries) && mixesRates(entries)) return this.mixed(entries, false);
     this.pushBatch(entries);
     let now: number;
     let result: number;
@@ -417,4 +508,41 @@ export function cooldownLimit(uses: number, windowMs: number, backend: Backend =
     throw fromBackend(e, uses, windowMs);
   }
   return Object.freeze({ uses, windowMs });
+}
+
+/**
+ * A GCRA limit (a token bucket: governor's `Quota`, Upstash's `tokenBucket`), checked with the engine:
+ * `uses` per `windowMs` on average, up to `burst` at once (default `uses`). Returned frozen as
+ * `{ algorithm: 'gcra', uses, windowMs, burst }`.
+ * @throws {InvalidLimitError} naming `uses`, `windowMs` or `burst` when it cannot be held exactly.
+ */
+export function gcraLimit(uses: number, windowMs: number, burst: number = uses, backend: Backend = getDefaultBackend()): GcraLimit {
+  if (typeof uses !== 'number') throw typeError('uses must be a number', uses);
+  if (typeof windowMs !== 'number') throw typeError('windowMs must be a number', windowMs);
+  if (typeof burst !== 'number') throw typeError('burst must be a number', burst);
+  checkRate(backend, 1, uses, windowMs, burst);
+  return Object.freeze({ algorithm: 'gcra', uses, windowMs, burst });
+}
+
+/**
+ * A sliding-window counter limit (Upstash's `slidingWindow`, `limits`' `SlidingWindowCounter`), checked
+ * with the engine: about `uses` per any `windowMs`, in constant memory per key. Returned frozen as
+ * `{ algorithm: 'counter', uses, windowMs }`.
+ * @throws {InvalidLimitError} naming `uses` or `windowMs` when it cannot be held exactly.
+ */
+export function counterLimit(uses: number, windowMs: number, backend: Backend = getDefaultBackend()): CounterLimit {
+  if (typeof uses !== 'number') throw typeError('uses must be a number', uses);
+  if (typeof windowMs !== 'number') throw typeError('windowMs must be a number', windowMs);
+  checkRate(backend, 2, uses, windowMs, 0);
+  return Object.freeze({ algorithm: 'counter', uses, windowMs });
+}
+
+function checkRate(backend: Backend, kind: 1 | 2, uses: number, windowMs: number, burst: number): void {
+  const algorithm = kind === 1 ? 'gcra' : 'counter';
+  if (backend.checkRate === undefined) throw new UnsupportedError(algorithm, `this build does not count ${algorithm} limits (the native addon does)`);
+  try {
+    backend.checkRate(kind, uses, windowMs, burst);
+  } catch (e) {
+    throw fromBackend(e, uses, windowMs, burst);
+  }
 }

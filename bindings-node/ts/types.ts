@@ -21,12 +21,53 @@ export interface CooldownLimit {
   readonly windowMs: number;
 }
 
-/** One entry of a batch: a key and the limit it is counted against. */
+/**
+ * GCRA, the token bucket kept as one time per key (governor's and redis-cell's algorithm; Upstash calls
+ * it `tokenBucket`): `uses` per `windowMs` on average, up to `burst` at once (default `uses`). Build one
+ * with `gcraLimit(uses, windowMs, burst?)`, or write the object literal. Counted by the memory store;
+ * see docs/algorithms.md.
+ */
+export interface GcraLimit extends CooldownLimit {
+  /** Marks the limit as GCRA. */
+  readonly algorithm: 'gcra';
+  /** The most uses at once (a full bucket); default `uses`. */
+  readonly burst?: number;
+}
+
+/**
+ * The sliding-window counter (Upstash's `slidingWindow`, `limits`' `SlidingWindowCounter`): about `uses`
+ * per any `windowMs`, estimated from two fixed windows in constant memory per key. Build one with
+ * `counterLimit(uses, windowMs)`. Counted by the memory store; see docs/algorithms.md for its error bound.
+ */
+export interface CounterLimit extends CooldownLimit {
+  /** Marks the limit as a sliding-window counter. */
+  readonly algorithm: 'counter';
+}
+
+/**
+ * Any limit a store's `consume`, `peek` and batches take: a plain `{ uses, windowMs }` (or
+ * `algorithm: 'sliding'`) is the exact sliding log; {@link GcraLimit} and {@link CounterLimit} name the
+ * other two algorithms.
+ */
+export type AnyLimit = CooldownLimit | GcraLimit | CounterLimit;
+
+/** Options of one call. */
+export interface CallOptions {
+  /**
+   * The uses the call takes (default 1): a whole number from 1 to the limit's `burst` (GCRA) or `uses`.
+   * Anything else is an `InvalidArgumentError` naming `cost`.
+   */
+  readonly cost?: number;
+}
+
+/** One entry of a batch: a key, the limit it is counted against, and what the call costs it. */
 export interface Entry {
   /** The key counted. */
   readonly key: string;
-  /** Its limit. */
-  readonly limit: CooldownLimit;
+  /** Its limit (entries of different algorithms mix in one all-or-nothing batch on the memory store). */
+  readonly limit: AnyLimit;
+  /** The uses the call takes from this entry (default 1). */
+  readonly cost?: number;
 }
 
 /** The answer to one call. */

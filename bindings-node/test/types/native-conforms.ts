@@ -11,6 +11,7 @@ export const backend: Backend = {
   createStore: (record: Float64Array) => new native.NativeStore(record),
   recordLayout: native.recordLayout,
   checkLimit: native.checkLimit,
+  checkRate: native.checkRate,
   noop: native.noop,
   panicForTest: native.__panicForTest,
 };
