@@ -25,6 +25,8 @@
 mod ids;
 #[cfg(feature = "lock")]
 mod lock;
+#[cfg(feature = "rates")]
+mod rates;
 mod redis;
 
 use serde::{Deserialize, Serialize};
@@ -32,6 +34,8 @@ use serde::{Deserialize, Serialize};
 pub use self::ids::CallIds;
 #[cfg(feature = "lock")]
 pub use self::lock::LOCK;
+#[cfg(feature = "rates")]
+pub use self::rates::{RateOp, COUNTER, GCRA};
 pub use self::redis::Redis;
 use crate::redis::{Reply, ReplyError, Script};
 use crate::sql::{RowError, SqlRelease, SqlValue, Statement};
@@ -306,6 +310,8 @@ enum Inner {
     Sql(crate::sql::SqlCall),
     #[cfg(feature = "lock")]
     Lock(Box<self::lock::LockCall>),
+    #[cfg(feature = "rates")]
+    Rate(Box<self::rates::RateCall>),
     Finished(Option<Result<Outcome, CallError>>),
 }
 
@@ -335,6 +341,14 @@ impl Call {
         }
     }
 
+    #[cfg(feature = "rates")]
+    pub(crate) fn rate(call: self::rates::RateCall) -> Call {
+        Call {
+            inner: Inner::Rate(Box::new(call)),
+            ..Call::done(Ok(Outcome::Unit))
+        }
+    }
+
     /// A call that is over before it starts (an empty batch, a refused argument).
     pub(crate) fn done(result: Result<Outcome, CallError>) -> Call {
         Call {
@@ -356,6 +370,8 @@ impl Call {
             Inner::Sql(call) => call.result(&mut self.failed_release),
             #[cfg(feature = "lock")]
             Inner::Lock(call) => call.result(),
+            #[cfg(feature = "rates")]
+            Inner::Rate(call) => call.result(),
             Inner::Finished(_) => None,
         } {
             self.inner = Inner::Finished(Some(result));
@@ -366,6 +382,8 @@ impl Call {
             Inner::Sql(call) => Next::Run(call.command()),
             #[cfg(feature = "lock")]
             Inner::Lock(call) => Next::Run(call.command()),
+            #[cfg(feature = "rates")]
+            Inner::Rate(call) => Next::Run(call.command()),
             Inner::Finished(result) => {
                 Next::Done(result.take().unwrap_or(Err(CallError::Protocol {
                     expected: "nothing (the call is over)",
@@ -383,6 +401,8 @@ impl Call {
             Inner::Sql(call) => call.feed(Ok(fed)),
             #[cfg(feature = "lock")]
             Inner::Lock(call) => call.feed(Ok(fed)),
+            #[cfg(feature = "rates")]
+            Inner::Rate(call) => call.feed(Ok(fed)),
             Inner::Finished(_) => self.protocol("nothing (the call is over)", fed.name()),
         }
     }
@@ -397,6 +417,8 @@ impl Call {
             Inner::Sql(call) => call.feed(Err(message)),
             #[cfg(feature = "lock")]
             Inner::Lock(call) => call.feed(Err(message)),
+            #[cfg(feature = "rates")]
+            Inner::Rate(call) => call.feed(Err(message)),
             Inner::Finished(_) => self.protocol("nothing (the call is over)", "a failure"),
         }
     }

@@ -221,6 +221,16 @@ impl RedisOptions {
     pub fn lock_key(&self, key: &str) -> String {
         self.key("lck:", key)
     }
+
+    /// The Redis key holding `key`'s GCRA bucket (its TAT).
+    pub fn gcra_key(&self, key: &str) -> String {
+        self.key("gcra:", key)
+    }
+
+    /// The Redis key holding `key`'s sliding-window counter.
+    pub fn counter_key(&self, key: &str) -> String {
+        self.key("ctr:", key)
+    }
 }
 
 /// What an allowed consume needs to give its call back: the keys it recorded under and its id.

@@ -1,0 +1,60 @@
+-- ratewindow: GCRA (a token bucket kept as one time per key) on one key, on the server's clock.
+--
+-- KEYS[1] the bucket: its TAT (theoretical arrival time, when the bucket is full again) as 'ms', or
+--         'ms:rem:per' for ms + rem/per (per: the uses the fraction is counted in)
+-- ARGV[1] mode: 'c' consume, 'p' peek (writes nothing), 'r' reset (deletes the key)
+-- ARGV[2] uses; ARGV[3], ARGV[4] the call's cost as time, n*T = q + r/uses (0 <= r < uses);
+-- ARGV[5], ARGV[6] tau = burst*T = tau_ms + tau_rem/uses; ARGV[7] (optional) now in ms, for TIME
+--         (a host's clock; the expiry is then stretched by how far it lags the server's)
+--
+-- Reply: {allowed (1|0), now} when the bucket was full (no key, or a TAT behind now),
+--        {allowed, now, ms, rem} otherwise: the TAT the call found, in units of 1/uses. The engine
+--        derives every verdict field from it (core/src/gcra.rs), and checks `allowed` against it.
+-- Arguments arrive as text and are used as text where they can be (no formatting, one coercion).
+local key, mode = KEYS[1], ARGV[1]
+if mode == 'r' then return redis.call('DEL', key) end
+local time, now, lag = redis.call('TIME'), ARGV[7], 0
+if now then
+  -- A host's clock: a key must not expire on the server's clock before it does on the host's.
+  now = now + 0
+  lag = math.max(0, time[1] * 1000 + math.floor(time[2] / 1000) - now)
+else
+  now = time[1] * 1000 + math.floor(time[2] / 1000)
+end
+local ms, rem = now, 0
+local v = redis.call('GET', key)
+if v then
+  if string.find(v, ':', 1, true) then
+    local m, r, per = string.match(v, '^(%d+):(%d+):(%d+)$')
+    m, r = m + 0, r + 0
+    -- Counted under other uses: rounded up to the next whole ms (never more uses).
+    if per ~= ARGV[2] then
+      if r > 0 then m = m + 1 end
+      r = 0
+    end
+    if m > now or (m == now and r > 0) then ms, rem = m, r end
+  else
+    local m = v + 0
+    if m > now then ms = m end
+  end
+end
+local uses = ARGV[2] + 0
+local nms, nrem = ms + ARGV[3], rem + ARGV[4]
+if nrem >= uses then nms, nrem = nms + 1, nrem - uses end
+local top = now + ARGV[5]
+local ok = 0
+if nms < top or (nms == top and nrem <= ARGV[6] + 0) then
+  ok = 1
+  if mode == 'c' then
+    -- Integer text: Lua's %.14g rounds 15 digits and more.
+    local px = nms - now + lag
+    if nrem > 0 then px = px + 1 end
+    if px >= 1e14 then px = string.format('%.0f', px) end
+    local text = nms
+    if nms >= 1e14 then text = string.format('%.0f', nms) end
+    if nrem > 0 then text = text .. ':' .. nrem .. ':' .. ARGV[2] end
+    redis.call('SET', key, text, 'PX', px)
+  end
+end
+if ms == now and rem == 0 then return {ok, now} end
+return {ok, now, ms, rem}

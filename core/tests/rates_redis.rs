@@ -1,0 +1,343 @@
+//! GCRA and the sliding-window counter on a real Redis (127.0.0.1:6379, or `REDIS_URL`) and a real
+//! three-master Redis Cluster (`RATEWINDOW_CLUSTER_PORTS`, started by `scripts/test-core.sh`): every
+//! GCRA and counter vector, a random walk against the memory store, exactly-once under concurrency,
+//! and the server's clock.
+#![cfg(feature = "rates")]
+
+mod rates;
+mod servers;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ratewindow_core::call::{Call, CallError, Command, Fed, Outcome, RateOp, Redis};
+use ratewindow_core::counter::Counter;
+use ratewindow_core::gcra::Gcra;
+use ratewindow_core::redis::RedisOptions;
+use ratewindow_core::{BatchVerdict, Limit, MemoryStore};
+use servers::{redis_connection as connection, to_reply};
+
+/// A prefix of this run's own, so runs never see each other's keys.
+fn options(test: &str) -> RedisOptions {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    RedisOptions::default().with_prefix(format!("ratewindow-test:{test}:{nanos}:"))
+}
+
+/// Runs a machine's command as a host does: EVALSHA or EVAL, the server's error as its message.
+fn run_on(con: &mut impl redis::ConnectionLike, command: Command<'_>) -> Result<Fed, String> {
+    let Command::Script {
+        script,
+        keys,
+        args,
+        by_sha1,
+    } = command
+    else {
+        panic!("a Redis call asked for something else");
+    };
+    let mut cmd = if by_sha1 {
+        redis::cmd("EVALSHA")
+    } else {
+        redis::cmd("EVAL")
+    };
+    cmd.arg(if by_sha1 { script.sha1 } else { script.source })
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args);
+    cmd.query::<redis::Value>(con)
+        .map(|v| Fed::Reply(to_reply(v)))
+        .map_err(|e| e.to_string())
+}
+
+fn drive(con: &mut impl redis::ConnectionLike, call: Call) -> Result<Outcome, CallError> {
+    let (result, failures) = call.drive(|command| run_on(con, command));
+    assert!(failures.is_empty());
+    result
+}
+
+fn verdict(result: Result<Outcome, CallError>) -> BatchVerdict {
+    match result {
+        Ok(Outcome::Verdict {
+            verdict,
+            release: None,
+        }) => verdict,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Removes the keys under `options`' prefix (keys timed by a host's clock far from the server's
+/// live long on the server: see the scripts).
+fn forget(con: &mut redis::Connection, options: &RedisOptions) {
+    let pattern = format!("{}*", options.prefix());
+    let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(con).unwrap();
+    if !keys.is_empty() {
+        let _: i64 = redis::cmd("DEL").arg(keys).query(con).unwrap();
+    }
+}
+
+#[test]
+fn every_gcra_and_counter_vector_runs_on_redis() {
+    let mut con = connection();
+    let base = options("vectors");
+    let mut used = Vec::new();
+    let (ran, skipped) = rates::run_vectors(|case, op, now| {
+        // A fresh store per case: a prefix per case.
+        let options = base
+            .clone()
+            .with_prefix(format!("{}{case}:", base.prefix()));
+        if used.last() != Some(&case) {
+            used.push(case);
+        }
+        drive(&mut con, Redis::new(options).rate_at(op, now))
+    });
+    forget(&mut con, &base);
+    assert!(ran >= 10, "only {ran} cases ran ({skipped} skipped)");
+    eprintln!("{ran} cases ran, {skipped} skipped (mixed batches)");
+}
+
+#[test]
+fn a_random_walk_answers_as_the_memory_store() {
+    let mut con = connection();
+    for seed in [1, 0x9e37_79b9, 0xdead_beef] {
+        let options = options("walk");
+        let memory = MemoryStore::new();
+        let (mut refused, mut allowed) = (0, 0);
+        for (step, (op, now)) in rates::walk(600, seed, 60).into_iter().enumerate() {
+            let want = rates::memory(&memory, &op, now);
+            let got = rates::spelled(drive(
+                &mut con,
+                Redis::new(options.clone()).rate_at(op.clone(), now),
+            ));
+            assert_eq!(got, want, "seed {seed} step {step}: {op:?} at {now}");
+            match got["allowed"].as_bool() {
+                Some(true) => allowed += 1,
+                Some(false) => refused += 1,
+                None => {}
+            }
+        }
+        forget(&mut con, &options);
+        assert!(
+            refused > 50 && allowed > 50,
+            "{refused} refused, {allowed} allowed"
+        );
+    }
+}
+
+#[test]
+fn the_server_clock_times_a_bucket_and_its_key_expires_when_full() {
+    let mut con = connection();
+    let options = options("clock");
+    let redis = Redis::new(options.clone());
+    // 10 a second, a burst of 5.
+    let gcra = Gcra::new(10, 1_000, 5).unwrap();
+    let consume = |cost| RateOp::GcraConsume {
+        key: "k".into(),
+        gcra,
+        cost,
+    };
+    let first = verdict(drive(&mut con, redis.rate(consume(3))));
+    assert!(first.allowed);
+    assert_eq!(first.quota.remaining, 2);
+    assert_eq!(first.quota.reset_after_ms, 300);
+    let second = verdict(drive(&mut con, redis.rate(consume(3))));
+    assert!(!second.allowed);
+    assert!((1..=100).contains(&second.retry_after_ms), "{second:?}");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(options.gcra_key("k"))
+        .query(&mut con)
+        .unwrap();
+    assert!(
+        (1..=300).contains(&ttl),
+        "the key lives until the bucket is full: {ttl}"
+    );
+    let peek = verdict(drive(
+        &mut con,
+        redis.rate(RateOp::GcraPeek {
+            key: "k".into(),
+            gcra,
+            cost: 1,
+        }),
+    ));
+    assert!(peek.allowed);
+    assert_eq!(
+        drive(&mut con, redis.rate(RateOp::GcraReset { key: "k".into() })),
+        Ok(Outcome::Unit)
+    );
+    let after = verdict(drive(&mut con, redis.rate(consume(5))));
+    assert!(after.allowed && after.quota.remaining == 0);
+
+    // The counter: 4 an hour.
+    let counter = Counter::new(Limit::new(4, 3_600_000).unwrap()).unwrap();
+    let take = |cost| RateOp::CounterConsume {
+        key: "k".into(),
+        counter,
+        cost,
+    };
+    assert!(verdict(drive(&mut con, redis.rate(take(4)))).allowed);
+    let refused = verdict(drive(&mut con, redis.rate(take(1))));
+    assert!(!refused.allowed && refused.retry_after_ms > 0);
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(options.counter_key("k"))
+        .query(&mut con)
+        .unwrap();
+    assert!(
+        ttl > 3_600_000 && ttl <= 7_200_000,
+        "two windows at most: {ttl}"
+    );
+    drive(
+        &mut con,
+        redis.rate(RateOp::CounterReset { key: "k".into() }),
+    )
+    .unwrap();
+    assert!(verdict(drive(&mut con, redis.rate(take(4)))).allowed);
+    forget(&mut con, &options);
+}
+
+/// 8 threads x 64 calls at a limit of 64 (costs 1 to 3): the uses taken add up to exactly the
+/// limit, on the server's clock (GCRA: 64 an hour) and at one moment (the counter).
+#[test]
+fn exactly_the_limit_is_taken_under_concurrency() {
+    let options = options("concurrency");
+    let gcra = Gcra::new(64, 3_600_000, 64).unwrap();
+    let counter = Counter::new(Limit::new(64, 3_600_000).unwrap()).unwrap();
+    let now = 1_800_000_000_000 + 1_000; // inside one counter window
+    for algorithm in ["gcra", "counter"] {
+        let taken = AtomicU64::new(0);
+        let refused = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for t in 0..8u64 {
+                let (options, taken, refused) = (&options, &taken, &refused);
+                s.spawn(move || {
+                    let mut con = connection();
+                    let redis = Redis::new(options.clone());
+                    for i in 0..64u64 {
+                        let cost = 1 + (t + i) % 3;
+                        let call = if algorithm == "gcra" {
+                            redis.rate(RateOp::GcraConsume {
+                                key: "hot".into(),
+                                gcra,
+                                cost,
+                            })
+                        } else {
+                            redis.rate_at(
+                                RateOp::CounterConsume {
+                                    key: "hot".into(),
+                                    counter,
+                                    cost,
+                                },
+                                now,
+                            )
+                        };
+                        if verdict(drive(&mut con, call)).allowed {
+                            taken.fetch_add(cost, Ordering::Relaxed);
+                        } else {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        let taken = taken.into_inner();
+        // Refusals of cost 2 or 3 may leave 1 or 2 uses; a last single use then takes them.
+        assert!(
+            (62..=64).contains(&taken),
+            "{algorithm}: {taken} uses taken"
+        );
+        let mut con = connection();
+        let redis = Redis::new(options.clone());
+        let peek = if algorithm == "gcra" {
+            redis.rate(RateOp::GcraPeek {
+                key: "hot".into(),
+                gcra,
+                cost: 1,
+            })
+        } else {
+            redis.rate_at(
+                RateOp::CounterPeek {
+                    key: "hot".into(),
+                    counter,
+                    cost: 1,
+                },
+                now,
+            )
+        };
+        let left = verdict(drive(&mut con, peek)).quota.remaining as u64;
+        assert_eq!(taken + left, 64, "{algorithm}: {taken} taken, {left} left");
+        assert!(refused.into_inner() > 300);
+    }
+    forget(&mut connection(), &options);
+}
+
+fn cluster() -> Option<redis::cluster::ClusterConnection> {
+    let ports = std::env::var("RATEWINDOW_CLUSTER_PORTS").ok()?;
+    let nodes: Vec<String> = ports
+        .split_whitespace()
+        .map(|p| format!("redis://127.0.0.1:{p}/"))
+        .collect();
+    let client = redis::cluster::ClusterClient::new(nodes).expect("cluster nodes");
+    Some(
+        client
+            .get_connection()
+            .expect("the Redis Cluster of RATEWINDOW_CLUSTER_PORTS"),
+    )
+}
+
+/// One key, one slot: keys spread over every master count as on one server.
+#[test]
+fn a_cluster_runs_every_key_on_its_own_slot() {
+    let Some(mut con) = cluster() else {
+        eprintln!("skipped: RATEWINDOW_CLUSTER_PORTS is not set (scripts/test-core.sh sets it)");
+        return;
+    };
+    let options = options("cluster");
+    let redis = Redis::new(options.clone());
+    let memory = MemoryStore::new();
+    let gcra = Gcra::new(3, 60_000, 3).unwrap();
+    let counter = Counter::new(Limit::new(3, 60_000).unwrap()).unwrap();
+    let now = 1_800_000_000_000;
+    let mut slots = std::collections::HashSet::new();
+    for i in 0..30 {
+        let key = format!("user{i}");
+        slots.insert(ratewindow_core::redis::key_slot(&options.gcra_key(&key)) * 3 / 16384);
+        for cost in [1, 2, 1] {
+            for op in [
+                RateOp::GcraConsume {
+                    key: key.clone(),
+                    gcra,
+                    cost,
+                },
+                RateOp::CounterConsume {
+                    key: key.clone(),
+                    counter,
+                    cost,
+                },
+            ] {
+                let want = rates::memory(&memory, &op, now);
+                let got = rates::spelled(drive(&mut con, redis.rate_at(op, now)));
+                assert_eq!(got, want);
+            }
+        }
+    }
+    assert_eq!(slots.len(), 3, "keys on every master");
+    // On the cluster's own clock too.
+    let v = verdict(drive(
+        &mut con,
+        redis.rate(RateOp::GcraConsume {
+            key: "clocked".into(),
+            gcra,
+            cost: 3,
+        }),
+    ));
+    assert!(v.allowed && v.quota.remaining == 0);
+    let v = verdict(drive(
+        &mut con,
+        redis.rate(RateOp::GcraConsume {
+            key: "clocked".into(),
+            gcra,
+            cost: 1,
+        }),
+    ));
+    assert!(!v.allowed && v.retry_after_ms > 19_000);
+}
