@@ -21,14 +21,14 @@ use crate::{BatchVerdict, Verdict};
 pub static GCRA: Script = Script {
     name: "gcra",
     source: include_str!("../redis/gcra.lua"),
-    sha1: "0f401712fd413d99bdf7fb5adb52187e6442818d",
+    sha1: "1ee690b17e7d19f86bbbfa8b27ce207897b5d4fd",
 };
 
 /// The sliding-window counter script: consume, peek and reset on one key holding its two counts.
 pub static COUNTER: Script = Script {
     name: "counter",
     source: include_str!("../redis/counter.lua"),
-    sha1: "e95465b47fef8881644bb3d881b936cd2c9571ac",
+    sha1: "4b265e8dcd4208202a88f21dcf49c90736402b74",
 };
 
 /// A GCRA or sliding-window counter operation on one key, the same on every networked store as on
@@ -399,13 +399,20 @@ impl Redis {
                 // Both products are at most burst · window_ms ≤ 2^53 − 1 (checked by Gcra::new).
                 let (q, r) = divmod(cost * gcra.window_ms(), uses);
                 let (tau_ms, tau_rem) = divmod(gcra.burst() as u64 * gcra.window_ms(), uses);
+                // tau − n·T ≥ 0 (n ≤ burst), as a pair.
+                let (d, e) = if tau_rem >= r {
+                    (tau_ms - q, tau_rem - r)
+                } else {
+                    (tau_ms - q - 1, tau_rem + uses - r)
+                };
                 let args = vec![
                     mode.to_owned(),
                     uses.to_string(),
                     q.to_string(),
                     r.to_string(),
-                    tau_ms.to_string(),
-                    tau_rem.to_string(),
+                    d.to_string(),
+                    e.to_string(),
+                    (tau_ms + u64::from(tau_rem > 0)).to_string(),
                 ];
                 (&GCRA, o.gcra_key(&key), args)
             }
@@ -418,6 +425,7 @@ impl Redis {
                     limit.uses().to_string(),
                     limit.window_ms().to_string(),
                     cost.to_string(),
+                    (2 * limit.window_ms()).to_string(),
                 ];
                 (&COUNTER, o.counter_key(&key), args)
             }
@@ -474,8 +482,8 @@ mod tests {
         };
         assert_eq!((script.name, by_sha1), ("gcra", true));
         assert_eq!(keys, ["p:gcra:k"]);
-        // 2 uses = 666 2/3 ms; tau = 2 · 333 1/3 = 666 2/3 ms.
-        assert_eq!(args, ["c", "3", "666", "2", "666", "2"]);
+        // 2 uses = 666 2/3 ms; tau = 2 · 333 1/3 = 666 2/3 ms: tau − 2 uses = 0; ceil(tau) = 667.
+        assert_eq!(args, ["c", "3", "666", "2", "0", "0", "667"]);
         call.fail("NOSCRIPT No matching script");
         let Next::Run(Command::Script { by_sha1: false, .. }) = call.next() else {
             panic!("the source")

@@ -4,15 +4,16 @@
 -- KEYS[1] the counter: 'start:window_ms:cur:prev' (start of its window, the window it was counted
 --         under, uses in that window and in the one before)
 -- ARGV[1] mode: 'c' consume, 'p' peek (writes nothing), 'r' reset (deletes the key)
--- ARGV[2] uses; ARGV[3] window_ms; ARGV[4] the call's cost; ARGV[5] (optional) now in ms, for TIME
---         (a host's clock; the expiry is then stretched by how far it lags the server's)
+-- ARGV[2] uses; ARGV[3] window_ms; ARGV[4] the call's cost; ARGV[5] 2 * window_ms, the expiry;
+-- ARGV[6] (optional) now in ms, for TIME (a host's clock; the expiry is then stretched by how far
+--         it lags the server's)
 --
 -- Reply: {allowed (1|0), now} without a key; {allowed, now, start, window_ms, cur, prev}: the counts
 --        the call found. The engine derives every verdict field from them (core/src/counter.rs), and
 --        checks `allowed` against them.
 local key, mode = KEYS[1], ARGV[1]
 if mode == 'r' then return redis.call('DEL', key) end
-local time, now, lag = redis.call('TIME'), ARGV[5], 0
+local time, now, lag = redis.call('TIME'), ARGV[6], 0
 if now then
   -- A host's clock: a key must not expire on the server's clock before it does on the host's.
   now = now + 0
@@ -50,8 +51,12 @@ local ok = 0
 if cur + n <= uses and prev * (w - e) <= (uses - cur - n) * w then
   ok = 1
   if mode == 'c' then
-    local px = base + 2 * w - now + lag
-    if px >= 1e14 then px = string.format('%.0f', px) end
+    -- Two windows from now (ARGV[5], text) outlive the counts; exact past a clock step back.
+    local px = ARGV[5]
+    if base > now or lag > 0 then
+      px = base + 2 * w - now + lag
+      if px >= 1e14 then px = string.format('%.0f', px) end
+    end
     local b = base
     if b >= 1e14 then b = string.format('%.0f', b) end
     redis.call('SET', key, b .. ':' .. ARGV[3] .. ':' .. (cur + n) .. ':' .. prev, 'PX', px)
