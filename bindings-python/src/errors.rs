@@ -11,6 +11,7 @@ use ratewindow_core::LimitError;
 static INVALID_LIMIT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static INVALID_ARGUMENT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static INTERNAL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static UNSUPPORTED: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// `InvalidLimitError(message, field, value)`: `value` is the Python object the caller gave; the message
 /// names the core's field, which Python spells the same (`uses`, `window_ms`).
@@ -33,6 +34,40 @@ pub(crate) fn invalid_limit_as(
     );
     match INVALID_LIMIT.import(py, "ratewindow._errors", "InvalidLimitError") {
         Ok(class) => match class.call1((message, error.field.name(), given, argument)) {
+            Ok(instance) => PyErr::from_value(instance),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    }
+}
+
+/// `InvalidLimitError(message, field, value, argument)` for a GCRA or counter limit the core refused
+/// (`uses`, `window_ms`, `burst`): the message names `argument`, `value` is the object given.
+pub(crate) fn invalid_rate_limit(
+    py: Python<'_>,
+    error: &ratewindow_core::gcra::RateError,
+    argument: &str,
+    given: &Bound<'_, PyAny>,
+) -> PyErr {
+    let message = format!(
+        "invalid {argument}: {} (expected {})",
+        error.value,
+        error.field.range()
+    );
+    match INVALID_LIMIT.import(py, "ratewindow._errors", "InvalidLimitError") {
+        Ok(class) => match class.call1((message, error.field.name(), given, argument)) {
+            Ok(instance) => PyErr::from_value(instance),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    }
+}
+
+/// `UnsupportedError(algorithm)`: a store that counts the sliding log only was given a GCRA or counter
+/// limit.
+pub(crate) fn unsupported(py: Python<'_>, algorithm: &str) -> PyErr {
+    match UNSUPPORTED.import(py, "ratewindow._errors", "UnsupportedError") {
+        Ok(class) => match class.call1((algorithm,)) {
             Ok(instance) => PyErr::from_value(instance),
             Err(e) => e,
         },

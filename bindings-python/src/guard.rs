@@ -81,7 +81,7 @@ fn batch<'py>(entries: &'py [Bound<'py, Entry>]) -> PyResult<Vec<(&'py str, Core
                 e.key.bind(bound.py()),
                 ratewindow_core::input::KeyPosition::Entry(i),
             )?;
-            Ok((key, e.limit.get().inner))
+            Ok((key, e.sliding(bound.py())?))
         })
         .collect()
 }

@@ -88,7 +88,8 @@ impl HttpPlan {
             for (entry, &source) in planned.entries.iter().zip(&planned.sources) {
                 let made = Entry {
                     key: PyString::new(py, &entry.key).unbind(),
-                    limit: given[source].clone().unbind(),
+                    limit: given[source].clone().into_any().unbind(),
+                    cost: 1,
                 };
                 entries.append(Bound::new(py, made)?)?;
             }

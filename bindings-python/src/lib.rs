@@ -14,6 +14,7 @@ mod guard;
 mod http;
 mod limit;
 mod lock;
+mod rates;
 mod redis;
 mod shard;
 mod sql;
@@ -35,6 +36,8 @@ fn _panic_for_tests() -> PyResult<()> {
 #[pymodule(gil_used = false)]
 fn _ratewindow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<limit::Limit>()?;
+    m.add_class::<rates::GcraLimit>()?;
+    m.add_class::<rates::CounterLimit>()?;
     m.add_class::<entry::Entry>()?;
     m.add_class::<verdict::Verdict>()?;
     m.add_class::<store::MemoryStore>()?;

@@ -90,7 +90,7 @@ impl ShardClient {
                 })?;
                 let entry = entry.get();
                 let key = key_str(entry.key.bind(item.py()), KeyPosition::Entry(i))?.to_owned();
-                let inner = entry.limit.get().inner;
+                let inner = entry.sliding(item.py())?;
                 out.push(ShardEntry {
                     key,
                     uses: inner.uses(),
@@ -400,7 +400,8 @@ pub(crate) fn shard_decode<'py>(
                     for e in entries {
                         let entry = Entry {
                             key: PyString::new(py, &e.key).unbind(),
-                            limit: limit_obj(py, e.uses, e.window_ms)?,
+                            limit: limit_obj(py, e.uses, e.window_ms)?.into_any(),
+                            cost: 1,
                         };
                         list.append(Py::new(py, entry)?)?;
                     }

@@ -4,16 +4,17 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
-use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyString, PyTuple};
+use pyo3::types::PyBool;
 use pyo3::PyTraverseError;
-use ratewindow_core::input::{check_now, KeyPosition, NOW_RANGE};
-use ratewindow_core::{Clock, Entry, SystemClock};
+use ratewindow_core::gcra::RateError;
+use ratewindow_core::input::{check_now, NOW_RANGE};
+use ratewindow_core::{Clock, Entry, Rule, SystemClock};
 
-use crate::entry::{key_str, Key};
+use crate::entry::Key;
 use crate::errors::{guard, invalid_argument};
 use crate::limit::{hit_args, whole, Limit};
+use crate::rates::Batch;
 use crate::verdict::{AttemptResult, HitResult, Verdict};
 
 /// A handle on a store: the core store (shared with every verdict it gave) and this holder's own
@@ -79,45 +80,65 @@ pub(crate) struct MemoryStore {
 /// package README, "Threads").
 const DETACH_BATCH: usize = 256;
 
-/// A batch's entries: `ratewindow.Entry`, a `(key, limit)` pair, or any object with `key` and `limit`
-/// attributes.
+/// A batch's entries for a store that counts the sliding log only: `ratewindow.Entry`, a `(key,
+/// limit)` pair, or any object with `key` and `limit` attributes (a GCRA or counter limit, or a cost, is
+/// `UnsupportedError`: see `rates.rs`).
 pub(crate) fn entries(items: &Bound<'_, PyAny>) -> PyResult<Vec<Entry>> {
-    let py = items.py();
-    let mut out = Vec::with_capacity(items.len().unwrap_or(0));
-    for (index, item) in items.try_iter()?.enumerate() {
-        let item = item?;
-        let position = KeyPosition::Entry(index);
-        if let Ok(entry) = item.cast::<crate::entry::Entry>() {
-            let entry = entry.get();
-            out.push(Entry::new(
-                key_str(entry.key.bind(py), position)?,
-                entry.limit.bind(py).get().inner,
-            ));
-            continue;
-        }
-        let (key, limit) = match item.cast::<PyTuple>() {
-            Ok(pair) if pair.len() == 2 => (pair.get_item(0)?, pair.get_item(1)?),
-            _ => match (
-                item.getattr(intern!(py, "key")),
-                item.getattr(intern!(py, "limit")),
-            ) {
-                (Ok(key), Ok(limit)) => (key, limit),
-                _ => {
-                    return Err(PyTypeError::new_err(
-                        "each entry must be an Entry(key, limit)",
-                    ))
-                }
-            },
+    crate::rates::sliding_entries(items)
+}
+
+impl MemoryStore {
+    /// A GCRA or counter consume (`record`) or peek; a `Limit` with a cost other than 1 is refused
+    /// naming `cost` (weights on the sliding log are separate work).
+    fn rate(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        limit: &Bound<'_, PyAny>,
+        cost: Option<&Bound<'_, PyAny>>,
+        record: bool,
+    ) -> PyResult<Verdict> {
+        let rule = crate::rates::rule_of(limit)?;
+        let n = crate::rates::checked_cost(
+            rule,
+            crate::rates::cost_arg(cost, "cost")?,
+            "cost",
+            cost,
+            py,
+        )?;
+        let now = self.shared.now(py)?;
+        let store = &self.shared.store;
+        let verdict = match rule {
+            Rule::Sliding(l) if record => Ok(store.consume(key, l, now)),
+            Rule::Sliding(l) => Ok(store.peek(key, l, now)),
+            Rule::Gcra(g) if record => store.gcra_consume(key, g, n, now),
+            Rule::Gcra(g) => store.gcra_peek(key, g, n, now),
+            Rule::Counter(c) if record => store.counter_consume(key, c, n, now),
+            Rule::Counter(c) => store.counter_peek(key, c, n, now),
         };
-        let key = key
-            .cast::<PyString>()
-            .map_err(|_| PyTypeError::new_err("an entry's key must be a str"))?;
-        let limit = limit
-            .cast::<Limit>()
-            .map_err(|_| PyTypeError::new_err("an entry's limit must be a ratewindow.Limit"))?;
-        out.push(Entry::new(key_str(key, position)?, limit.get().inner));
+        Ok(Verdict::single(verdict.map_err(|e| mixed_error(py, &e))?))
     }
-    Ok(out)
+}
+
+/// Whether `cost` is absent or the `int` 1 (the sliding log's one cost until it takes weights).
+#[inline(always)]
+fn unit_cost(cost: Option<&Bound<'_, PyAny>>) -> bool {
+    cost.is_none_or(|c| {
+        c.is_exact_instance_of::<pyo3::types::PyInt>() && c.extract::<u64>().is_ok_and(|v| v == 1)
+    })
+}
+
+/// A refusal the core made after the binding's checks (none expected: every cost is checked first).
+#[cold]
+fn mixed_error(py: Python<'_>, e: &RateError) -> PyErr {
+    let given = match e.value.parse::<u64>() {
+        Ok(v) => match v.into_pyobject(py) {
+            Ok(int) => int.into_any(),
+            Err(never) => match never {},
+        },
+        Err(_) => py.None().into_bound(py),
+    };
+    invalid_argument(e.field.name(), &given, e.field.range())
 }
 
 #[pymethods]
@@ -147,34 +168,86 @@ impl MemoryStore {
         guard(|| self.shared.now(py))
     }
 
-    /// Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait.
-    fn consume(&self, py: Python<'_>, key: Key<'_>, limit: &Bound<'_, Limit>) -> PyResult<Verdict> {
+    /// Counts one call to `key` under `limit` (a `Limit`, `GcraLimit` or `CounterLimit`), costing
+    /// `cost` uses: allowed and recorded, or refused with the wait.
+    #[pyo3(signature = (key, limit, cost = None))]
+    fn consume(
+        &self,
+        py: Python<'_>,
+        key: Key<'_>,
+        limit: &Bound<'_, PyAny>,
+        cost: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Verdict> {
         guard(|| {
-            let now = self.shared.now(py)?;
-            Ok(Verdict::single(self.shared.store.consume(
-                key.0,
-                limit.get().inner,
-                now,
-            )))
+            if let (Ok(limit), true) = (limit.cast::<Limit>(), unit_cost(cost)) {
+                let now = self.shared.now(py)?;
+                return Ok(Verdict::single(self.shared.store.consume(
+                    key.0,
+                    limit.get().inner,
+                    now,
+                )));
+            }
+            self.rate(py, key.0, limit, cost, true)
         })
     }
 
     /// The verdict `consume` would give, recording nothing.
-    fn peek(&self, py: Python<'_>, key: Key<'_>, limit: &Bound<'_, Limit>) -> PyResult<Verdict> {
+    #[pyo3(signature = (key, limit, cost = None))]
+    fn peek(
+        &self,
+        py: Python<'_>,
+        key: Key<'_>,
+        limit: &Bound<'_, PyAny>,
+        cost: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Verdict> {
         guard(|| {
-            let now = self.shared.now(py)?;
-            Ok(Verdict::single(self.shared.store.peek(
-                key.0,
-                limit.get().inner,
-                now,
-            )))
+            if let (Ok(limit), true) = (limit.cast::<Limit>(), unit_cost(cost)) {
+                let now = self.shared.now(py)?;
+                return Ok(Verdict::single(self.shared.store.peek(
+                    key.0,
+                    limit.get().inner,
+                    now,
+                )));
+            }
+            self.rate(py, key.0, limit, cost, false)
+        })
+    }
+
+    /// Forgets `key`'s GCRA bucket or counter (by `limit`'s algorithm): its next call finds every use
+    /// there. A `Limit` (the sliding log) is a `TypeError`.
+    fn reset(&self, key: Key<'_>, limit: &Bound<'_, PyAny>) -> PyResult<()> {
+        guard(|| {
+            match crate::rates::rule_of(limit)? {
+                Rule::Gcra(_) => self.shared.store.gcra_reset(key.0),
+                Rule::Counter(_) => self.shared.store.counter_reset(key.0),
+                Rule::Sliding(_) => return Err(PyTypeError::new_err(
+                    "reset takes a GcraLimit or a CounterLimit (a sliding-log call is given back \
+                         by its verdict's release())",
+                )),
+            }
+            Ok(())
         })
     }
 
     /// Counts one call against every entry at once, all or nothing; an allowed verdict can `release()`.
+    /// Entries may mix algorithms and costs (`Entry(key, limit, cost)`).
     fn consume_many(&self, py: Python<'_>, entries: &Bound<'_, PyAny>) -> PyResult<Verdict> {
         guard(|| {
-            let entries = self::entries(entries)?;
+            let entries = match crate::rates::batch(entries)? {
+                Batch::Sliding(entries) => entries,
+                Batch::Mixed(entries) => {
+                    let now = self.shared.now(py)?;
+                    let consumed = self
+                        .shared
+                        .store
+                        .consume_mixed(&entries, now)
+                        .map_err(|e| mixed_error(py, &e))?;
+                    return Ok(Verdict::batch(
+                        consumed.verdict,
+                        consumed.release.map(|r| (self.shared.clone_ref(py), r)),
+                    ));
+                }
+            };
             let now = self.shared.now(py)?;
             let store = &self.shared.store;
             let consumed = if entries.len() >= DETACH_BATCH {
@@ -192,7 +265,18 @@ impl MemoryStore {
     /// The verdict `consume_many` would give, recording nothing.
     fn peek_many(&self, py: Python<'_>, entries: &Bound<'_, PyAny>) -> PyResult<Verdict> {
         guard(|| {
-            let entries = self::entries(entries)?;
+            let entries = match crate::rates::batch(entries)? {
+                Batch::Sliding(entries) => entries,
+                Batch::Mixed(entries) => {
+                    let now = self.shared.now(py)?;
+                    let verdict = self
+                        .shared
+                        .store
+                        .peek_mixed(&entries, now)
+                        .map_err(|e| mixed_error(py, &e))?;
+                    return Ok(Verdict::batch(verdict, None));
+                }
+            };
             let now = self.shared.now(py)?;
             let store = &self.shared.store;
             let verdict = if entries.len() >= DETACH_BATCH {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import cast
 
 import redis_servers as rs
 
@@ -20,7 +21,7 @@ async def _calls(prefix: str, keys: list[str], uses: int, calls: int, cluster: b
         entries = [Entry(key, Limit(uses, 60_000)) for key in keys]
         await asyncio.sleep(max(0.0, start_at - time.time()))
         if len(entries) == 1:
-            verdicts = await asyncio.gather(*(store.consume(keys[0], entries[0].limit) for _ in range(calls)))
+            verdicts = await asyncio.gather(*(store.consume(keys[0], cast(Limit, entries[0].limit)) for _ in range(calls)))
         else:
             verdicts = await asyncio.gather(*(store.consume_many(entries) for _ in range(calls)))
         return sum(v.allowed for v in verdicts)

@@ -17,7 +17,7 @@ import asyncio
 import json
 import sys
 import threading
-from typing import Any
+from typing import Any, cast
 
 import psycopg_pool
 import sql_support as sq
@@ -81,7 +81,7 @@ async def on_tasks(prefix: str, work: list[list[Entry]]) -> dict[str, Any]:
         async def run(entries: list[Entry]) -> bool:
             try:
                 if len(entries) == 1:
-                    return (await store.consume(entries[0].key, entries[0].limit)).allowed
+                    return (await store.consume(entries[0].key, cast(Limit, entries[0].limit))).allowed
                 return (await store.consume_many(entries)).allowed
             except Exception as error:  # noqa: BLE001
                 errors.append(f"{type(error).__name__}: {error}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import cast
 from collections.abc import Sequence
 
 from ratewindow import AsyncCooldownStore, CooldownStore, Entry, Limit, Verdict
@@ -47,7 +48,7 @@ class LogStore(CooldownStore):
     def check(self, entries: Sequence[Entry], now: int) -> Verdict:
         blocked: tuple[int, int] | None = None
         for i, entry in enumerate(entries):
-            until = self.wait_until(entry.key, entry.limit, now)
+            until = self.wait_until(entry.key, cast(Limit, entry.limit), now)
             if until is not None and (blocked is None or until > blocked[1]):
                 blocked = (i, until)
         if blocked is None:

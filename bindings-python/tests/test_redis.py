@@ -8,7 +8,7 @@ import asyncio
 import inspect
 import multiprocessing
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -234,7 +234,7 @@ def test_cluster_counts_key_by_key_and_gives_back_on_a_refusal(cluster: Any) -> 
     store = RedisStore.from_client(cluster, prefix=rs.unique_prefix("apart"))
     free, full = Entry("free", Limit(1, 10_000)), Entry("full", Limit(1, 10_000))
     assert cluster.keyslot(store.redis_key("free")) != cluster.keyslot(store.redis_key("full"))
-    assert store.consume("full", full.limit).allowed
+    assert store.consume("full", cast(Limit, full.limit)).allowed
     refused = store.consume_many([free, full, Entry("free", Limit(5, 10_000))])
     assert not refused.allowed and refused.blocked == 1
     assert cluster.zcard(store.redis_key("free")) == 0, "the use counted on 'free' was given back"

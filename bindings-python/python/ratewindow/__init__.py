@@ -22,10 +22,11 @@ from ._errors import (
     RateWindowError,
     StoreError,
     StoreReplyError,
+    UnsupportedError,
 )
 from ._guard import AsyncGuard, Guard, GuardEvent, GuardFailure, GuardOperation, GuardStats
 from ._limiter import AsyncRateLimiter, RateLimiter
-from ._limits import MAX_USES, MAX_WINDOW_MS, Entry, GlobalLimit, Limit, Unlimited
+from ._limits import MAX_USES, MAX_WINDOW_MS, AnyLimit, CounterLimit, Entry, GcraLimit, GlobalLimit, Limit, Unlimited
 from ._lock import AsyncLock, Lock, LockTimeoutError
 from ._memory import AsyncMemoryStore, MemoryStore
 from ._postgres import AsyncPostgresStore, PostgresStore
@@ -43,6 +44,10 @@ from ._store import (
 )
 
 __all__ = [
+    "AnyLimit",
+    "CounterLimit",
+    "GcraLimit",
+    "UnsupportedError",
     "AsyncLock",
     "Lock",
     "LockTimeoutError",

@@ -7,6 +7,7 @@ __all__ = [
     "InvalidLimitError",
     "InvalidArgumentError",
     "InternalError",
+    "UnsupportedError",
     "StoreError",
     "StoreReplyError",
 ]
@@ -21,7 +22,8 @@ class RateWindowError(Exception):
 class InvalidLimitError(RateWindowError, ValueError):
     """A limit (or a fixed window's decay) that cannot be held.
 
-    ``field`` is the core's field, ``"uses"`` or ``"window_ms"`` (stable, to branch on); ``value`` is the
+    ``field`` is the core's field, ``"uses"`` or ``"window_ms"`` (or a GCRA limit's ``"burst"``; stable, to
+    branch on); ``value`` is the
     object given for it, unchanged. ``argument`` is the name the caller gave the number, which the
     message starts with: ``uses`` and ``window_ms`` for a :class:`~ratewindow.Limit` built from them,
     ``decay_ms`` for a store's ``hit``, ``max_attempts`` and ``decay_seconds`` (or ``decay_minutes`` ...)
@@ -68,6 +70,24 @@ class InvalidArgumentError(RateWindowError, ValueError):
         super().__init__(message)
         self.field = field
         self.value = value
+
+
+class UnsupportedError(RateWindowError, TypeError):
+    """The store cannot count this kind of limit: a :class:`~ratewindow.GcraLimit` or
+    :class:`~ratewindow.CounterLimit` given to a store that counts the sliding log only (the Redis,
+    PostgreSQL, SQLite and sharded stores, for now; the memory stores count all three).
+    ``algorithm`` is the limit's (``"gcra"``, ``"counter"``).
+    """
+
+    code = "unsupported"
+
+    def __init__(self, algorithm: str, message: str | None = None) -> None:
+        super().__init__(
+            message
+            if message is not None
+            else f"this store does not count {algorithm} limits (the memory store does; see docs/algorithms.md)"
+        )
+        self.algorithm = algorithm
 
 
 class InternalError(RateWindowError):

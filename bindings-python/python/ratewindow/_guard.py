@@ -59,7 +59,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Union
+from typing import Any, Literal, Union, cast
 
 from . import _ratewindow
 from ._errors import StoreError
@@ -333,7 +333,7 @@ class Guard(_Common, CooldownStore):
     def _many(self, op: GuardOperation, given: Iterable[Entry], single: bool = False) -> Verdict:
         entries = given if isinstance(given, list) else list(given)
         core = self._core
-        started = core.begin(entries[0].key, entries[0].limit) if single else core.begin_many(entries)
+        started = core.begin(entries[0].key, cast(Limit, entries[0].limit)) if single else core.begin_many(entries)
         if type(started) is not int:
             return started  # type: ignore[return-value]  # the block cache's refusal
         if self._gated:
@@ -351,7 +351,7 @@ class Guard(_Common, CooldownStore):
                     raise
                 return self._failed_call(op, entries, single, failed, error)
             if single:
-                key, limit = entries[0].key, entries[0].limit
+                key, limit = entries[0].key, cast(Limit, entries[0].limit)
                 release = self._tracked(v, key, limit) if op == "consume" and v.releasable else None
                 out = core.answered(v, key, limit, started, release)
             else:
@@ -585,7 +585,7 @@ class AsyncGuard(_Common, AsyncCooldownStore):
 
     async def _many(self, op: GuardOperation, entries: list[Entry], single: bool = False) -> Verdict:
         core = self._core
-        started = core.begin(entries[0].key, entries[0].limit) if single else core.begin_many(entries)
+        started = core.begin(entries[0].key, cast(Limit, entries[0].limit)) if single else core.begin_many(entries)
         if type(started) is not int:
             return started  # type: ignore[return-value]  # the block cache's refusal
         if self._gated:
@@ -602,7 +602,7 @@ class AsyncGuard(_Common, AsyncCooldownStore):
         if isinstance(outcome, BaseException):
             return await self._thrown(op, entries, single, outcome, started)
         if single:
-            key, limit = entries[0].key, entries[0].limit
+            key, limit = entries[0].key, cast(Limit, entries[0].limit)
             release = None
             if op == "consume" and outcome.releasable:
                 release = self._tracked(outcome, lambda: core.forget(key, limit))

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import Any, Final, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeAlias, TypeVar
 
 from . import _ratewindow
 from ._errors import _DECAY_RANGE, InvalidLimitError, _invalid_limit
 
-__all__ = ["Limit", "GlobalLimit", "Unlimited", "Entry", "AfterCallback", "ResponseCallback"]
+__all__ = [
+    "Limit",
+    "GlobalLimit",
+    "Unlimited",
+    "GcraLimit",
+    "CounterLimit",
+    "AnyLimit",
+    "Entry",
+    "AfterCallback",
+    "ResponseCallback",
+]
 
 Number = int | float
 
@@ -259,9 +269,38 @@ class Unlimited(GlobalLimit):
         return _build(cls, max_attempts, decay_seconds, key, unit="decay_seconds", scale=1)
 
 
+GcraLimit = _ratewindow.GcraLimit
+"""GCRA, a token bucket kept as one time per key (governor's and redis-cell's algorithm; Upstash's
+``tokenBucket``): ``GcraLimit(uses, window_ms, burst=None)`` allows ``uses`` per ``window_ms`` on
+average and up to ``burst`` (default ``uses``) at once. Immutable; checked by the core when built
+(:class:`~ratewindow.InvalidLimitError` naming ``uses``, ``window_ms`` or ``burst``). Counted by the
+memory stores; see docs/algorithms.md."""
+
+CounterLimit = _ratewindow.CounterLimit
+"""The sliding-window counter (Upstash's ``slidingWindow``, ``limits``' ``SlidingWindowCounter``):
+``CounterLimit(uses, window_ms)`` allows about ``uses`` per any ``window_ms``, estimated from two fixed
+windows in constant memory per key (error bound in docs/algorithms.md). Immutable; counted by the memory
+stores."""
+
+AnyLimit: TypeAlias = Limit | GcraLimit | CounterLimit
+"""Any limit a memory store's ``consume``, ``peek`` and batches take: :class:`Limit` is the exact
+sliding log."""
+
 Entry = _ratewindow.Entry
-"""One entry of a batch: ``Entry(key, limit)``, ``key`` counted against ``limit``. Immutable."""
+"""One entry of a batch: ``Entry(key, limit, cost=1)``, ``key`` counted against ``limit`` (any
+algorithm), the call taking ``cost`` uses from it. Immutable."""
 
 
 MAX_USES: Final = _ratewindow.MAX_USES
 MAX_WINDOW_MS: Final = _ratewindow.MAX_WINDOW_MS
+
+
+def sliding_limit(limit: AnyLimit) -> Limit:
+    """``limit`` as the sliding log's :class:`Limit`, for the code that counts nothing else (the
+    networked and sharded stores, the guard, a store's default ``consume_many``): a
+    :class:`GcraLimit` or :class:`CounterLimit` is :class:`~ratewindow.UnsupportedError`."""
+    if isinstance(limit, Limit):
+        return limit
+    from ._errors import UnsupportedError
+
+    raise UnsupportedError(getattr(limit, "algorithm", type(limit).__name__))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from . import _ratewindow
-from ._limits import Entry, Limit
+from ._limits import CounterLimit, Entry, GcraLimit, Limit
 from ._lock import AsyncLock, AsyncMemoryOps, Lock, MemoryOps
 from ._store import AsyncCooldownStore, AttemptResult, CooldownStore, HitResult, Verdict
 
@@ -44,20 +44,34 @@ class MemoryStore(CooldownStore):
         """The store's clock, in Unix ms."""
         return self._native.now()
 
-    # Sliding window (cooldowns).
-    def consume(self, key: str, limit: Limit) -> Verdict:
-        """Counts one call to ``key`` under ``limit``: allowed and recorded, or refused with the wait."""
-        return self._native.consume(key, limit)
+    # Cooldowns: the sliding log, GCRA and the sliding-window counter.
+    def consume(self, key: str, limit: Limit | GcraLimit | CounterLimit, *, cost: int = 1) -> Verdict:
+        """Counts one call to ``key`` under ``limit``: allowed and recorded, or refused with the wait.
 
-    def peek(self, key: str, limit: Limit) -> Verdict:
+        ``limit`` is a :class:`Limit` (the sliding log), a :class:`GcraLimit` or a
+        :class:`CounterLimit`; ``cost`` (GCRA and the counter) is the uses the call takes, an ``int``
+        from 1 to the limit's burst or uses (:class:`~ratewindow.InvalidArgumentError` naming ``cost``
+        otherwise). Keys of different algorithms are different keys.
+        """
+        return self._native.consume(key, limit, cost)
+
+    def peek(self, key: str, limit: Limit | GcraLimit | CounterLimit, *, cost: int = 1) -> Verdict:
         """The verdict :meth:`consume` would give, recording and creating nothing."""
-        return self._native.peek(key, limit)
+        return self._native.peek(key, limit, cost)
+
+    def reset(self, key: str, limit: GcraLimit | CounterLimit) -> None:
+        """Forgets ``key``'s GCRA bucket or counter (by ``limit``'s algorithm): its next call finds every
+        use there. A :class:`Limit` is a ``TypeError`` (a sliding-log call is given back by ``release()``)."""
+        self._native.reset(key, limit)
 
     def consume_many(self, entries: Iterable[Entry]) -> Verdict:
         """Counts one call against every entry at once, recorded against all only if none refuses.
 
         A refusal names ``blocked``, the entry with the longest wait. An allowed verdict's
         ``release()`` gives exactly this call back (once; a call that left its window is left alone).
+        Entries may mix algorithms, each with its cost: ``Entry("u:alice", GcraLimit(10, 1000), 3)``
+        beside ``Entry("all", Limit(1000, 60_000))``; entries naming one GCRA or counter key count one
+        after another, and ``release()`` then gives back the sliding-log calls only.
         """
         return self._native.consume_many(entries)
 
@@ -146,13 +160,17 @@ class AsyncMemoryStore(AsyncCooldownStore):
         seconds (default 0: one try), trying every ``retry_ms``. See :mod:`ratewindow._lock`."""
         return AsyncLock(AsyncMemoryOps(self.sync._locks), key, ttl, owner, wait=wait, retry_ms=retry_ms)
 
-    async def consume(self, key: str, limit: Limit) -> Verdict:
+    async def consume(self, key: str, limit: Limit | GcraLimit | CounterLimit, *, cost: int = 1) -> Verdict:
         """See :meth:`MemoryStore.consume`."""
-        return self.sync.consume(key, limit)
+        return self.sync.consume(key, limit, cost=cost)
 
-    async def peek(self, key: str, limit: Limit) -> Verdict:
+    async def peek(self, key: str, limit: Limit | GcraLimit | CounterLimit, *, cost: int = 1) -> Verdict:
         """See :meth:`MemoryStore.peek`."""
-        return self.sync.peek(key, limit)
+        return self.sync.peek(key, limit, cost=cost)
+
+    async def reset(self, key: str, limit: GcraLimit | CounterLimit) -> None:
+        """See :meth:`MemoryStore.reset`."""
+        self.sync.reset(key, limit)
 
     async def consume_many(self, entries: Iterable[Entry]) -> Verdict:
         """See :meth:`MemoryStore.consume_many`."""

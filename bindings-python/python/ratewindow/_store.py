@@ -12,7 +12,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from . import _ratewindow
-from ._limits import Entry, Limit
+from ._errors import UnsupportedError
+from ._limits import Entry, Limit, sliding_limit
 from ._lock import AsyncLock, CallOps, Lock
 from ._sansio import Command, Op, drive, run_async, run_call_async, run_sync
 
@@ -49,6 +50,13 @@ def _default_consume_many(entries: Sequence[Entry]) -> Op[Entry, Verdict, Verdic
     return _ALLOWED
 
 
+def _sliding_only(limit: object) -> None:
+    """Raises :class:`UnsupportedError` for a GCRA or counter limit given to a store that counts the
+    sliding log only (anything else goes on to the native machine's ``TypeError``)."""
+    if isinstance(limit, (_ratewindow.GcraLimit, _ratewindow.CounterLimit)):
+        raise UnsupportedError(limit.algorithm)
+
+
 class CooldownStore(ABC):
     """A sliding-window store used from synchronous code. Subclass it and implement :meth:`consume`."""
 
@@ -65,7 +73,7 @@ class CooldownStore(ABC):
         refused batch has counted against the entries before it. Override it to check every entry and
         record only if all allow, in one step.
         """
-        return run_sync(_default_consume_many(entries), lambda e: self.consume(e.key, e.limit))
+        return run_sync(_default_consume_many(entries), lambda e: self.consume(e.key, sliding_limit(e.limit)))
 
     def peek_many(self, entries: Sequence[Entry]) -> Verdict:
         """The verdict ``consume_many`` would give, recording nothing. The default allows every call."""
@@ -93,7 +101,7 @@ class AsyncCooldownStore(ABC):
         """As :meth:`CooldownStore.consume_many` (the same logic, driven asynchronously)."""
 
         async def consume(entry: Entry) -> Verdict:
-            return await self.consume(entry.key, entry.limit)
+            return await self.consume(entry.key, sliding_limit(entry.limit))
 
         return await run_async(_default_consume_many(entries), consume)
 
@@ -222,11 +230,16 @@ class CallStore(CooldownStore):
     # Sliding window (cooldowns).
     def consume(self, key: str, limit: Limit) -> Verdict:
         """Counts one call to ``key`` under ``limit`` in one step: allowed and recorded, or refused with
-        the wait. An allowed verdict's ``release()`` gives this call back."""
+        the wait. An allowed verdict's ``release()`` gives this call back. A :class:`GcraLimit` or
+        :class:`CounterLimit` is :class:`~ratewindow.UnsupportedError` (the memory stores count them)."""
+        if not isinstance(limit, _ratewindow.Limit):
+            _sliding_only(limit)
         return self._run(self._machine.consume(key, limit))
 
     def peek(self, key: str, limit: Limit) -> Verdict:
         """The verdict :meth:`consume` would give, recording nothing."""
+        if not isinstance(limit, _ratewindow.Limit):
+            _sliding_only(limit)
         return self._run(self._machine.peek(key, limit))
 
     def consume_many(self, entries: Iterable[Entry]) -> Verdict:
@@ -309,10 +322,14 @@ class AsyncCallStore(AsyncCooldownStore):
 
     async def consume(self, key: str, limit: Limit) -> Verdict:
         """See :meth:`CallStore.consume`."""
+        if not isinstance(limit, _ratewindow.Limit):
+            _sliding_only(limit)
         return await self._run(self._machine.consume(key, limit))
 
     async def peek(self, key: str, limit: Limit) -> Verdict:
         """See :meth:`CallStore.peek`."""
+        if not isinstance(limit, _ratewindow.Limit):
+            _sliding_only(limit)
         return await self._run(self._machine.peek(key, limit))
 
     async def consume_many(self, entries: Iterable[Entry]) -> Verdict:

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from .._limits import Entry, Limit
 from .._store import AsyncCooldownStore, CooldownStore, Verdict
@@ -244,7 +244,7 @@ async def check_batch_counts_all_and_names_longest_wait(s: _Store) -> None:
     start = _ms()
     assert (await s.consume_many([short, long_])).allowed
     refused = await s.consume_many([short, long_])
-    short_again = await s.consume(short.key, short.limit)
+    short_again = await s.consume(short.key, cast(Limit, short.limit))
     _within(start, 300 - 50)
     assert not refused.allowed
     if s.default_consume_many:
@@ -253,17 +253,17 @@ async def check_batch_counts_all_and_names_longest_wait(s: _Store) -> None:
         assert refused.blocked == 1, f"a refusal names the entry with the longest wait, got {refused!r}"
         assert refused.retry_after_ms > 300, f"and gives its wait, got {refused!r}"
     assert not short_again.allowed, "the batch counted against every entry"
-    assert not (await s.consume(long_.key, long_.limit)).allowed, "the batch counted against every entry"
+    assert not (await s.consume(long_.key, cast(Limit, long_.limit))).allowed, "the batch counted against every entry"
 
 
 async def check_refused_batch_records_nothing(s: _Store) -> None:
     """A refused batch records nothing (the default ``consume_many`` counts the entries before the one
     that refuses, as calls to ``consume`` one after another do)."""
     free, full = Entry(s.key("free"), Limit(1, 5_000)), Entry(s.key("full"), Limit(1, 5_000))
-    assert (await s.consume(full.key, full.limit)).allowed
+    assert (await s.consume(full.key, cast(Limit, full.limit))).allowed
     refused = await s.consume_many([free, full])
     assert not refused.allowed and refused.blocked == 1, f"the second entry refuses, got {refused!r}"
-    after = await s.consume(free.key, free.limit)
+    after = await s.consume(free.key, cast(Limit, free.limit))
     if s.default_consume_many:
         assert not after.allowed, "the default consume_many counted the entry before the refusal"
     else:
