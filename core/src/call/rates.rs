@@ -15,6 +15,8 @@ use super::{errors, Call, CallError, Command, Fed, Outcome, Redis};
 use crate::counter::{Counter, CounterState};
 use crate::gcra::{Gcra, RateError, Tat};
 use crate::redis::{Plan, Reply, ReplyError, Script};
+#[cfg(feature = "sql")]
+use crate::sql::{Postgres, RowError, SqlValue, Sqlite, Statement};
 use crate::{BatchVerdict, Verdict};
 
 /// The GCRA script: consume, peek and reset on one key holding its TAT.
@@ -153,13 +155,30 @@ pub(crate) enum Found {
     Counter(Option<CounterState>),
 }
 
+/// What a call decided from the state it found: the verdict and, for an allowed consume, the state
+/// to store (SQLite writes it; the Redis scripts and PostgreSQL functions wrote it themselves).
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "sql"), allow(dead_code))]
+enum Decided {
+    Gcra(Verdict, Option<Tat>),
+    Counter(Verdict, Option<CounterState>),
+}
+
+impl Decided {
+    fn verdict(self) -> Verdict {
+        match self {
+            Decided::Gcra(v, _) | Decided::Counter(v, _) => v,
+        }
+    }
+}
+
 impl Decide {
-    /// The verdict from the state found at `now`; `allowed` is the store's own decision, which must
-    /// agree.
-    fn verdict(self, found: Found, now: u64, allowed: bool) -> Option<Verdict> {
-        let verdict = match (self, found) {
+    /// The decision from the state found at `now`.
+    fn decided(self, found: Found, now: u64) -> Option<Decided> {
+        Some(match (self, found) {
             (Decide::Gcra { gcra, cost, record }, Found::Gcra(tat)) => {
-                gcra.decide(tat, cost, now, record).verdict
+                let d = gcra.decide(tat, cost, now, record);
+                Decided::Gcra(d.verdict, d.store)
             }
             (
                 Decide::Counter {
@@ -168,9 +187,20 @@ impl Decide {
                     record,
                 },
                 Found::Counter(state),
-            ) => counter.decide(state, cost, now, record).verdict,
+            ) => {
+                // Counts that weigh nothing at now are no key (the Redis key has expired by then).
+                let state = state.filter(|s| s.expires_at() > now);
+                let d = counter.decide(state, cost, now, record);
+                Decided::Counter(d.verdict, d.store)
+            }
             _ => return None,
-        };
+        })
+    }
+
+    /// The verdict from the state found at `now`; `allowed` is the store's own decision, which must
+    /// agree.
+    fn verdict(self, found: Found, now: u64, allowed: bool) -> Option<Verdict> {
+        let verdict = self.decided(found, now)?.verdict();
         (verdict.allowed == allowed).then_some(verdict)
     }
 }
@@ -188,13 +218,40 @@ pub(crate) fn batch(verdict: Verdict) -> BatchVerdict {
 
 #[derive(Debug)]
 enum Step {
-    Script { plan: Plan, by_sha1: bool },
+    Script {
+        plan: Plan,
+        by_sha1: bool,
+    },
+    /// PostgreSQL's one statement; its row answers as a script's reply does.
+    #[cfg(feature = "sql")]
+    Pg,
+    /// SQLite's read of the key's row (after `BEGIN IMMEDIATE` for a consume, `tx`), at the host's
+    /// `now`; `upsert` writes the new state.
+    #[cfg(feature = "sql")]
+    SqliteRead {
+        now: u64,
+        tx: bool,
+        upsert: String,
+        key: String,
+    },
+    /// SQLite's write and `COMMIT` (or the `COMMIT` of a refusal): then `outcome`.
+    #[cfg(feature = "sql")]
+    SqliteCommit(Outcome),
+    /// SQLite's `ROLLBACK` after a failure: the failure stands, whatever it gives.
+    #[cfg(feature = "sql")]
+    SqliteRollback(CallError),
+    /// A reset: one `DELETE`.
+    #[cfg(feature = "sql")]
+    SqlReset,
 }
 
 /// One GCRA or counter call in progress.
 #[derive(Debug)]
 pub(crate) struct RateCall {
     step: Step,
+    /// The SQL statements to run now (SQL steps only).
+    #[cfg(feature = "sql")]
+    statements: Vec<Statement>,
     decide: Decide,
     done: Option<Result<Outcome, CallError>>,
     over: bool,
@@ -218,6 +275,10 @@ impl RateCall {
                 args: &plan.args,
                 by_sha1: *by_sha1,
             },
+            #[cfg(feature = "sql")]
+            _ => Command::Sql {
+                statements: &self.statements,
+            },
         }
     }
 
@@ -237,6 +298,14 @@ impl RateCall {
             }));
             return;
         }
+        #[cfg(feature = "sql")]
+        if matches!(self.step, Step::SqliteRollback(_)) {
+            // The failure that rolled back stands, whatever the rollback gave.
+            if let Step::SqliteRollback(error) = std::mem::replace(&mut self.step, Step::SqlReset) {
+                self.done = Some(Err(error));
+            }
+            return;
+        }
         self.done = Some(match (&mut self.step, fed) {
             (Step::Script { by_sha1, .. }, Err(message))
                 if *by_sha1 && errors::is_noscript(&message) =>
@@ -253,13 +322,24 @@ impl RateCall {
                 expected: "a Redis reply",
                 got: "rows",
             }),
+            #[cfg(feature = "sql")]
+            (_, Ok(Fed::Reply(_))) => Err(CallError::Protocol {
+                expected: "rows",
+                got: "a Redis reply",
+            }),
+            #[cfg(feature = "sql")]
+            (_, Ok(Fed::Rows(rows))) => return self.rows(rows),
         });
+        #[cfg(feature = "sql")]
+        self.roll_back_on_failure();
     }
 }
 
 fn start(step: Step, decide: Decide) -> Call {
     Call::rate(RateCall {
         step,
+        #[cfg(feature = "sql")]
+        statements: Vec::new(),
         decide,
         done: None,
         over: false,
@@ -395,25 +475,9 @@ impl Redis {
         };
         let (script, key, mut args) = match op {
             RateOp::GcraConsume { key, gcra, cost } | RateOp::GcraPeek { key, gcra, cost } => {
-                let uses = gcra.uses() as u64;
-                // Both products are at most burst · window_ms ≤ 2^53 − 1 (checked by Gcra::new).
-                let (q, r) = divmod(cost * gcra.window_ms(), uses);
-                let (tau_ms, tau_rem) = divmod(gcra.burst() as u64 * gcra.window_ms(), uses);
-                // tau − n·T ≥ 0 (n ≤ burst), as a pair.
-                let (d, e) = if tau_rem >= r {
-                    (tau_ms - q, tau_rem - r)
-                } else {
-                    (tau_ms - q - 1, tau_rem + uses - r)
-                };
-                let args = vec![
-                    mode.to_owned(),
-                    uses.to_string(),
-                    q.to_string(),
-                    r.to_string(),
-                    d.to_string(),
-                    e.to_string(),
-                    (tau_ms + u64::from(tau_rem > 0)).to_string(),
-                ];
+                let [uses, q, r, d, e, ceil_tau] = gcra_args(gcra, cost);
+                let mut args = vec![mode.to_owned()];
+                args.extend([uses, q, r, d, e, ceil_tau].map(|n| n.to_string()));
                 (&GCRA, o.gcra_key(&key), args)
             }
             RateOp::GcraReset { key } => (&GCRA, o.gcra_key(&key), vec![mode.to_owned()]),
@@ -441,6 +505,382 @@ impl Redis {
         };
         let by_sha1 = self.runs_by_sha1();
         start(Step::Script { plan, by_sha1 }, decide)
+    }
+}
+
+#[cfg(feature = "sql")]
+impl RateCall {
+    fn sql(step: Step, statements: Vec<Statement>, decide: Decide) -> Call {
+        Call::rate(RateCall {
+            step,
+            statements,
+            decide,
+            done: None,
+            over: false,
+        })
+    }
+
+    /// Inside SQLite's transaction, a failure rolls back first; the failure stands.
+    fn roll_back_on_failure(&mut self) {
+        let in_tx = match &self.step {
+            Step::SqliteRead { tx, .. } => *tx,
+            Step::SqliteCommit(_) => true,
+            _ => false,
+        };
+        if in_tx && matches!(self.done, Some(Err(_))) {
+            if let Some(Err(error)) = self.done.take() {
+                self.statements = vec![Statement {
+                    sql: "ROLLBACK".to_owned(),
+                    params: Vec::new(),
+                }];
+                self.step = Step::SqliteRollback(error);
+            }
+        }
+    }
+
+    fn rows(&mut self, rows: Vec<Vec<SqlValue>>) {
+        let step = std::mem::replace(&mut self.step, Step::SqlReset);
+        let tx_read = matches!(step, Step::SqliteRead { tx: true, .. });
+        self.done = Some(match step {
+            Step::Pg => pg_found(self.decide, &rows)
+                .and_then(|(allowed, now, found)| self.decide.verdict(found, now, allowed))
+                .map(|verdict| Outcome::Verdict {
+                    verdict: batch(verdict),
+                    release: None,
+                })
+                .ok_or_else(|| row_error(self.decide, &rows)),
+            Step::SqliteRead {
+                now,
+                tx,
+                upsert,
+                key,
+            } => {
+                match sqlite_found(self.decide, &rows)
+                    .and_then(|found| self.decide.decided(found, now))
+                {
+                    None => Err(row_error(self.decide, &rows)),
+                    Some(decided) => {
+                        let outcome = Outcome::Verdict {
+                            verdict: batch(decided.verdict()),
+                            release: None,
+                        };
+                        if !tx {
+                            Ok(outcome)
+                        } else {
+                            let mut statements = Vec::with_capacity(2);
+                            if let Some(state) = upsert_params(decided) {
+                                let mut params = vec![SqlValue::Text(key)];
+                                params.extend(state);
+                                statements.push(Statement {
+                                    sql: upsert,
+                                    params,
+                                });
+                            }
+                            statements.push(Statement {
+                                sql: "COMMIT".to_owned(),
+                                params: Vec::new(),
+                            });
+                            self.statements = statements;
+                            self.step = Step::SqliteCommit(outcome);
+                            return;
+                        }
+                    }
+                }
+            }
+            Step::SqliteCommit(outcome) => Ok(outcome),
+            Step::SqliteRollback(error) => Err(error),
+            Step::SqlReset => Ok(Outcome::Unit),
+            Step::Script { .. } => unreachable!("a script's step is fed a reply"),
+        });
+        // A read inside SQLite's transaction that failed to decode rolls back.
+        if matches!(self.done, Some(Err(_))) && tx_read {
+            self.step = Step::SqliteCommit(Outcome::Unit);
+        }
+        self.roll_back_on_failure();
+    }
+}
+
+#[cfg(feature = "sql")]
+fn row_error(decide: Decide, rows: &[Vec<SqlValue>]) -> CallError {
+    let (statement, expected) = match decide {
+        Decide::Gcra { .. } => (
+            "gcra",
+            "one row (allowed, now, ms, rem), the TAT ahead of now or NULL, consistent with allowed",
+        ),
+        _ => (
+            "counter",
+            "one row (allowed, now, start, window_ms, cur, prev), consistent with allowed",
+        ),
+    };
+    let shown: Vec<String> = rows
+        .iter()
+        .take(4)
+        .map(|row| {
+            let values: Vec<String> = row.iter().map(ToString::to_string).collect();
+            format!("({})", values.join(", "))
+        })
+        .collect();
+    CallError::Rows(RowError {
+        statement,
+        expected,
+        got: format!("[{}]", shown.join(", ")),
+    })
+}
+
+#[cfg(feature = "sql")]
+fn sql_int(value: &SqlValue) -> Option<Option<u64>> {
+    match value {
+        SqlValue::Null => Some(None),
+        SqlValue::Int(i) => u64::try_from(*i).ok().map(Some),
+        SqlValue::Text(t) => t.parse().ok().map(Some),
+        _ => None,
+    }
+}
+
+#[cfg(feature = "sql")]
+fn sql_bool(value: &SqlValue) -> Option<bool> {
+    match value {
+        SqlValue::Bool(b) => Some(*b),
+        SqlValue::Int(0) => Some(false),
+        SqlValue::Int(1) => Some(true),
+        SqlValue::Text(t) if t == "t" || t == "true" => Some(true),
+        SqlValue::Text(t) if t == "f" || t == "false" => Some(false),
+        _ => None,
+    }
+}
+
+/// PostgreSQL's row: the same numbers as a script's reply, NULLs for no state.
+#[cfg(feature = "sql")]
+fn pg_found(decide: Decide, rows: &[Vec<SqlValue>]) -> Option<(bool, u64, Found)> {
+    let [row] = rows else { return None };
+    let allowed = sql_bool(row.first()?)?;
+    let rest: Vec<Option<u64>> = row[1..].iter().map(sql_int).collect::<Option<_>>()?;
+    let now = rest.first().copied()??;
+    let mut reply = vec![Reply::Int(i64::from(allowed)), Reply::Int(now as i64)];
+    if rest[1..].iter().all(Option::is_some) {
+        reply.extend(rest[1..].iter().map(|v| Reply::Int(v.unwrap_or(0) as i64)));
+    } else if rest[1..].iter().any(Option::is_some) {
+        return None;
+    }
+    let reply = Reply::Array(reply);
+    match decide {
+        Decide::Gcra { gcra, .. } if rest.len() == 3 => gcra_found(gcra, &reply),
+        Decide::Counter { .. } if rest.len() == 5 => counter_found(&reply),
+        _ => None,
+    }
+}
+
+/// SQLite's read: no row, or the key's row.
+#[cfg(feature = "sql")]
+fn sqlite_found(decide: Decide, rows: &[Vec<SqlValue>]) -> Option<Found> {
+    let row = match rows {
+        [] => None,
+        [row] => Some(
+            row.iter()
+                .map(|v| sql_int(v).flatten())
+                .collect::<Option<Vec<u64>>>()?,
+        ),
+        _ => return None,
+    };
+    Some(match (decide, row.as_deref()) {
+        (Decide::Gcra { .. }, None) => Found::Gcra(None),
+        (Decide::Gcra { .. }, Some(&[ms, rem, per])) => Found::Gcra(Some(Tat {
+            ms,
+            rem: u32::try_from(rem).ok()?,
+            per: u32::try_from(per)
+                .ok()
+                .filter(|&p| p > 0 && rem < p as u64)?,
+        })),
+        (Decide::Counter { .. }, None) => Found::Counter(None),
+        (Decide::Counter { .. }, Some(&[start, window_ms, cur, prev])) if window_ms > 0 => {
+            Found::Counter(Some(CounterState {
+                start,
+                window_ms,
+                cur: u32::try_from(cur).ok()?,
+                prev: u32::try_from(prev).ok()?,
+            }))
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(feature = "sql")]
+fn sql_u64(n: u64) -> SqlValue {
+    SqlValue::Int(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+/// The upsert's parameters after the key: the state to store, if any.
+#[cfg(feature = "sql")]
+fn upsert_params(decided: Decided) -> Option<Vec<SqlValue>> {
+    match decided {
+        Decided::Gcra(_, Some(t)) => Some(vec![
+            sql_u64(t.ms),
+            sql_u64(t.rem.into()),
+            sql_u64(t.per.into()),
+        ]),
+        Decided::Counter(_, Some(c)) => Some(vec![
+            sql_u64(c.start),
+            sql_u64(c.window_ms),
+            sql_u64(c.cur.into()),
+            sql_u64(c.prev.into()),
+        ]),
+        _ => None,
+    }
+}
+
+#[cfg(feature = "sql")]
+fn mode_of(op: &RateOp) -> &'static str {
+    match op {
+        RateOp::GcraConsume { .. } | RateOp::CounterConsume { .. } => "c",
+        RateOp::GcraPeek { .. } | RateOp::CounterPeek { .. } => "p",
+        RateOp::GcraReset { .. } | RateOp::CounterReset { .. } => "r",
+    }
+}
+
+/// GCRA's constants as the scripts and functions take them: `(uses, q, r, d, e, ceil τ)` with
+/// `n·T = q + r/uses` and `τ − n·T = d + e/uses`.
+fn gcra_args(gcra: Gcra, cost: u64) -> [u64; 6] {
+    let uses = gcra.uses() as u64;
+    // Both products are at most burst · window_ms ≤ 2^53 − 1 (checked by Gcra::new).
+    let (q, r) = divmod(cost * gcra.window_ms(), uses);
+    let (tau_ms, tau_rem) = divmod(gcra.burst() as u64 * gcra.window_ms(), uses);
+    // τ − n·T ≥ 0 (n ≤ burst), as a pair.
+    let (d, e) = if tau_rem >= r {
+        (tau_ms - q, tau_rem - r)
+    } else {
+        (tau_ms - q - 1, tau_rem + uses - r)
+    };
+    [uses, q, r, d, e, tau_ms + u64::from(tau_rem > 0)]
+}
+
+#[cfg(feature = "sql")]
+impl Postgres {
+    /// Starts a GCRA or counter operation: one statement (`{prefix}_gcra` / `{prefix}_counter`,
+    /// installed by [`schema`](Self::schema)) under the key's row lock, on the server's clock.
+    pub fn rate(&self, op: RateOp) -> Call {
+        self.rate_call(op, None)
+    }
+
+    /// As [`rate`](Self::rate), timed at `now` (ms) instead of the server's clock (hosts with a clock
+    /// of their own; the vectors).
+    pub fn rate_at(&self, op: RateOp, now: u64) -> Call {
+        self.rate_call(op, Some(now))
+    }
+
+    fn rate_call(&self, op: RateOp, now: Option<u64>) -> Call {
+        let decide = match op.decide() {
+            Ok(decide) => decide,
+            Err(e) => return refused(e),
+        };
+        let p = self.names().prefix();
+        let mode = SqlValue::Text(mode_of(&op).to_owned());
+        let now = now.map_or(SqlValue::Null, sql_u64);
+        let relaxed = SqlValue::Bool(!self.is_durable());
+        let (sql, params) = match op {
+            RateOp::GcraConsume { key, gcra, cost } | RateOp::GcraPeek { key, gcra, cost } => {
+                let [uses, q, r, d, e, _] = gcra_args(gcra, cost);
+                let mut params = vec![mode, SqlValue::Text(key)];
+                params.extend([uses, q, r, d, e].map(sql_u64));
+                params.extend([now, relaxed]);
+                (
+                    "SELECT o_allowed, o_now, o_ms, o_rem FROM {p}_gcra($1, $2, $3::bigint, \
+                     $4::bigint, $5::bigint, $6::bigint, $7::bigint, $8::bigint, $9::boolean)",
+                    params,
+                )
+            }
+            RateOp::CounterConsume { key, counter, cost }
+            | RateOp::CounterPeek { key, counter, cost } => {
+                let limit = counter.limit();
+                let mut params = vec![mode, SqlValue::Text(key)];
+                params.extend([limit.uses() as u64, limit.window_ms(), cost].map(sql_u64));
+                params.extend([now, relaxed]);
+                (
+                    "SELECT o_allowed, o_now, o_start, o_window, o_cur, o_prev FROM {p}_counter($1, \
+                     $2, $3::bigint, $4::bigint, $5::bigint, $6::bigint, $7::boolean)",
+                    params,
+                )
+            }
+            RateOp::GcraReset { key } => (
+                "DELETE FROM {p}_gcra WHERE key = $1",
+                vec![SqlValue::Text(key)],
+            ),
+            RateOp::CounterReset { key } => (
+                "DELETE FROM {p}_counters WHERE key = $1",
+                vec![SqlValue::Text(key)],
+            ),
+        };
+        let step = if matches!(decide, Decide::Reset) {
+            Step::SqlReset
+        } else {
+            Step::Pg
+        };
+        let statement = Statement {
+            sql: sql.replace("{p}", p),
+            params,
+        };
+        RateCall::sql(step, vec![statement], decide)
+    }
+}
+
+#[cfg(feature = "sql")]
+impl Sqlite {
+    /// Starts a GCRA or counter operation at `now` (the host's clock, ms) on the tables
+    /// `{prefix}_gcra` / `{prefix}_counters` installed by [`schema`](Self::schema): a consume is
+    /// `BEGIN IMMEDIATE` and the key's row, then (decided here) its write and `COMMIT`, `ROLLBACK`
+    /// on any failure; a peek one read; a reset one `DELETE`.
+    pub fn rate(&self, op: RateOp, now: u64) -> Call {
+        let decide = match op.decide() {
+            Ok(decide) => decide,
+            Err(e) => return refused(e),
+        };
+        let p = self.names().prefix();
+        let tx = mode_of(&op) == "c";
+        let (select, upsert, key) = match op {
+            RateOp::GcraConsume { key, .. } | RateOp::GcraPeek { key, .. } => (
+                "SELECT ms, rem, per FROM {p}_gcra WHERE key = ?",
+                "INSERT INTO {p}_gcra (key, ms, rem, per) VALUES (?, ?, ?, ?) ON CONFLICT (key) \
+                 DO UPDATE SET ms = excluded.ms, rem = excluded.rem, per = excluded.per",
+                key,
+            ),
+            RateOp::CounterConsume { key, .. } | RateOp::CounterPeek { key, .. } => (
+                "SELECT start_ms, window_ms, cur, prev FROM {p}_counters WHERE key = ?",
+                "INSERT INTO {p}_counters (key, start_ms, window_ms, cur, prev) VALUES (?, ?, ?, ?, ?) \
+                 ON CONFLICT (key) DO UPDATE SET start_ms = excluded.start_ms, \
+                 window_ms = excluded.window_ms, cur = excluded.cur, prev = excluded.prev",
+                key,
+            ),
+            RateOp::GcraReset { key } => {
+                let sql = "DELETE FROM {p}_gcra WHERE key = ?".replace("{p}", p);
+                let params = vec![SqlValue::Text(key)];
+                return RateCall::sql(Step::SqlReset, vec![Statement { sql, params }], decide);
+            }
+            RateOp::CounterReset { key } => {
+                let sql = "DELETE FROM {p}_counters WHERE key = ?".replace("{p}", p);
+                let params = vec![SqlValue::Text(key)];
+                return RateCall::sql(Step::SqlReset, vec![Statement { sql, params }], decide);
+            }
+        };
+        let mut statements = Vec::with_capacity(2);
+        if tx {
+            statements.push(Statement {
+                sql: "BEGIN IMMEDIATE".to_owned(),
+                params: Vec::new(),
+            });
+        }
+        statements.push(Statement {
+            sql: select.replace("{p}", p),
+            params: vec![SqlValue::Text(key.clone())],
+        });
+        RateCall::sql(
+            Step::SqliteRead {
+                now,
+                tx,
+                upsert: upsert.replace("{p}", p),
+                key,
+            },
+            statements,
+            decide,
+        )
     }
 }
 
@@ -551,5 +991,151 @@ mod tests {
         assert_eq!(op.check().unwrap_err().field, crate::gcra::RateField::Cost);
         let (result, _) = Redis::default().rate(op).drive(|_| panic!("no command"));
         assert_eq!(result.unwrap_err().kind(), "unsupported");
+    }
+
+    #[cfg(feature = "sql")]
+    fn sql_of(command: Next<'_>) -> Vec<String> {
+        let Next::Run(Command::Sql { statements }) = command else {
+            panic!("statements")
+        };
+        statements.iter().map(|s| s.sql.clone()).collect()
+    }
+
+    #[test]
+    #[cfg(feature = "sql")]
+    fn a_sqlite_consume_reads_under_begin_immediate_writes_and_commits() {
+        let sqlite = crate::sql::Sqlite::default();
+        let op = RateOp::GcraConsume {
+            key: "k".into(),
+            gcra: gcra(),
+            cost: 1,
+        };
+        let mut call = sqlite.rate(op.clone(), 1_000);
+        let sql = sql_of(call.next());
+        assert_eq!(sql[0], "BEGIN IMMEDIATE");
+        assert!(sql[1].starts_with("SELECT ms, rem, per FROM ratewindow_gcra"));
+        call.feed(Fed::Rows(vec![]));
+        let Next::Run(Command::Sql { statements }) = call.next() else {
+            panic!("the write")
+        };
+        assert!(statements[0].sql.starts_with("INSERT INTO ratewindow_gcra"));
+        // 1,000 + 333 1/3.
+        assert_eq!(
+            statements[0].params,
+            [
+                SqlValue::Text("k".into()),
+                SqlValue::Int(1_333),
+                SqlValue::Int(1),
+                SqlValue::Int(3)
+            ]
+        );
+        assert_eq!(statements[1].sql, "COMMIT");
+        call.feed(Fed::Rows(vec![]));
+        let Next::Done(Ok(Outcome::Verdict { verdict, .. })) = call.next() else {
+            panic!("a verdict")
+        };
+        assert!(verdict.allowed);
+
+        // A failed read rolls back; the read's failure stands, whatever the rollback gives.
+        let mut call = sqlite.rate(op.clone(), 1_000);
+        let _ = call.next();
+        call.fail("database is locked");
+        assert_eq!(sql_of(call.next()), ["ROLLBACK"]);
+        call.fail("cannot rollback - no transaction is active");
+        let Next::Done(Err(CallError::Store { message })) = call.next() else {
+            panic!("the store's error")
+        };
+        assert_eq!(message, "database is locked");
+
+        // A failed commit rolls back too; rows of the wrong shape are a reply error, rolled back.
+        let mut call = sqlite.rate(op.clone(), 1_000);
+        let _ = call.next();
+        call.feed(Fed::Rows(vec![]));
+        let _ = call.next();
+        call.fail("disk I/O error");
+        assert_eq!(sql_of(call.next()), ["ROLLBACK"]);
+        call.feed(Fed::Rows(vec![]));
+        assert!(matches!(
+            call.next(),
+            Next::Done(Err(CallError::Store { .. }))
+        ));
+        let mut call = sqlite.rate(op, 1_000);
+        let _ = call.next();
+        call.feed(Fed::Rows(vec![vec![SqlValue::Int(5)]]));
+        assert_eq!(sql_of(call.next()), ["ROLLBACK"]);
+        call.feed(Fed::Rows(vec![]));
+        let Next::Done(Err(e)) = call.next() else {
+            panic!("an error")
+        };
+        assert_eq!(e.kind(), "reply");
+
+        // A peek is one read, no transaction.
+        let mut call = sqlite.rate(
+            RateOp::CounterPeek {
+                key: "k".into(),
+                counter: Counter::new(Limit::new(2, 100).unwrap()).unwrap(),
+                cost: 1,
+            },
+            1_000,
+        );
+        assert_eq!(sql_of(call.next()).len(), 1);
+        call.fail("no such table: ratewindow_counters");
+        assert!(matches!(
+            call.next(),
+            Next::Done(Err(CallError::Store { .. }))
+        ));
+    }
+
+    #[test]
+    #[cfg(feature = "sql")]
+    fn a_postgres_call_is_one_statement_whose_row_must_agree_with_itself() {
+        let pg = crate::sql::Postgres::default();
+        let op = RateOp::GcraConsume {
+            key: "k".into(),
+            gcra: gcra(),
+            cost: 1,
+        };
+        let mut call = pg.rate(op.clone());
+        let Next::Run(Command::Sql { statements }) = call.next() else {
+            panic!("a statement")
+        };
+        assert_eq!(statements.len(), 1);
+        assert!(statements[0].sql.contains("FROM ratewindow_gcra($1"));
+        assert_eq!(
+            statements[0].params[7],
+            SqlValue::Null,
+            "the server's clock"
+        );
+        assert_eq!(
+            statements[0].params[8],
+            SqlValue::Bool(true),
+            "a relaxed commit"
+        );
+        let row = |allowed, rest: [SqlValue; 3]| {
+            let mut row = vec![SqlValue::Bool(allowed)];
+            row.extend(rest);
+            Fed::Rows(vec![row])
+        };
+        call.feed(row(
+            true,
+            [SqlValue::Int(50), SqlValue::Null, SqlValue::Null],
+        ));
+        assert!(matches!(
+            call.next(),
+            Next::Done(Ok(Outcome::Verdict { verdict, .. })) if verdict.allowed
+        ));
+        for bad in [
+            row(false, [SqlValue::Int(50), SqlValue::Null, SqlValue::Null]),
+            row(true, [SqlValue::Int(50), SqlValue::Int(60), SqlValue::Null]),
+            Fed::Rows(vec![]),
+        ] {
+            let mut call = pg.rate(op.clone());
+            let _ = call.next();
+            call.feed(bad);
+            let Next::Done(Err(e)) = call.next() else {
+                panic!("an error")
+            };
+            assert_eq!(e.kind(), "reply");
+        }
     }
 }

@@ -118,6 +118,11 @@ impl Postgres {
         self
     }
 
+    /// Whether calls keep the server's `synchronous_commit` (see [`durable`](Self::durable)).
+    pub fn is_durable(&self) -> bool {
+        self.durable
+    }
+
     /// The names in use.
     pub fn names(&self) -> &SqlNames {
         &self.names
