@@ -409,6 +409,35 @@ impl Machine {
         })
     }
 
+    /// Starts a GCRA or counter operation (`src/rates.rs`), on the server's clock or at `now`: a
+    /// verdict (never released), or `None` for a reset. Redis only for now: the SQL stores raise
+    /// `UnsupportedError` naming `algorithm`.
+    pub(crate) fn start_rate(
+        &self,
+        py: Python<'_>,
+        op: ratewindow_core::call::RateOp,
+        now: Option<u64>,
+        algorithm: &str,
+    ) -> PyResult<Call> {
+        use ratewindow_core::call::RateOp;
+        let shape = match op {
+            RateOp::GcraReset { .. } | RateOp::CounterReset { .. } => Shape::Plain,
+            _ => Shape::Single,
+        };
+        let call = match (&self.store, now) {
+            (Store::Redis(store), None) => store.rate(op),
+            (Store::Redis(store), Some(now)) => store.rate_at(op, now),
+            _ => return Err(crate::errors::unsupported(py, algorithm)),
+        };
+        Ok(Call {
+            call,
+            shape,
+            release: None,
+            report: None,
+            causes: Vec::new(),
+        })
+    }
+
     fn redis(&self) -> PyResult<&RedisOptions> {
         match &self.store {
             Store::Redis(store) => Ok(store.options()),

@@ -57,6 +57,7 @@ fn _ratewindow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lock::check_lock, m)?)?;
     m.add_function(wrap_pyfunction!(lock::lock_call, m)?)?;
     m.add_function(wrap_pyfunction!(limit::check_window, m)?)?;
+    m.add_function(wrap_pyfunction!(rates::rate_call, m)?)?;
     m.add_class::<shard::ShardClient>()?;
     m.add_function(wrap_pyfunction!(shard::shard_decode, m)?)?;
     m.add_function(wrap_pyfunction!(shard::shard_answer, m)?)?;

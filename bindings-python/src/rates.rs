@@ -358,3 +358,63 @@ pub(crate) fn sliding_entries(items: &Bound<'_, PyAny>) -> PyResult<Vec<Entry>> 
         }
     }
 }
+
+/// Starts a GCRA or counter call on a networked store's machine: `op` is `"consume"`, `"peek"` or
+/// `"reset"`; `now` (tests, the vectors) times it at that ms instead of the server's clock. The cost is
+/// checked first (`InvalidArgumentError` naming `cost`); a `Limit` is a `TypeError` (the machine's own
+/// `consume` counts the sliding log).
+#[pyfunction]
+#[pyo3(signature = (machine, op, key, limit, cost = None, now = None))]
+pub(crate) fn rate_call(
+    py: Python<'_>,
+    machine: &Bound<'_, crate::call::Machine>,
+    op: &str,
+    key: crate::entry::Key<'_>,
+    limit: &Bound<'_, PyAny>,
+    cost: Option<&Bound<'_, PyAny>>,
+    now: Option<u64>,
+) -> PyResult<crate::call::Call> {
+    use ratewindow_core::call::RateOp;
+    guard(|| {
+        let rule = rule_of(limit)?;
+        let n = if op == "reset" {
+            1
+        } else {
+            checked_cost(rule, cost_arg(cost, "cost")?, "cost", cost, py)?
+        };
+        let key = key.0.to_owned();
+        let (rate, algorithm) = match (rule, op) {
+            (Rule::Gcra(gcra), "consume") => (RateOp::GcraConsume { key, gcra, cost: n }, "gcra"),
+            (Rule::Gcra(gcra), "peek") => (RateOp::GcraPeek { key, gcra, cost: n }, "gcra"),
+            (Rule::Gcra(_), "reset") => (RateOp::GcraReset { key }, "gcra"),
+            (Rule::Counter(counter), "consume") => (
+                RateOp::CounterConsume {
+                    key,
+                    counter,
+                    cost: n,
+                },
+                "counter",
+            ),
+            (Rule::Counter(counter), "peek") => (
+                RateOp::CounterPeek {
+                    key,
+                    counter,
+                    cost: n,
+                },
+                "counter",
+            ),
+            (Rule::Counter(_), "reset") => (RateOp::CounterReset { key }, "counter"),
+            (Rule::Sliding(_), _) => {
+                return Err(PyTypeError::new_err(
+                    "rate_call takes a GcraLimit or a CounterLimit",
+                ))
+            }
+            _ => {
+                return Err(PyTypeError::new_err(
+                    "op must be 'consume', 'peek' or 'reset'",
+                ))
+            }
+        };
+        machine.get().start_rate(py, rate, now, algorithm)
+    })
+}

@@ -243,10 +243,10 @@ def test_stores_that_count_the_sliding_log_only_raise_unsupported() -> None:
     limits: list[GcraLimit | CounterLimit] = [GcraLimit(1, 1000), CounterLimit(1, 1000)]
     for limit in limits:
         with pytest.raises(UnsupportedError) as caught:
-            store.consume("k", limit)  # type: ignore[arg-type]
+            store.consume("k", limit)
         assert caught.value.algorithm == limit.algorithm and caught.value.code == "unsupported"
         with pytest.raises(UnsupportedError):
             store.consume_many([Entry("k", limit)])
         with pytest.raises(UnsupportedError):
-            store.peek("k", limit)  # type: ignore[arg-type]
+            store.peek("k", limit)
     assert store.consume("k", Limit(1, 1000)).allowed

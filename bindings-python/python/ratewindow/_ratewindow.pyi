@@ -1,13 +1,13 @@
 """The native module (PyO3). Private: import from ``ratewindow``."""
 
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Final, Generic, Literal, Protocol, Self, TypeVar, final
+from typing import Any, ClassVar, Final, Generic, Literal, Protocol, Self, TypeVar, final, overload
 
 from typing_extensions import disjoint_base
 
 from ratewindow._limits import Limit as _PublicLimit
 
-__all__ = ["Limit", "GcraLimit", "CounterLimit", "Entry", "Verdict", "HitResult", "AttemptResult", "ReleaseToken", "MemoryStore", "Machine", "Call", "Script", "RedisCommand", "Sql", "GuardCore", "HttpPlan", "Trust", "redis_scripts", "check_window", "LockWait", "MemoryLocks", "ShardClient", "check_lock", "lock_call", "shard_answer", "shard_answer_error", "shard_decode", "_panic_for_tests", "MAX_WINDOW_MS", "MAX_USES"]
+__all__ = ["Limit", "GcraLimit", "CounterLimit", "Entry", "Verdict", "HitResult", "AttemptResult", "ReleaseToken", "MemoryStore", "Machine", "Call", "Script", "RedisCommand", "Sql", "GuardCore", "HttpPlan", "Trust", "redis_scripts", "check_window", "rate_call", "LockWait", "MemoryLocks", "ShardClient", "check_lock", "lock_call", "shard_answer", "shard_answer_error", "shard_decode", "_panic_for_tests", "MAX_WINDOW_MS", "MAX_USES"]
 
 MAX_WINDOW_MS: Final[int]
 MAX_USES: Final[int]
@@ -145,6 +145,24 @@ class MemoryStore:
     def __len__(self) -> int: ...
 
 def check_window(window_ms: int | float) -> int: ...
+@overload
+def rate_call(
+    machine: Machine,
+    op: Literal["consume", "peek"],
+    key: str,
+    limit: GcraLimit | CounterLimit | Limit,
+    cost: int | None = None,
+    now: int | None = None,
+) -> Call[Verdict]: ...
+@overload
+def rate_call(
+    machine: Machine,
+    op: Literal["reset"],
+    key: str,
+    limit: GcraLimit | CounterLimit | Limit,
+    cost: int | None = None,
+    now: int | None = None,
+) -> Call[None]: ...
 def _panic_for_tests() -> None: ...
 
 # Call machines (ratewindow._sansio drives them).

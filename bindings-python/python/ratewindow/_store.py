@@ -12,8 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from . import _ratewindow
-from ._errors import UnsupportedError
-from ._limits import Entry, Limit, sliding_limit
+from ._limits import CounterLimit, Entry, GcraLimit, Limit, sliding_limit
 from ._lock import AsyncLock, CallOps, Lock
 from ._sansio import Command, Op, drive, run_async, run_call_async, run_sync
 
@@ -48,13 +47,6 @@ def _default_consume_many(entries: Sequence[Entry]) -> Op[Entry, Verdict, Verdic
         if not verdict.allowed:
             return Verdict(False, verdict.retry_after_ms, verdict.retry_timestamp, index)
     return _ALLOWED
-
-
-def _sliding_only(limit: object) -> None:
-    """Raises :class:`UnsupportedError` for a GCRA or counter limit given to a store that counts the
-    sliding log only (anything else goes on to the native machine's ``TypeError``)."""
-    if isinstance(limit, (_ratewindow.GcraLimit, _ratewindow.CounterLimit)):
-        raise UnsupportedError(limit.algorithm)
 
 
 class CooldownStore(ABC):
@@ -228,19 +220,25 @@ class CallStore(CooldownStore):
         return self._machine.prefix
 
     # Sliding window (cooldowns).
-    def consume(self, key: str, limit: Limit) -> Verdict:
+    def consume(self, key: str, limit: Limit | GcraLimit | CounterLimit, *, cost: int = 1) -> Verdict:
         """Counts one call to ``key`` under ``limit`` in one step: allowed and recorded, or refused with
-        the wait. An allowed verdict's ``release()`` gives this call back. A :class:`GcraLimit` or
-        :class:`CounterLimit` is :class:`~ratewindow.UnsupportedError` (the memory stores count them)."""
-        if not isinstance(limit, _ratewindow.Limit):
-            _sliding_only(limit)
-        return self._run(self._machine.consume(key, limit))
+        the wait. An allowed verdict's ``release()`` gives a sliding-log call back. A
+        :class:`GcraLimit` or :class:`CounterLimit` (with its ``cost``) is counted on Redis; the SQL
+        stores raise :class:`~ratewindow.UnsupportedError` for them (for now)."""
+        if isinstance(limit, _ratewindow.Limit) and cost == 1:
+            return self._run(self._machine.consume(key, limit))
+        return self._run(_ratewindow.rate_call(self._machine, "consume", key, limit, cost))
 
-    def peek(self, key: str, limit: Limit) -> Verdict:
+    def peek(self, key: str, limit: Limit | GcraLimit | CounterLimit, *, cost: int = 1) -> Verdict:
         """The verdict :meth:`consume` would give, recording nothing."""
-        if not isinstance(limit, _ratewindow.Limit):
-            _sliding_only(limit)
-        return self._run(self._machine.peek(key, limit))
+        if isinstance(limit, _ratewindow.Limit) and cost == 1:
+            return self._run(self._machine.peek(key, limit))
+        return self._run(_ratewindow.rate_call(self._machine, "peek", key, limit, cost))
+
+    def reset(self, key: str, limit: GcraLimit | CounterLimit) -> None:
+        """Forgets ``key``'s GCRA bucket or counter (by ``limit``'s algorithm): its next call finds
+        every use there."""
+        self._run(_ratewindow.rate_call(self._machine, "reset", key, limit))
 
     def consume_many(self, entries: Iterable[Entry]) -> Verdict:
         """Counts one call against every entry, all or nothing; a refusal names ``blocked``, the entry
@@ -320,17 +318,21 @@ class AsyncCallStore(AsyncCooldownStore):
         """The key prefix (Redis) or the name prefix of the tables (SQL)."""
         return self._machine.prefix
 
-    async def consume(self, key: str, limit: Limit) -> Verdict:
+    async def consume(self, key: str, limit: Limit | GcraLimit | CounterLimit, *, cost: int = 1) -> Verdict:
         """See :meth:`CallStore.consume`."""
-        if not isinstance(limit, _ratewindow.Limit):
-            _sliding_only(limit)
-        return await self._run(self._machine.consume(key, limit))
+        if isinstance(limit, _ratewindow.Limit) and cost == 1:
+            return await self._run(self._machine.consume(key, limit))
+        return await self._run(_ratewindow.rate_call(self._machine, "consume", key, limit, cost))
 
-    async def peek(self, key: str, limit: Limit) -> Verdict:
+    async def peek(self, key: str, limit: Limit | GcraLimit | CounterLimit, *, cost: int = 1) -> Verdict:
         """See :meth:`CallStore.peek`."""
-        if not isinstance(limit, _ratewindow.Limit):
-            _sliding_only(limit)
-        return await self._run(self._machine.peek(key, limit))
+        if isinstance(limit, _ratewindow.Limit) and cost == 1:
+            return await self._run(self._machine.peek(key, limit))
+        return await self._run(_ratewindow.rate_call(self._machine, "peek", key, limit, cost))
+
+    async def reset(self, key: str, limit: GcraLimit | CounterLimit) -> None:
+        """See :meth:`CallStore.reset`."""
+        await self._run(_ratewindow.rate_call(self._machine, "reset", key, limit))
 
     async def consume_many(self, entries: Iterable[Entry]) -> Verdict:
         """See :meth:`CallStore.consume_many`; ``release()`` returns a coroutine."""
