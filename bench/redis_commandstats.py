@@ -26,9 +26,13 @@ Contenders (the scripts are the peers' own, sent by ``EVALSHA``):
 - ``return 1``: the floor, an EVALSHA that runs no command (same key and argument count as ours).
 - ratewindow: ``core/src/redis/sliding.lua`` of this checkout, and with ``--before FILE`` (repeatable)
   other versions of it (e.g. the one before a change: ``git show REV:core/src/redis/sliding.lua > old.lua``).
+- ratewindow's fixed window: ``core/src/redis/fixed.lua`` of this checkout, ``attempt`` (one hit only
+  below the limit: rlf's verdict, refusals not counted) and ``hit`` (every call counted, as rlf does);
+  ``--before-fixed FILE`` (repeatable) measures another version's ``attempt``.
 - rate-limiter-flexible's ``RateLimiterRedis``: a fixed window, ``SET NX`` + ``INCRBY`` + ``PTTL``.
 - ``limits``' moving window (``acquire_moving_window.lua``: ``LINDEX``, ``LPUSH``, ``LTRIM``, ``EXPIRE``
   on the client's clock).
+- ``limits``' fixed window (``incr_expire.lua``: ``INCRBY``, and ``EXPIRE`` on the window's first hit).
 - a plain sliding-log script: ``ZREMRANGEBYSCORE``, ``ZCARD``, ``ZADD`` + ``PEXPIRE`` (or ``ZRANGE`` of
   the oldest for the wait), on the server's clock.
 
@@ -39,6 +43,7 @@ load on the machine, so two scripts can be compared on a busy machine. Take fewe
 (``--keys 1000``: a call runs ~50x slower) and one round (the count hardly moves between rounds).
 
 Run: ``.venv/bin/python bench/redis_commandstats.py [--rounds 5] [--port 6397] [--before old.lua ...]``
+(``--only TEXT`` keeps the contenders whose name holds TEXT, e.g. ``--only fixed --only rate-limiter``)
 and ``... --callgrind --keys 1000 --rounds 1`` (``redis-server`` and redis-py are all it needs;
 valgrind for ``--callgrind``).
 """
@@ -59,6 +64,7 @@ from collections.abc import Callable
 import redis
 
 SLIDING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core", "src", "redis", "sliding.lua")
+FIXED = os.path.join(os.path.dirname(SLIDING), "fixed.lua")
 # The window is long enough that the fill outlasts the timed part on a busy machine (its length
 # costs the scripts nothing).
 KEYS, USES, WINDOW_MS = 10_000, 5, 600_000
@@ -107,6 +113,17 @@ redis.call('expire', KEYS[1], expiry)
 return true
 """
 
+LIMITS_FIXED = """local current
+local amount = tonumber(ARGV[2])
+current = redis.call("incrby", KEYS[1], amount)
+
+if tonumber(current) == amount then
+    redis.call("expire", KEYS[1], ARGV[1])
+end
+
+return current
+"""
+
 PLAIN = """local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local key, limit, window = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -133,7 +150,15 @@ def ours(source: str, tag: str) -> Contender:
             lambda n, uses, window: ["c", f"{ID_PREFIX}{n:x}", "1", str(uses), str(window)])
 
 
-def contenders(before: list[str]) -> dict[str, Contender]:
+def ours_fixed(source: str, tag: str, op: str) -> Contender:
+    # The core's arguments: 'attempt' decay max (one hit only below max: rlf's consume verdict without
+    # counting refusals) or 'hit' decay amount (counts every call, as rlf's consume does).
+    return (source, lambda p, i: [f"{p}{tag}:user:{i}"],
+            (lambda n, uses, window: ["attempt", str(window), str(uses)]) if op == "attempt"
+            else (lambda n, uses, window: ["hit", str(window), "1"]))
+
+
+def contenders(before: list[str], fixed_before: list[str]) -> dict[str, Contender]:
     out: dict[str, Contender] = {
         "return 1 (the EVALSHA floor)": (
             FLOOR, lambda p, i: [f"{p}floor:user:{i}"],
@@ -144,11 +169,20 @@ def contenders(before: list[str]) -> dict[str, Contender]:
             out[f"ratewindow {os.path.basename(path)}"[:40]] = ours(f.read(), f"before{n}")
     with open(SLIDING) as f:
         out["ratewindow sliding.lua (this checkout)"] = ours(f.read(), "log")
+    for n, path in enumerate(fixed_before):
+        with open(path) as f:
+            out[f"ratewindow attempt {os.path.basename(path)}"[:40]] = ours_fixed(f.read(), f"fbefore{n}", "attempt")
+    with open(FIXED) as f:
+        fixed = f.read()
+    out["ratewindow fixed.lua attempt"] = ours_fixed(fixed, "fixed", "attempt")
+    out["ratewindow fixed.lua hit"] = ours_fixed(fixed, "fixedhit", "hit")
     out["rate-limiter-flexible RateLimiterRedis"] = (
         RLF, lambda p, i: [f"{p}rlf:user:{i}"], lambda n, uses, window: ["1", str(window // 1000)])
     out["limits moving window"] = (
         LIMITS_MOVING, lambda p, i: [f"{p}lim:user:{i}"],
         lambda n, uses, window: [repr(time.time()), str(uses), str(window // 1000), "1"])
+    out["limits fixed window"] = (
+        LIMITS_FIXED, lambda p, i: [f"{p}limfix:user:{i}"], lambda n, uses, window: [str(window // 1000), "1"])
     out["plain sliding-log script"] = (
         PLAIN, lambda p, i: [f"{p}plain:user:{i}"],
         lambda n, uses, window: [str(uses), str(window), f"b{n}"])
@@ -207,6 +241,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=6397)
     parser.add_argument("--before", action="append", default=[],
                         help="another version of sliding.lua to measure beside this checkout's (repeatable)")
+    parser.add_argument("--before-fixed", action="append", default=[],
+                        help="another version of fixed.lua to measure ('attempt') beside this checkout's (repeatable)")
+    parser.add_argument("--only", action="append", default=[],
+                        help="measure only the contenders whose name contains this text (repeatable)")
     parser.add_argument("--keys", type=int, default=KEYS, help="keys round-robin (default 10,000)")
     parser.add_argument("--callgrind", action="store_true",
                         help="run the server under callgrind and report its instructions per call")
@@ -231,7 +269,9 @@ def main() -> None:
                 break
             except redis.ConnectionError:
                 time.sleep(0.05)
-        scripts = contenders(args.before)
+        scripts = contenders(args.before, args.before_fixed)
+        if args.only:
+            scripts = {k: v for k, v in scripts.items() if any(o in k for o in args.only)}
         shas = {name: r.script_load(c[0]) for name, c in scripts.items()}
         counter = itertools.count()
         parts = ("fill", "refused 1st", "refused", "allowed", "fill cpu", "refused 1st cpu", "refused cpu", "allowed cpu")

@@ -16,6 +16,9 @@
 //   - script:  client.evalSha of ratewindow's own sliding-log script, keys and args written by hand (what
 //              the store's layer costs over the script it runs)
 //   - rlf:     RateLimiterRedis.consume (a fixed window, one INCR + PEXPIRE script)
+//   - fixed:   RedisStore.attempt(key, uses, windowMs), ratewindow's fixed window (fixed.lua: GET, PTTL,
+//              and INCR when below the limit): rlf's verdict like for like, one point a call, except
+//              that a refusal is not counted (rlf counts it, so a flood keeps its key over the limit)
 //   - slog:    a plain exact sliding-log script (ZREMRANGEBYSCORE, ZCARD, ZADD, PEXPIRE; the server's
 //              TIME; a counter as the member), keys and args written by hand: what a user would write
 //   - batch3:  RedisStore.consumeMany of 3 entries (3 keys, all or nothing); target <= 1.15x the time of one
@@ -200,6 +203,7 @@ for (const c of (await clients()).filter((c) => clientNames.includes(c.name))) {
       script: (i) => c.evalsha(store.scripts.sliding.sha1, [`${tag}script:log:${KEYS[i % N]}`], scriptArgs()),
       slog: (i) => c.evalsha(slogSha, [`${tag}slog:${KEYS[i % N]}`], [...slogArgs, `m${member++}`]),
       rlf: (i) => rlf.consume(KEYS[i % N]).then(() => answers.allowed++, refusedRlf),
+      fixed: (i) => store.attempt(KEYS[i % N], LIMIT.uses, LIMIT.windowMs).then(count),
       batch3: (i) => {
         const k = KEYS[i % N];
         return store.consumeMany([
@@ -229,7 +233,7 @@ for (const c of (await clients()).filter((c) => clientNames.includes(c.name))) {
       }
       const m = Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, median(xs)]));
       const ratio = (a, b) => median(samples[a].map((x, i) => x / samples[b][i]));
-      const ratios = { bare: ratio('ours', 'bare'), script: ratio('ours', 'script'), slog: ratio('ours', 'slog'), rlf: ratio('ours', 'rlf'), batch: ratio('ours', 'batch3'), union: ratio('batch3', 'union3') };
+      const ratios = { bare: ratio('ours', 'bare'), script: ratio('ours', 'script'), slog: ratio('ours', 'slog'), rlf: ratio('ours', 'rlf'), fixed: ratio('fixed', 'rlf'), batch: ratio('ours', 'batch3'), union: ratio('batch3', 'union3') };
       const cpuM = Object.fromEntries(Object.entries(cpu).map(([k, xs]) => [k, median(xs)]));
       const serverM = Object.fromEntries(Object.entries(server).map(([k, xs]) => [k, median(xs)]));
       results.push({ client: c.name, variant, inflight, ...m, ratios, cpu: cpuM, server: serverM });
@@ -241,19 +245,19 @@ for (const c of (await clients()).filter((c) => clientNames.includes(c.name))) {
 const fmt = (x) => Math.round(x).toLocaleString('en-US').padStart(8);
 const { loadavg } = await import('node:os');
 console.log(`RedisStore benchmark: ${N} keys round-robin on 127.0.0.1:${REDIS_PORT}, median of ${ROUNDS} interleaved rounds (calls/s; ratios: medians of per-round ratios); load average at the end ${loadavg().map((x) => x.toFixed(2)).join(' ')}`);
-console.log('client      variant in flight     ours     bare   script     slog      rlf   batch3   union3 | ours/bare ours/script ours/slog ours/rlf 3-batch time/1 batch3/union3');
+console.log('client      variant in flight     ours     bare   script     slog      rlf    fixed   batch3   union3 | ours/bare ours/script ours/slog ours/rlf fixed/rlf 3-batch time/1 batch3/union3');
 for (const r of results) {
   const x = (v) => `${v.toFixed(2)}x`.padStart(9);
   console.log(
-    `${r.client.padEnd(11)} ${r.variant.padEnd(7)} ${String(r.inflight).padStart(9)} ${fmt(r.ours)} ${fmt(r.bare)} ${fmt(r.script)} ${fmt(r.slog)} ${fmt(r.rlf)} ${fmt(r.batch3)} ${fmt(r.union3)} |` +
-      `${x(r.ratios.bare)}${x(r.ratios.script)}${x(r.ratios.slog)}${x(r.ratios.rlf)}${x(r.ratios.batch)}${x(r.ratios.union)}`,
+    `${r.client.padEnd(11)} ${r.variant.padEnd(7)} ${String(r.inflight).padStart(9)} ${fmt(r.ours)} ${fmt(r.bare)} ${fmt(r.script)} ${fmt(r.slog)} ${fmt(r.rlf)} ${fmt(r.fixed)} ${fmt(r.batch3)} ${fmt(r.union3)} |` +
+      `${x(r.ratios.bare)}${x(r.ratios.script)}${x(r.ratios.slog)}${x(r.ratios.rlf)}${x(r.ratios.fixed)}${x(r.ratios.batch)}${x(r.ratios.union)}`,
   );
 }
 console.log("\nCost per call, µs (median): this process's CPU (client + ratewindow) / the server's time in scripts per script run");
-console.log('client      variant in flight        ours        bare      script        slog         rlf      batch3      union3');
+console.log('client      variant in flight        ours        bare      script        slog         rlf       fixed      batch3      union3');
 const pair = (r, k) => `${r.cpu[k].toFixed(1)}/${r.server[k].toFixed(1)}`.padStart(11);
 for (const r of results) {
-  console.log(`${r.client.padEnd(11)} ${r.variant.padEnd(7)} ${String(r.inflight).padStart(9)} ${['ours', 'bare', 'script', 'slog', 'rlf', 'batch3', 'union3'].map((k) => pair(r, k)).join(' ')}`);
+  console.log(`${r.client.padEnd(11)} ${r.variant.padEnd(7)} ${String(r.inflight).padStart(9)} ${['ours', 'bare', 'script', 'slog', 'rlf', 'fixed', 'batch3', 'union3'].map((k) => pair(r, k)).join(' ')}`);
 }
 console.log(`(answers: ${answers.allowed} allowed, ${answers.refused} refused)`);
 

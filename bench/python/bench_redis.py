@@ -1,4 +1,4 @@
-"""ratewindow's RedisStore against `limits`' moving window, a plain sliding-log script and bare EVALSHA.
+"""ratewindow's RedisStore against `limits`' moving and fixed windows, a plain sliding-log script and bare EVALSHA.
 
 The peers' workload: 10,000 keys round-robin, 5 uses a key, one thread, one redis-py client on the
 local server (``REDIS_URL``, default ``redis://127.0.0.1:6379/0``), in two variants:
@@ -16,6 +16,10 @@ the median round and the median of per-round ratios):
   sliding-log script on the server's clock), and ``consume_many`` of 3 entries.
 - limits: ``MovingWindowRateLimiter(RedisStorage(url)).hit(item, key)`` (a list per key, the
   client's clock).
+- fixed windows, like for like: ratewindow's ``RedisStore.attempt(key, 5, window_ms)`` (``fixed.lua``:
+  ``GET``, ``PTTL``, and ``INCR`` when below the limit; a refusal is not counted) against ``limits``'
+  ``FixedWindowRateLimiter(RedisStorage(url)).hit(item, key)`` (``INCRBY`` + ``EXPIRE`` on the first
+  hit; every call counted, refusals too).
 - plain script: redis-py ``evalsha`` of a plain sliding-log script (``TIME``, ``ZREMRANGEBYSCORE``,
   ``ZCARD``, then ``ZADD`` + ``PEXPIRE`` or the oldest call's ``ZRANGE``), no library around it.
 - bare: redis-py ``evalsha`` of a trivial script with the same key and arguments: the floor.
@@ -39,7 +43,7 @@ from collections.abc import Callable
 import redis
 from limits import RateLimitItemPerSecond
 from limits.storage import RedisStorage
-from limits.strategies import MovingWindowRateLimiter
+from limits.strategies import FixedWindowRateLimiter, MovingWindowRateLimiter
 
 from ratewindow import Entry, Limit, RedisStore
 
@@ -111,6 +115,27 @@ def ratewindow_batch_of_3(client: redis.Redis, prefix: str, window_s: int) -> Ru
     return run
 
 
+def ratewindow_fixed(client: redis.Redis, prefix: str, window_s: int) -> Runner:
+    store, window_ms = RedisStore.from_client(client, prefix=prefix), window_s * 1000
+    attempt = store.attempt
+
+    def run(keys: list[str]) -> int:
+        return sum(attempt(key, USES, window_ms).allowed for key in keys)
+
+    return run
+
+
+def limits_fixed_window(client: redis.Redis, prefix: str, window_s: int) -> Runner:
+    limiter = FixedWindowRateLimiter(RedisStorage(URL, key_prefix=prefix + "limits"))
+    item = RateLimitItemPerSecond(USES, window_s)
+    hit = limiter.hit
+
+    def run(keys: list[str]) -> int:
+        return sum(hit(item, key) for key in keys)
+
+    return run
+
+
 def limits_moving_window(client: redis.Redis, prefix: str, window_s: int) -> Runner:
     limiter = MovingWindowRateLimiter(RedisStorage(URL, key_prefix=prefix + "limits"))
     item = RateLimitItemPerSecond(USES, window_s)
@@ -123,6 +148,8 @@ def limits_moving_window(client: redis.Redis, prefix: str, window_s: int) -> Run
 
 
 OURS = "ratewindow RedisStore.consume"
+OURS_FIXED = "ratewindow RedisStore.attempt (fixed window)"
+LIMITS_FIXED = "limits FixedWindowRateLimiter(RedisStorage)"
 LIMITS = "limits MovingWindowRateLimiter(RedisStorage)"
 PLAIN_NAME = "plain sliding-log script (redis-py evalsha)"
 BARE = "bare redis-py evalsha (trivial script)"
@@ -132,6 +159,8 @@ CONTENDERS: dict[str, Maker] = {
     LIMITS: limits_moving_window,
     PLAIN_NAME: plain_script,
     BARE: bare_evalsha,
+    OURS_FIXED: ratewindow_fixed,
+    LIMITS_FIXED: limits_fixed_window,
 }
 
 
@@ -183,12 +212,14 @@ def run_variant(client: redis.Redis, variant: str, rounds: int, ops: int) -> Non
     load = os.getloadavg()
     print(f"\n{variant}: {KEYS:,} keys round-robin, {USES} uses per {window_s} s, {rounds} interleaved rounds "
           f"of {ops:,} ops; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print(f"{'contender':<48} {'ops/s (median)':>15} {'allowed':>8} {'vs limits':>10} {'vs plain':>9} {'vs bare':>8}")
+    print(f"{'contender':<48} {'ops/s (median)':>15} {'allowed':>8} {'vs limits':>10} {'vs plain':>9} {'vs bare':>8}"
+          f" {'vs limits fixed':>16}")
     for name in names:
         share = allowed[name] / (rounds * ops)
         print(
             f"{name:<48} {statistics.median(rates[name]):>15,.0f} {share:>7.1%} "
             f"{ratio(name, LIMITS):>9.2f}x {ratio(name, PLAIN_NAME):>8.2f}x {ratio(name, BARE):>7.2f}x"
+            f" {ratio(name, LIMITS_FIXED):>15.2f}x"
         )
 
 

@@ -30,7 +30,7 @@ pub static SLIDING: Script = Script {
 pub static FIXED: Script = Script {
     name: "fixed",
     source: include_str!("fixed.lua"),
-    sha1: "5bd641fed3d297b670adb9f4d6c37bf01ef7299d",
+    sha1: "7f7879b3a0562a6ea06bd6abf59d61486238e8c4",
 };
 
 #[cfg(test)]
