@@ -78,7 +78,7 @@ describe('prefixes', () => {
     const run = async () => null;
     // `p:` + `log:x` and `p:log:` + `x` would be one Redis key.
     for (const prefix of ['p:log:', 'plog:', 'a:win:']) {
-      assert.throws(() => new RedisStore(run, { prefix }), /must not contain "log:", "win:" or "lck:"/);
+      assert.throws(() => new RedisStore(run, { prefix }), /must not contain "log:", "win:", "lck:", "gcr:" or "ctr:"/);
     }
     for (const prefix of ['p:', 'p:lo', '', 'ratewindow:']) new RedisStore(run, { prefix });
   });

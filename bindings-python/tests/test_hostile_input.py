@@ -79,7 +79,7 @@ def test_a_redis_prefix_that_could_name_another_prefixs_keys_is_refused() -> Non
         raise AssertionError("not reached")
 
     for prefix in ["p:log:", "plog:", "a:win:"]:
-        with pytest.raises(InvalidArgumentError, match='must not contain "log:", "win:" or "lck:"'):
+        with pytest.raises(InvalidArgumentError, match='must not contain "log:", "win:", "lck:", "gcr:" or "ctr:"'):
             RedisStore(run, prefix=prefix)
     RedisStore(run, prefix="p:lo")
 

@@ -113,8 +113,9 @@ pub fn utf16_to_utf8(units: &[u16]) -> Result<String, usize> {
     Ok(out)
 }
 
-/// Markers the Redis store puts between its prefix and a key (`log:`, `win:`, and `lck:` for locks).
-pub const REDIS_NAMESPACES: [&str; 3] = ["log:", "win:", "lck:"];
+/// Markers the Redis store puts between its prefix and a key (`log:`, `win:`, `lck:` for locks,
+/// `gcr:` and `ctr:` for GCRA buckets and sliding-window counters).
+pub const REDIS_NAMESPACES: [&str; 5] = ["log:", "win:", "lck:", "gcr:", "ctr:"];
 
 /// A Redis key prefix that could make two stores share a key: one containing `log:` or `win:`.
 ///
@@ -124,7 +125,7 @@ pub const REDIS_NAMESPACES: [&str; 3] = ["log:", "win:", "lck:"];
 /// extension would have to begin with a marker (or a marker would have to begin with part of itself
 /// followed by another, which neither does).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-#[error("invalid prefix {prefix:?}: a Redis key prefix must not contain \"log:\", \"win:\" or \"lck:\" (the store's own markers), so that no two prefixes can name one key")]
+#[error("invalid prefix {prefix:?}: a Redis key prefix must not contain \"log:\", \"win:\", \"lck:\", \"gcr:\" or \"ctr:\" (the store's own markers), so that no two prefixes can name one key")]
 pub struct PrefixError {
     /// The refused prefix.
     pub prefix: String,
@@ -198,11 +199,15 @@ mod tests {
         for p in ok {
             assert!(check_redis_prefix(p).is_ok(), "{p}");
         }
-        for p in ["p:log:", "plog:", "win:", "a:win:b"] {
+        for p in [
+            "p:log:", "plog:", "win:", "a:win:b", "p:gcr:", "ctr:", "xlck:",
+        ] {
             assert!(check_redis_prefix(p).is_err(), "{p}");
         }
         // Exhaustively over short keys: no two accepted prefixes name one key.
-        let keys = ["", "x", "log:x", "win:x", ":", "l", "og:", "g:x", "in:x"];
+        let keys = [
+            "", "x", "log:x", "win:x", "gcr:x", "ctr:x", ":", "l", "og:", "g:x", "in:x", "r:x",
+        ];
         let mut seen = std::collections::HashMap::new();
         for p in ok {
             for ns in REDIS_NAMESPACES {

@@ -450,7 +450,7 @@ fn divmod(a: u64, b: u64) -> (u64, u64) {
 }
 
 impl Redis {
-    /// Starts a GCRA or counter operation on the key `{prefix}gcra:{key}` or `{prefix}ctr:{key}`
+    /// Starts a GCRA or counter operation on the key `{prefix}gcr:{key}` or `{prefix}ctr:{key}`
     /// (hash-tagged like every key), timed by the server's `TIME`.
     pub fn rate(&self, op: RateOp) -> Call {
         self.rate_call(op, None)
@@ -921,7 +921,7 @@ mod tests {
             panic!("a script")
         };
         assert_eq!((script.name, by_sha1), ("gcra", true));
-        assert_eq!(keys, ["p:gcra:k"]);
+        assert_eq!(keys, ["p:gcr:k"]);
         // 2 uses = 666 2/3 ms; tau = 2 · 333 1/3 = 666 2/3 ms: tau − 2 uses = 0; ceil(tau) = 667.
         assert_eq!(args, ["c", "3", "666", "2", "0", "0", "667"]);
         call.fail("NOSCRIPT No matching script");

@@ -224,7 +224,7 @@ impl RedisOptions {
 
     /// The Redis key holding `key`'s GCRA bucket (its TAT).
     pub fn gcra_key(&self, key: &str) -> String {
-        self.key("gcra:", key)
+        self.key("gcr:", key)
     }
 
     /// The Redis key holding `key`'s sliding-window counter.
