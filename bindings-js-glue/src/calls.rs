@@ -60,7 +60,8 @@ pub const KIND: usize = 1;
 pub const HELD: usize = 2;
 /// Slot: a `Script` step by SHA1 (1) or with its source (0).
 pub const BY_SHA1: usize = 3;
-/// Slot: a `Script` step's script: 0 sliding, 1 fixed, 2 lock.
+/// Slot: a `Script` step's script: 0 sliding, 1 fixed, 2 lock; 3 a plain command (no script: its
+/// pieces are the command's name, key and arguments).
 pub const SCRIPT: usize = 4;
 /// Slot: a `Script` step's key count; -1 when its pieces do not fit the record (read `keys`/`args`).
 pub const KEYS: usize = 5;
@@ -216,6 +217,16 @@ impl Calls {
         Ok(Calls::new(Planner::Redis(redis), seed))
     }
 
+    /// A Redis store's calls whose host runs plain commands too (`plain`): the lock then acquires by
+    /// `SET NX PX` (a `Script` step whose `SCRIPT` slot is 3, the command's name, key and arguments
+    /// its pieces: no keys). Other stores are unchanged.
+    pub fn with_plain_commands(mut self, plain: bool) -> Calls {
+        if let Planner::Redis(redis) = self.planner {
+            self.planner = Planner::Redis(redis.plain_commands(plain));
+        }
+        self
+    }
+
     /// A PostgreSQL store's calls on the objects named by `prefix`; `durable`: every call waits for
     /// its commit's WAL flush.
     pub fn postgres(prefix: &str, durable: bool, seed: u64) -> Res<Calls> {
@@ -328,6 +339,12 @@ impl Calls {
                     _ => 0.0,
                 };
                 return Ok(Some(joined(out, keys, args)));
+            }
+            Next::Run(Command::Plain { args }) => {
+                out[KIND] = StepKind::Script as u8 as f64;
+                out[BY_SHA1] = 0.0;
+                out[SCRIPT] = 3.0;
+                return Ok(Some(joined(out, &[], args)));
             }
             Next::Run(Command::Sql { .. }) => {
                 out[KIND] = StepKind::Sql as u8 as f64;
@@ -535,6 +552,7 @@ impl Calls {
     pub fn keys(&mut self, id: u32) -> Res<Vec<String>> {
         match self.command(id)? {
             Command::Script { keys, .. } => Ok(keys.to_vec()),
+            Command::Plain { .. } => Ok(Vec::new()),
             Command::Sql { .. } => Err(no_call(id)),
         }
     }
@@ -542,7 +560,7 @@ impl Calls {
     /// `Script` step: `ARGV` (when the pieces did not fit the record).
     pub fn args(&mut self, id: u32) -> Res<Vec<String>> {
         match self.command(id)? {
-            Command::Script { args, .. } => Ok(args.to_vec()),
+            Command::Script { args, .. } | Command::Plain { args } => Ok(args.to_vec()),
             Command::Sql { .. } => Err(no_call(id)),
         }
     }
@@ -551,7 +569,7 @@ impl Calls {
     pub fn statements(&mut self, id: u32) -> Res<&[Statement]> {
         match self.command(id)? {
             Command::Sql { statements } => Ok(statements),
-            Command::Script { .. } => Err(no_call(id)),
+            Command::Script { .. } | Command::Plain { .. } => Err(no_call(id)),
         }
     }
 

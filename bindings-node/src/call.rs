@@ -176,16 +176,19 @@ impl NativeCalls {
 impl NativeCalls {
     /// A Redis store's calls writing into `record`: keys start with `prefix`; with
     /// `hash_tag_before`, each key is tagged with its part before that separator (an empty one: code
-    /// `invalid_argument:hashTag`); `evalsha` (default true): the host can run scripts by SHA1.
+    /// `invalid_argument:hashTag`); `evalsha` (default true): the host can run scripts by SHA1;
+    /// `commands` (default false): it can run plain commands (the lock's `SET NX PX`).
     #[napi(factory)]
     pub fn redis(
         record: Float64Array,
         prefix: String,
         hash_tag_before: Option<String>,
         evalsha: Option<bool>,
+        commands: Option<bool>,
     ) -> Result<Self, String> {
         guard(|| {
-            let calls = Calls::redis(prefix, hash_tag_before, evalsha.unwrap_or(true), seed());
+            let calls = Calls::redis(prefix, hash_tag_before, evalsha.unwrap_or(true), seed())
+                .map(|calls| calls.with_plain_commands(commands.unwrap_or(false)));
             NativeCalls::made(calls, record)
         })
     }

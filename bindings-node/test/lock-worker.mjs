@@ -1,5 +1,5 @@
-// One process of the lock suite: opens its own client on a store (kind: redis-node | redis-io | pg |
-// sqlite; target: a prefix or a file), then
+// One process of the lock suite: opens its own client on a store (kind: redis-node | redis-io, each
+// with `-cmd` for a store with `command` | pg | sqlite; target: a prefix or a file), then
 //   race <key> <n>           says `ready`, waits for `go` on stdin, fires n acquires at once (each its
 //                            own lock, its own owner) and prints how many got the lock;
 //   release <key> <owner>    restores the lock from its owner token and prints what release answered.
@@ -16,19 +16,22 @@ const [kind, target, mode, key, arg] = process.argv.slice(2);
 
 let store;
 let close;
-if (kind === 'redis-node') {
+// `-cmd`: the store has `command` too (acquire by a plain SET NX PX).
+if (kind === 'redis-node' || kind === 'redis-node-cmd') {
   const client = createClient({ url: 'redis://127.0.0.1:6379' });
   await client.connect();
   store = RedisStore.using((s, keys, args) => client.sendCommand(['EVAL', s, String(keys.length), ...keys, ...args]), {
     evalsha: (sha, keys, args) => client.sendCommand(['EVALSHA', sha, String(keys.length), ...keys, ...args]),
+    command: kind === 'redis-node-cmd' ? (args) => client.sendCommand(args) : undefined,
     prefix: target,
   });
   close = () => client.quit();
-} else if (kind === 'redis-io') {
+} else if (kind === 'redis-io' || kind === 'redis-io-cmd') {
   const redis = new Redis({ host: '127.0.0.1', port: 6379, lazyConnect: true });
   await redis.connect();
   store = RedisStore.using((s, keys, args) => redis.eval(s, keys.length, keys, args), {
     evalsha: (sha, keys, args) => redis.evalsha(sha, keys.length, keys, args),
+    command: kind === 'redis-io-cmd' ? (args) => redis.call(args[0], args.slice(1)) : undefined,
     prefix: target,
   });
   close = () => redis.quit();

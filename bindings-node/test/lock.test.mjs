@@ -16,6 +16,7 @@ import { createClient } from 'redis';
 
 import { InvalidArgumentError, Lock, LockTimeoutError, MemoryStore, PostgresStore, RedisStore, SqliteStore, withLock } from '../dist/index.js';
 import { repo } from './backend.mjs';
+import { clusterUp, ioredisCluster, nodeRedisCluster } from './redis-servers.mjs';
 import { dropPg, pgPool, runPrefix, tempDir } from './sql-helpers.mjs';
 
 const vectors = JSON.parse(readFileSync(join(repo, 'tests', 'vectors', 'lock', 'lock.json'), 'utf8'));
@@ -96,6 +97,37 @@ describe('lock vectors', () => {
     try {
       const store = RedisStore.using((s, keys, args) => redis.eval(s, keys.length, keys, args), {
         evalsha: (sha, keys, args) => redis.evalsha(sha, keys.length, keys, args),
+        prefix: 'rwtest:nodelock:',
+      });
+      await runCases(() => store, null);
+    } finally {
+      await redis.quit();
+    }
+  });
+
+  it('Redis through node-redis with `command`: acquire a plain SET NX PX (server clock)', async () => {
+    const client = createClient({ url: 'redis://127.0.0.1:6379' });
+    await client.connect();
+    try {
+      const sent = [];
+      const store = RedisStore.using((s, keys, args) => client.sendCommand(['EVAL', s, String(keys.length), ...keys, ...args]), {
+        evalsha: (sha, keys, args) => client.sendCommand(['EVALSHA', sha, String(keys.length), ...keys, ...args]),
+        command: (args) => (sent.push(args[0]), client.sendCommand(args)),
+        prefix: 'rwtest:nodelock:',
+      });
+      await runCases(() => store, null);
+      assert.deepEqual([...new Set(sent)].sort(), ['DEL', 'GET', 'SET']);
+    } finally {
+      await client.quit();
+    }
+  });
+
+  it('Redis through ioredis with `command` (server clock)', async () => {
+    const redis = new Redis({ host: '127.0.0.1', port: 6379 });
+    try {
+      const store = RedisStore.using((s, keys, args) => redis.eval(s, keys.length, keys, args), {
+        evalsha: (sha, keys, args) => redis.evalsha(sha, keys.length, keys, args),
+        command: (args) => redis.call(args[0], args.slice(1)),
         prefix: 'rwtest:nodelock:',
       });
       await runCases(() => store, null);
@@ -251,6 +283,11 @@ describe('exactly one holder among 4 processes x 64 concurrent acquirers', () =>
     assert.equal(await race(['redis-node', 'redis-node', 'redis-io', 'redis-io'], 'rwtest:nodelock:', key), 1);
   });
 
+  it('Redis, plain SET NX PX and the script at once (node-redis and ioredis, each with and without `command`)', async () => {
+    const key = `race:${Math.random()}`;
+    assert.equal(await race(['redis-node-cmd', 'redis-node', 'redis-io-cmd', 'redis-io'], 'rwtest:nodelock:', key), 1);
+  });
+
   describe('PostgreSQL', () => {
     const pool = pgPool(2);
     const prefix = runPrefix('lockrace');
@@ -285,4 +322,35 @@ describe('exactly one holder among 4 processes x 64 concurrent acquirers', () =>
     const got = await Promise.all(Array.from({ length: 256 }, () => store.lock('one', 60).acquire()));
     assert.equal(got.filter(Boolean).length, 1);
   });
+});
+
+describe('Redis Cluster with `command`: a plain SET routed by its key, the release by script', () => {
+  for (const [kind, connect, command] of [
+    ['node-redis cluster', nodeRedisCluster, (client) => (args) => client.sendCommand(args[1], false, args)],
+    ['ioredis cluster', ioredisCluster, (client) => (args) => client.call(args[0], args.slice(1))],
+  ]) {
+    it(kind, async () => {
+      clusterUp();
+      const c = await connect();
+      try {
+        const store = RedisStore.using(c.run, { evalsha: c.evalsha, command: command(c.client), prefix: `rwtest:clusterlock:${process.pid}:` });
+        // Keys on many slots: each SET, DEL, GET goes to its key's master.
+        for (let i = 0; i < 20; i++) {
+          const key = `job${i}:${Math.random()}`;
+          const a = store.lock(key, 30);
+          assert.equal(await a.acquire(), true, key);
+          assert.equal(await store.lock(key, 30).acquire(), false, key);
+          assert.equal(await a.currentOwner(), a.owner);
+          assert.equal(await store.lock(key, 30, 'someone-else').release(), false);
+          assert.equal(await a.release(), true);
+          assert.equal(await a.currentOwner(), null);
+          assert.equal(await a.acquire(), true);
+          assert.equal(await a.forceRelease(), true);
+          assert.equal(await a.forceRelease(), false);
+        }
+      } finally {
+        await c.close();
+      }
+    });
+  }
 });

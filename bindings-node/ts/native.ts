@@ -21,7 +21,7 @@ interface NativeModule {
   noop(): number;
   __panicForTest(message: string): void;
   NativeCalls: {
-    redis(record: Float64Array, prefix: string, hashTagBefore: string | null, evalsha?: boolean): BackendCalls;
+    redis(record: Float64Array, prefix: string, hashTagBefore: string | null, evalsha?: boolean, commands?: boolean): BackendCalls;
     postgres(record: Float64Array, prefix: string, durable?: boolean): BackendCalls;
     sqlite(record: Float64Array, prefix: string): BackendCalls;
   };
@@ -50,8 +50,8 @@ export function nativeBackend(): Backend {
     checkRate: native.checkRate,
     noop: native.noop,
     panicForTest: native.__panicForTest,
-    createRedis: (record: Float64Array, prefix: string, hashTagBefore: string | null, evalsha?: boolean) =>
-      native.NativeCalls.redis(record, prefix, hashTagBefore, evalsha),
+    createRedis: (record: Float64Array, prefix: string, hashTagBefore: string | null, evalsha?: boolean, commands?: boolean) =>
+      native.NativeCalls.redis(record, prefix, hashTagBefore, evalsha, commands),
     redisScripts: native.redisScripts,
     createPostgres: (record: Float64Array, prefix: string, durable?: boolean) => native.NativeCalls.postgres(record, prefix, durable),
     createSqlite: (record: Float64Array, prefix: string) => native.NativeCalls.sqlite(record, prefix),

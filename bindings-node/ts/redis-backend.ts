@@ -70,7 +70,7 @@ export const enum CallSlot {
   /** 1 while the call is kept (more to read: `end` frees it), 0 once freed. */
   Held = 2,
   BySha1 = 3,
-  /** 0 sliding, 1 fixed. */
+  /** 0 sliding, 1 fixed, 2 lock; 3 a plain command (no script: the pieces are its name, key and arguments). */
   Script = 4,
   /** The key count; -1 when the pieces did not fit (read `keys(id)` and `args(id)`). */
   Keys = 5,
@@ -191,9 +191,10 @@ export interface RedisBackend {
   /**
    * A store's calls, writing into `record` ({@link CALL_RECORD_LENGTH} numbers): keys start with `prefix`; with `hashTagBefore`, each key's part before that
    * separator is its Cluster hash tag (an empty one throws code `invalid_argument:hashTag`); `evalsha`:
-   * the host can run scripts by SHA1 (default true).
+   * the host can run scripts by SHA1 (default true); `commands`: it can run plain commands (default
+   * false; a build that ignores it asks for scripts only).
    */
-  createRedis(record: Float64Array, prefix: string, hashTagBefore: string | null, evalsha?: boolean): BackendCalls;
+  createRedis(record: Float64Array, prefix: string, hashTagBefore: string | null, evalsha?: boolean, commands?: boolean): BackendCalls;
   /** `[sliding sha1, sliding source, fixed sha1, fixed source, lock sha1, lock source]`. */
   redisScripts(): string[];
 }

@@ -1,5 +1,5 @@
 //! Call machines for Python: a `Machine` starts each store operation as a core `Call`; Python drives
-//! it (`ratewindow/_sansio.py`): `next()` gives a command (`Script`, `Sql`) or the outcome, or raises the
+//! it (`ratewindow/_sansio.py`): `next()` gives a command (`Script`, `RedisCommand`, `Sql`) or the outcome, or raises the
 //! call's typed error; `feed_reply`, `feed_rows` and `fail` hand back what the client did.
 //!
 //! Everything that decides is the core's. This module converts values, and is the one place where a
@@ -44,6 +44,15 @@ pub(crate) struct Script {
     args: Py<PyList>,
     #[pyo3(get)]
     by_sha1: bool,
+}
+
+/// Redis: run one plain command, `args` as is (its name, its one key, its arguments: the lock's
+/// `SET key owner NX PX ttl`, `DEL key`, `GET key`). Feed back the reply, or fail with the client's
+/// error. Asked for only by a machine made with `commands=True`.
+#[pyclass(frozen, module = "ratewindow._ratewindow", name = "RedisCommand")]
+pub(crate) struct RedisCommand {
+    #[pyo3(get)]
+    args: Py<PyList>,
 }
 
 /// SQL: run `statements` (`[(sql, params), …]`) in order on one connection; feed back the rows of the
@@ -267,6 +276,13 @@ fn command(py: Python<'_>, command: Command<'_>) -> PyResult<Py<PyAny>> {
             )?
             .into_any()
         }
+        Command::Plain { args } => Py::new(
+            py,
+            RedisCommand {
+                args: PyList::new(py, args)?.unbind(),
+            },
+        )?
+        .into_any(),
         Command::Sql { statements } => Py::new(
             py,
             Sql {
@@ -298,7 +314,8 @@ impl Call {
         })
     }
 
-    /// Feeds the client's reply to a `Script` (ints, `bytes`/`str`, lists, `None`).
+    /// Feeds the client's reply to a `Script` or a `RedisCommand` (ints and bools, `bytes`/`str`,
+    /// lists, `None`).
     fn feed_reply(&mut self, reply: &Bound<'_, PyAny>) -> PyResult<()> {
         guard(|| {
             self.call.feed(Fed::Reply(crate::redis::reply(reply, 0)));
@@ -465,9 +482,10 @@ impl Machine {
 #[pymethods]
 impl Machine {
     /// Calls on Redis: keys start with `prefix`; with `hash_tag` (a separator) the part of each key
-    /// before it is the key's Cluster hash tag; `evalsha`: whether the host runs scripts by SHA1.
+    /// before it is the key's Cluster hash tag; `evalsha`: whether the host runs scripts by SHA1;
+    /// `commands`: whether it runs plain commands (`RedisCommand`: the lock's `SET NX PX`).
     #[staticmethod]
-    #[pyo3(signature = (prefix = None, hash_tag = None, evalsha = true, *, release = None, report = None))]
+    #[pyo3(signature = (prefix = None, hash_tag = None, evalsha = true, *, release = None, report = None, commands = false))]
     fn redis_store(
         py: Python<'_>,
         prefix: Option<&str>,
@@ -475,6 +493,7 @@ impl Machine {
         evalsha: bool,
         release: Option<Py<PyAny>>,
         report: Option<Py<PyAny>>,
+        commands: bool,
     ) -> PyResult<Machine> {
         guard(|| {
             let mut options = RedisOptions::default();
@@ -495,7 +514,11 @@ impl Machine {
                     .map_err(PyValueError::new_err)?;
             }
             Ok(Machine {
-                store: Store::Redis(core::Redis::new(options).evalsha(evalsha)),
+                store: Store::Redis(
+                    core::Redis::new(options)
+                        .evalsha(evalsha)
+                        .plain_commands(commands),
+                ),
                 release,
                 report,
             })

@@ -47,6 +47,7 @@ fn _ratewindow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<call::Machine>()?;
     m.add_class::<call::Call>()?;
     m.add_class::<call::Script>()?;
+    m.add_class::<call::RedisCommand>()?;
     m.add_class::<call::Sql>()?;
     m.add_class::<guard::GuardCore>()?;
     m.add_class::<http::HttpPlan>()?;

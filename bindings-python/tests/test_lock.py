@@ -118,7 +118,38 @@ def test_vectors_on_sqlite(tmp_path: Path) -> None:
 
 
 def test_vectors_on_redis() -> None:
+    # from_client gives `command`: acquire by a plain SET NX PX, force by DEL, owner by GET.
+    sent: list[str] = []
     with redis.Redis() as client:
+
+        def command(args: list[str]) -> Any:
+            sent.append(args[0])
+            return client.execute_command(*args)
+
+        store = RedisStore.using(
+            lambda s, keys, args: client.eval(s, len(keys), *keys, *args),
+            evalsha=lambda sha, keys, args: client.evalsha(sha, len(keys), *keys, *args),
+            command=command,
+            prefix=REDIS_PREFIX,
+        )
+        run_cases(store, None)
+    assert sorted(set(sent)) == ["DEL", "GET", "SET"]
+
+
+def test_vectors_on_redis_by_script_only() -> None:
+    # A store made without `command` runs every lock operation as the lock script.
+    with redis.Redis() as client:
+        store = RedisStore.using(
+            lambda s, keys, args: client.eval(s, len(keys), *keys, *args),
+            evalsha=lambda sha, keys, args: client.evalsha(sha, len(keys), *keys, *args),
+            prefix=REDIS_PREFIX,
+        )
+        run_cases(store, None)
+
+
+def test_vectors_on_redis_with_decoded_responses() -> None:
+    # decode_responses=True: SET's True / None, GET's str.
+    with redis.Redis(decode_responses=True) as client:
         run_cases(RedisStore.from_client(client, prefix=REDIS_PREFIX), None)
 
 
@@ -132,6 +163,12 @@ def test_vectors_on_asyncio_stores() -> None:
         client = aredis.Redis()
         try:
             await run_cases_async(AsyncRedisStore.from_client(client, prefix=REDIS_PREFIX))
+            scripts_only = AsyncRedisStore.using(
+                lambda s, keys, args: client.eval(s, len(keys), *keys, *args),
+                evalsha=lambda sha, keys, args: client.evalsha(sha, len(keys), *keys, *args),
+                prefix=REDIS_PREFIX,
+            )
+            await run_cases_async(scripts_only)
         finally:
             await client.aclose()
         clock = Clock()
@@ -224,6 +261,14 @@ def _store(kind: str, target: str) -> tuple[Any, Callable[[], None]]:
     if kind == "redis":
         client = redis.Redis(max_connections=64)
         return RedisStore.from_client(client, prefix=target), client.close
+    if kind == "redis-script":
+        client = redis.Redis(max_connections=64)
+        store = RedisStore.using(
+            lambda s, keys, args: client.eval(s, len(keys), *keys, *args),
+            evalsha=lambda sha, keys, args: client.evalsha(sha, len(keys), *keys, *args),
+            prefix=target,
+        )
+        return store, client.close
     if kind == "pg":
         import psycopg_pool
 
@@ -270,8 +315,9 @@ def test_a_lock_restored_in_another_process_releases_it() -> None:
         assert lock.current_owner() is None
 
 
-@pytest.mark.parametrize("kind", ["redis", "pg", "sqlite"])
+@pytest.mark.parametrize("kind", ["redis", "redis-mixed", "pg", "sqlite"])
 def test_exactly_one_holder_among_4_processes_x_64(kind: str, tmp_path: Path) -> None:
+    # redis: a plain SET NX PX in every process; redis-mixed: two processes by SET, two by the script.
     if kind == "sqlite":
         target = str(tmp_path / "race.db")
         connection = sq.sqlite_connect(target)
@@ -279,12 +325,13 @@ def test_exactly_one_holder_among_4_processes_x_64(kind: str, tmp_path: Path) ->
         SqliteStore(connection).install_schema()
         connection.close()
     else:
-        target = REDIS_PREFIX if kind == "redis" else PREFIX
+        target = REDIS_PREFIX if kind.startswith("redis") else PREFIX
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(4)
     out = ctx.Queue()
     key = f"race:{secrets.token_hex(4)}"
-    procs = [ctx.Process(target=_race_worker, args=(kind, target, key, 64, barrier, out)) for _ in range(4)]
+    kinds = ["redis", "redis", "redis-script", "redis-script"] if kind == "redis-mixed" else [kind] * 4
+    procs = [ctx.Process(target=_race_worker, args=(k, target, key, 64, barrier, out)) for k in kinds]
     for p in procs:
         p.start()
     total = sum(out.get(timeout=120) for _ in procs)
@@ -292,3 +339,119 @@ def test_exactly_one_holder_among_4_processes_x_64(kind: str, tmp_path: Path) ->
         p.join(60)
         assert p.exitcode == 0
     assert total == 1
+
+
+# ---- Redis Cluster, and the conversations -------------------------------------------------------------
+
+
+def test_a_cluster_routes_the_plain_commands_by_key() -> None:
+    from redis_servers import async_cluster_client, cluster_client
+
+    client = cluster_client(2)
+    try:
+        store = RedisStore.from_client(client, prefix=REDIS_PREFIX)
+        for i in range(20):  # keys on many slots: each SET / DEL / GET goes to its key's master
+            key = f"job{i}:{secrets.token_hex(4)}"
+            a = store.lock(key, 30)
+            assert a.acquire() and not store.lock(key, 30).acquire()
+            assert a.current_owner() == a.owner
+            assert not store.lock(key, 30, owner="someone-else").release()
+            assert a.release() and a.current_owner() is None
+            assert a.acquire() and a.force_release() and not a.force_release()
+    finally:
+        client.close()
+
+    async def go() -> None:
+        aclient = async_cluster_client()
+        try:
+            astore = AsyncRedisStore.from_client(aclient, prefix=REDIS_PREFIX)
+            for i in range(10):
+                key = f"ajob{i}:{secrets.token_hex(4)}"
+                a = astore.lock(key, 30)
+                assert await a.acquire() and not await astore.lock(key, 30).acquire()
+                assert await a.current_owner() == a.owner
+                assert await a.release() and await a.current_owner() is None
+        finally:
+            await aclient.aclose()
+
+    asyncio.run(go())
+
+
+CONVERSATIONS = json.loads(
+    (Path(__file__).parents[2] / "tests" / "vectors" / "conversations" / "lock" / "redis.json").read_text()
+)
+
+
+@pytest.mark.parametrize("case", CONVERSATIONS["cases"], ids=[c["name"] for c in CONVERSATIONS["cases"]])
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_lock_conversations(case: dict[str, Any], flavour: str) -> None:
+    """``tests/vectors/conversations/lock/redis.json`` through the public stores with a scripted
+    client: each command checked against the next step, answered with its reply (``True`` for the
+    vectors' 1 and ``b"OK"`` for "OK" in the asyncio run: redis-py's spellings) or its failure."""
+    from ratewindow import StoreError, StoreReplyError
+
+    for call in case["calls"]:
+        steps = list(call["steps"])
+
+        def answer(sent: dict[str, Any]) -> Any:
+            assert steps, f"{case['name']}: a command too many: {sent}"
+            step = steps.pop(0)
+            assert sent == step["command"], case["name"]
+            if "fail" in step:
+                raise ConnectionError(step["fail"])
+            reply = step["reply"]
+            if flavour == "asyncio" and reply == "OK":
+                return b"OK"
+            if flavour == "asyncio" and reply == 1 and "command" in sent and sent["command"][0] == "SET":
+                return True
+            return reply
+
+        def script(by_sha1: bool) -> Callable[[str, list[str], list[str]], Any]:
+            return lambda s, keys, args: answer({"script": "lock", "by_sha1": by_sha1, "keys": keys, "args": args})
+
+        o = case["options"]
+        options: dict[str, Any] = {
+            "prefix": o["prefix"],
+            "hash_tag": o.get("hash_tag"),
+            "evalsha": None if o["evalsha"] is False else script(True),
+            "command": (lambda args: answer({"command": args})) if o["commands"] else None,
+        }
+        op = call["op"]
+        want = call["outcome"]
+
+        def act(store: Any) -> Any:
+            lock = store.lock(op["key"], op.get("ttl", 1), owner=op.get("owner"))
+            return {
+                "acquire": lock.acquire,
+                "release": lock.release,
+                "force_release": lock.force_release,
+                "owner": lock.current_owner,
+            }[op["op"]]()
+
+        if flavour == "sync":
+            store: Any = RedisStore.using(script(False), **options)
+            run: Callable[[], Any] = lambda: act(store)  # noqa: E731
+        else:
+
+            def wrap(f: Callable[..., Any] | None) -> Any:
+                if f is None:
+                    return None
+
+                async def g(*a: Any) -> Any:
+                    return f(*a)
+
+                return g
+
+            astore = AsyncRedisStore.using(
+                wrap(script(False)), **{**options, "evalsha": wrap(options["evalsha"]), "command": wrap(options["command"])}
+            )
+            run = lambda: asyncio.run(act(astore))  # noqa: E731
+        if "error" in want:
+            kind = StoreReplyError if want["error"] == "reply" else StoreError
+            with pytest.raises(kind) as raised:
+                run()
+            if want["error"] == "store":
+                assert not isinstance(raised.value, StoreReplyError)
+        else:
+            assert run() == (want["bool"] if "bool" in want else want["owner"]), case["name"]
+        assert not steps, f"{case['name']}: steps left"

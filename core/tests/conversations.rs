@@ -124,6 +124,7 @@ fn command_json(command: Command<'_>, call_id: &str) -> Value {
             "keys": keys,
             "args": args.iter().map(|a| if a == call_id { "{call_id}" } else { a.as_str() }).collect::<Vec<_>>(),
         }),
+        Command::Plain { args } => json!({ "command": args }),
         Command::Sql { statements } => json!({
             "sql": statements.iter().map(|s| s.sql.clone()).collect::<Vec<_>>(),
             "params": statements

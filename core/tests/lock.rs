@@ -224,6 +224,18 @@ fn vectors_on_sqlite() {
 // ---- Redis ------------------------------------------------------------------------------------------
 
 fn redis_answer(con: &mut redis::Connection, command: Command<'_>) -> Result<Fed, String> {
+    if let Command::Plain { args } = command {
+        let mut cmd = redis::cmd(&args[0]);
+        cmd.arg(&args[1..]);
+        // redis-rs reads `SET`'s `+OK` as `Value::Okay`: the status text, as the other clients give it.
+        return cmd
+            .query::<redis::Value>(con)
+            .map(|v| match v {
+                redis::Value::Okay => Fed::Reply(ratewindow_core::redis::Reply::Text("OK".into())),
+                v => Fed::Reply(to_reply(v)),
+            })
+            .map_err(|e| e.to_string());
+    }
     let Command::Script {
         script,
         keys,
@@ -251,6 +263,12 @@ fn redis_store() -> Redis {
     Redis::new(RedisOptions::default().with_prefix("rwtest:lock:"))
 }
 
+/// The store whose host runs plain commands: acquire `SET NX PX`, force `DEL`, owner `GET`.
+#[cfg(feature = "lock-commands")]
+fn redis_plain_store() -> Redis {
+    redis_store().plain_commands(true)
+}
+
 #[test]
 fn vectors_on_redis() {
     let mut con = redis_connection();
@@ -258,6 +276,60 @@ fn vectors_on_redis() {
     run_cases("redis", false, |op, _| {
         drive_ok(store.lock(op), |c| redis_answer(&mut con, c))
     });
+}
+
+#[test]
+#[cfg(feature = "lock-commands")]
+fn vectors_on_redis_with_plain_commands() {
+    let mut con = redis_connection();
+    let store = redis_plain_store();
+    run_cases("redis (plain commands)", false, |op, _| {
+        drive_ok(store.lock(op), |c| redis_answer(&mut con, c))
+    });
+}
+
+#[test]
+#[cfg(feature = "lock-commands")]
+fn a_plain_acquire_and_a_script_release_share_the_key() {
+    let mut con = redis_connection();
+    let (plain, script) = (redis_plain_store(), redis_store());
+    let key = format!("mixed:{}", unique());
+    let run = |store: &Redis, op: LockOp, con: &mut redis::Connection| {
+        drive_ok(store.lock(op), |c| redis_answer(con, c))
+    };
+    let acquire = |owner: &str| LockOp::Acquire {
+        key: key.clone(),
+        owner: owner.into(),
+        ttl: LockTtl::from_ms(60_000).unwrap(),
+    };
+    assert_eq!(run(&plain, acquire("a"), &mut con), Outcome::Bool(true));
+    assert_eq!(run(&script, acquire("b"), &mut con), Outcome::Bool(false));
+    assert_eq!(run(&plain, acquire("a"), &mut con), Outcome::Bool(false));
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(plain.options().lock_key(&key))
+        .query(&mut con)
+        .unwrap();
+    assert!((59_000..=60_000).contains(&pttl), "{pttl}");
+    let owner = LockOp::Owner { key: key.clone() };
+    assert_eq!(
+        run(&script, owner.clone(), &mut con),
+        Outcome::Owner(Some("a".into()))
+    );
+    assert_eq!(
+        run(&plain, owner.clone(), &mut con),
+        Outcome::Owner(Some("a".into()))
+    );
+    let release = |owner: &str| LockOp::Release {
+        key: key.clone(),
+        owner: owner.into(),
+    };
+    assert_eq!(run(&plain, release("b"), &mut con), Outcome::Bool(false));
+    assert_eq!(run(&plain, release("a"), &mut con), Outcome::Bool(true));
+    assert_eq!(run(&plain, owner, &mut con), Outcome::Owner(None));
+    assert_eq!(run(&plain, acquire("b"), &mut con), Outcome::Bool(true));
+    let force = LockOp::ForceRelease { key: key.clone() };
+    assert_eq!(run(&plain, force.clone(), &mut con), Outcome::Bool(true));
+    assert_eq!(run(&plain, force, &mut con), Outcome::Bool(false));
 }
 
 #[test]
@@ -449,6 +521,26 @@ fn exactly_one_holder_on_redis() {
 }
 
 #[test]
+#[cfg(feature = "lock-commands")]
+fn exactly_one_holder_on_redis_with_plain_commands() {
+    let store = redis_plain_store();
+    let key = format!("race:{}", unique());
+    let cons: Vec<std::sync::Mutex<redis::Connection>> = (0..8)
+        .map(|_| std::sync::Mutex::new(redis_connection()))
+        .collect();
+    race("redis (plain)", 8, 64, |t, owner| {
+        let mut con = cons[t].lock().unwrap();
+        drive_ok(store.lock(acquire_op(&key, owner)), |c| {
+            redis_answer(&mut con, c)
+        }) == Outcome::Bool(true)
+    });
+    let mut con = redis_connection();
+    drive_ok(store.lock(LockOp::ForceRelease { key }), |c| {
+        redis_answer(&mut con, c)
+    });
+}
+
+#[test]
 fn exactly_one_holder_on_postgres() {
     let schema = PgSchema::install();
     let clients: Vec<std::sync::Mutex<postgres::Client>> = (0..8)
@@ -480,4 +572,77 @@ fn exactly_one_holder_on_sqlite() {
     });
     drop(dbs);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ---- Conversations ----------------------------------------------------------------------------------
+
+/// `tests/vectors/conversations/lock/redis.json`: the commands each lock call sends, the replies fed
+/// back in each client's spelling, the outcome.
+#[test]
+#[cfg(feature = "lock-commands")]
+fn lock_conversations() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/vectors/conversations/lock/redis.json"
+    );
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for case in file["cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let o = &case["options"];
+        let mut options = RedisOptions::default().with_prefix(o["prefix"].as_str().unwrap());
+        if let Some(tag) = o["hash_tag"].as_str() {
+            options = options.with_hash_tag_before(tag).unwrap();
+        }
+        let store = Redis::new(options)
+            .evalsha(o["evalsha"] != false)
+            .plain_commands(o["commands"] == true);
+        for call in case["calls"].as_array().unwrap() {
+            let mut steps = call["steps"].as_array().unwrap().iter();
+            let (result, _) = store.lock(op(&call["op"], "")).drive(|command| {
+                let step = steps
+                    .next()
+                    .unwrap_or_else(|| panic!("{name}: a step too many"));
+                let sent = match command {
+                    Command::Plain { args } => serde_json::json!({ "command": args }),
+                    Command::Script {
+                        script,
+                        keys,
+                        args,
+                        by_sha1,
+                    } => serde_json::json!({
+                        "script": script.name, "by_sha1": by_sha1, "keys": keys, "args": args,
+                    }),
+                    Command::Sql { .. } => panic!("{name}: SQL"),
+                };
+                assert_eq!(sent, step["command"], "{name}");
+                match step.get("fail") {
+                    Some(message) => Err(message.as_str().unwrap().to_owned()),
+                    None => Ok(Fed::Reply(reply(&step["reply"]))),
+                }
+            });
+            assert!(steps.next().is_none(), "{name}: steps left");
+            let outcome = &call["outcome"];
+            match result {
+                Ok(Outcome::Bool(b)) => assert_eq!(outcome["bool"], b, "{name}"),
+                Ok(Outcome::Owner(o)) => {
+                    assert_eq!(outcome["owner"], serde_json::json!(o), "{name}");
+                    assert!(outcome.get("owner").is_some(), "{name}");
+                }
+                Ok(other) => panic!("{name}: {other:?}"),
+                Err(e) => assert_eq!(outcome["error"], e.kind(), "{name}"),
+            }
+        }
+    }
+}
+
+#[cfg(feature = "lock-commands")]
+fn reply(v: &Value) -> ratewindow_core::redis::Reply {
+    use ratewindow_core::redis::Reply;
+    match v {
+        Value::Null => Reply::Nil,
+        Value::Number(n) => Reply::Int(n.as_i64().unwrap()),
+        Value::String(s) => Reply::Text(s.clone()),
+        Value::Array(items) => Reply::Array(items.iter().map(reply).collect()),
+        other => panic!("not a reply: {other}"),
+    }
 }

@@ -38,6 +38,13 @@ Run: TypeAlias = Callable[[str, list[str], list[str]], Any]
 AsyncRun: TypeAlias = Callable[[str, list[str], list[str]], Awaitable[Any]]
 """``run(script, keys, args)``, awaitable."""
 
+RunCommand: TypeAlias = Callable[[list[str]], Any]
+"""``command(args)``: runs one plain command, ``args`` as is (its name, its one key, its arguments), e.g.
+``lambda args: r.execute_command(*args)``."""
+
+AsyncRunCommand: TypeAlias = Callable[[list[str]], Awaitable[Any]]
+"""``command(args)``, awaitable."""
+
 
 class GiveBackWarning(UserWarning):
     """The warning a failed give-back is reported as, unless the store has an ``on_give_back_error``."""
@@ -68,13 +75,27 @@ def _warn(error: GiveBackError) -> None:
 def _machine(
     store: RedisStore | AsyncRedisStore,
     evalsha: object,
+    command: object,
     prefix: str,
     hash_tag: str | None,
     report: Callable[[GiveBackError], None] | None,
 ) -> _ratewindow.Machine:
     return _ratewindow.Machine.redis_store(
-        prefix, hash_tag, evalsha is not None, release=store._release, report=report or _warn
+        prefix,
+        hash_tag,
+        evalsha is not None,
+        release=store._release,
+        report=report or _warn,
+        commands=command is not None,
     )
+
+
+def _no_command(args: list[str]) -> Any:
+    raise StoreError(f"the store was made without a command runner, and was asked to run {args[0]}")
+
+
+async def _no_command_async(args: list[str]) -> Any:
+    return _no_command(args)
 
 
 class _Keys:
@@ -89,12 +110,19 @@ class _Keys:
         run: Callable[[str, list[str], list[str]], Any],
         *,
         evalsha: Callable[[str, list[str], list[str]], Any] | None = None,
+        command: Callable[[list[str]], Any] | None = None,
         prefix: str = DEFAULT_PREFIX,
         hash_tag: str | None = None,
         on_give_back_error: Callable[[GiveBackError], None] | None = None,
     ) -> Self:
         """A store running its scripts with ``run(source, keys, args)`` (``EVAL``; awaitable for
         :class:`AsyncRedisStore`).
+
+        With ``command(args)``, which runs one plain command (``args``: its name, its one key, its
+        arguments), a lock's ``acquire`` is a plain ``SET key owner NX PX ttl`` (no script on the
+        server), ``force_release`` a ``DEL`` and ``current_owner`` a ``GET``; ``release`` stays the
+        compare-and-delete script. Without it every lock operation runs the lock script (the same
+        behaviour). :meth:`from_client` gives it.
 
         With ``evalsha(sha1, keys, args)`` a script goes by SHA1 and in full only when the server
         answers ``NOSCRIPT`` (after a restart, failover or ``SCRIPT FLUSH``); any other error is raised
@@ -113,9 +141,17 @@ class _Keys:
             store = RedisStore.using(
                 lambda script, keys, args: r.eval(script, len(keys), *keys, *args),
                 evalsha=lambda sha, keys, args: r.evalsha(sha, len(keys), *keys, *args),
+                command=lambda args: r.execute_command(*args),
             )
         """
-        return cls(run, evalsha=evalsha, prefix=prefix, hash_tag=hash_tag, on_give_back_error=on_give_back_error)  # type: ignore[call-arg]
+        return cls(  # type: ignore[call-arg]
+            run,
+            evalsha=evalsha,
+            command=command,
+            prefix=prefix,
+            hash_tag=hash_tag,
+            on_give_back_error=on_give_back_error,
+        )
 
     @classmethod
     def from_client(
@@ -126,11 +162,13 @@ class _Keys:
         hash_tag: str | None = None,
         on_give_back_error: Callable[[GiveBackError], None] | None = None,
     ) -> Self:
-        """:meth:`using` with the one-liners for a client with redis-py's ``eval``/``evalsha``
-        (``redis.Redis``, ``redis.cluster.RedisCluster`` and their asyncio twins)."""
+        """:meth:`using` with the one-liners for a client with redis-py's ``eval``/``evalsha``/
+        ``execute_command`` (``redis.Redis``, ``redis.cluster.RedisCluster`` and their asyncio twins;
+        a cluster routes a plain command by its key)."""
         return cls.using(
             lambda script, keys, args: client.eval(script, len(keys), *keys, *args),
             evalsha=lambda sha, keys, args: client.evalsha(sha, len(keys), *keys, *args),
+            command=lambda args: client.execute_command(*args),
             prefix=prefix,
             hash_tag=hash_tag,
             on_give_back_error=on_give_back_error,
@@ -163,38 +201,50 @@ class RedisStore(_Keys, CallStore):
         run: Run,
         *,
         evalsha: Run | None = None,
+        command: RunCommand | None = None,
         prefix: str = DEFAULT_PREFIX,
         hash_tag: str | None = None,
         on_give_back_error: Callable[[GiveBackError], None] | None = None,
     ) -> None:
-        self._machine = _machine(self, evalsha, prefix, hash_tag, on_give_back_error)
+        self._machine = _machine(self, evalsha, command, prefix, hash_tag, on_give_back_error)
         by_sha1 = evalsha if evalsha is not None else run
         script = _ratewindow.Script
+        plain = _ratewindow.RedisCommand
+        # Asked for only when `command` was given.
+        run_command: RunCommand = command if command is not None else _no_command
 
-        def execute(command: _ratewindow.Script) -> Any:
+        def execute(step: _ratewindow.Script | _ratewindow.RedisCommand) -> Any:
             try:
-                if command.by_sha1:
-                    return by_sha1(command.sha1, command.keys, command.args)
-                return run(command.source, command.keys, command.args)
+                if type(step) is plain:
+                    return run_command(step.args)
+                if step.by_sha1:  # type: ignore[union-attr]
+                    return by_sha1(step.sha1, step.keys, step.args)  # type: ignore[union-attr]
+                return run(step.source, step.keys, step.args)  # type: ignore[union-attr]
             except Exception as error:  # noqa: BLE001 - the call decides what it means
                 return Failed(error)
 
         def drive(call: _ratewindow.Call[T]) -> T:
             # _sansio.drive run by run_sync, written as one loop: a Redis call only ever asks for
-            # scripts, and one consume is then one frame instead of a generator and its driver.
+            # scripts (and a lock for plain commands), and one consume is then one frame instead of a
+            # generator and its driver.
             step = call.next()
-            while type(step) is script:
+            while True:
+                kind = type(step)
                 try:
-                    if step.by_sha1:
-                        answer = by_sha1(step.sha1, step.keys, step.args)
+                    if kind is script:
+                        if step.by_sha1:  # type: ignore[union-attr]
+                            answer = by_sha1(step.sha1, step.keys, step.args)  # type: ignore[union-attr]
+                        else:
+                            answer = run(step.source, step.keys, step.args)  # type: ignore[union-attr]
+                    elif kind is plain:
+                        answer = run_command(step.args)  # type: ignore[union-attr]
                     else:
-                        answer = run(step.source, step.keys, step.args)
+                        return step  # type: ignore[return-value]
                 except Exception as error:  # noqa: BLE001 - the call decides what it means
                     fail(call, error)
                 else:
                     call.feed_reply(answer)
                 step = call.next()
-            return step  # type: ignore[return-value]
 
         self._execute = execute  # type: ignore[assignment]
         self._drive = drive
@@ -214,18 +264,23 @@ class AsyncRedisStore(_Keys, AsyncCallStore):
         run: AsyncRun,
         *,
         evalsha: AsyncRun | None = None,
+        command: AsyncRunCommand | None = None,
         prefix: str = DEFAULT_PREFIX,
         hash_tag: str | None = None,
         on_give_back_error: Callable[[GiveBackError], None] | None = None,
     ) -> None:
-        self._machine = _machine(self, evalsha, prefix, hash_tag, on_give_back_error)
+        self._machine = _machine(self, evalsha, command, prefix, hash_tag, on_give_back_error)
         by_sha1 = evalsha if evalsha is not None else run
+        plain = _ratewindow.RedisCommand
+        run_command: AsyncRunCommand = command if command is not None else _no_command_async
 
-        async def execute(command: _ratewindow.Script) -> Any:
+        async def execute(step: _ratewindow.Script | _ratewindow.RedisCommand) -> Any:
             try:
-                if command.by_sha1:
-                    return await by_sha1(command.sha1, command.keys, command.args)
-                return await run(command.source, command.keys, command.args)
+                if type(step) is plain:
+                    return await run_command(step.args)
+                if step.by_sha1:  # type: ignore[union-attr]
+                    return await by_sha1(step.sha1, step.keys, step.args)  # type: ignore[union-attr]
+                return await run(step.source, step.keys, step.args)  # type: ignore[union-attr]
             except Exception as error:  # noqa: BLE001 - the call decides what it means
                 return Failed(error)
 

@@ -7,7 +7,7 @@ awaitable one (an asyncio client).
 
 The networked stores (Redis, PostgreSQL, SQLite) have one such operation, :func:`drive`: it runs a
 call machine of the Rust core (``Machine.consume(...)`` and the rest start one) to its outcome, yielding
-each command the machine asks for (a :class:`Script` or a :class:`Sql`) and feeding back what the
+each command the machine asks for (a :class:`Script`, a :class:`RedisCommand` or a :class:`Sql`) and feeding back what the
 client answered, or how it failed. Everything that decides — the ``NOSCRIPT`` resend, the Redis Cluster
 fallback, SQLite's rollback, which error is which — is the machine's; ``RedisStore`` and
 ``AsyncRedisStore`` share every line but the driver. The default ``consume_many`` of
@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeAlias, TypeVar
 
-from ._ratewindow import Call, Script, Sql
+from ._ratewindow import Call, RedisCommand, Script, Sql
 
 __all__ = ["Op", "Failed", "Command", "fail", "drive", "run_sync", "run_async", "run_call_async"]
 
@@ -31,7 +31,7 @@ Out = TypeVar("Out")
 Op: TypeAlias = Generator[Req, Rep, Out]
 """An operation: yields requests, is sent their replies, returns its result."""
 
-Command: TypeAlias = Script | Sql
+Command: TypeAlias = Script | RedisCommand | Sql
 """What a call machine asks the client to run."""
 
 
@@ -54,11 +54,11 @@ def drive(call: Call[Out]) -> Op[Command, Any, Out]:
     """Runs ``call``: yields each command and feeds back the answer (a reply, rows or :class:`Failed`);
     returns the outcome, or raises the call's typed error."""
     step = call.next()
-    while isinstance(step, (Script, Sql)):
+    while isinstance(step, (Script, RedisCommand, Sql)):
         answer = yield step
         if type(answer) is Failed:
             fail(call, answer.error)
-        elif type(step) is Script:
+        elif type(step) is not Sql:
             call.feed_reply(answer)
         else:
             call.feed_rows(answer)

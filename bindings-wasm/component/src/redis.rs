@@ -100,8 +100,11 @@ pub(crate) fn run(command: Command<'_>) -> Result<Fed, String> {
             let source = if by_sha1 { "" } else { script.source };
             store_io::run_script(source, script.sha1, keys, args).map(|r| Fed::Reply(reply(r)))
         }
-        // A Redis machine never asks for SQL; feeding a failure lets the machine say so.
-        Command::Sql { .. } => Err("the component's Redis store has no SQL client".to_owned()),
+        // A Redis machine never asks for SQL, nor for a plain command (the component's store is not
+        // made with `plain_commands`: its lock acquires by script); a failure lets the machine say so.
+        Command::Sql { .. } | Command::Plain { .. } => {
+            Err("the component's store runs scripts only".to_owned())
+        }
     }
 }
 

@@ -254,6 +254,14 @@ pub enum Command<'a> {
         /// `EVALSHA` (true) or `EVAL` (false).
         by_sha1: bool,
     },
+    /// Redis: run one plain command (not a script): `args[0]` is its name, `args[1]` its one key
+    /// (what a Cluster client routes by), the rest its arguments — e.g. the lock's `SET key owner NX
+    /// PX ttl`. Feed back the reply as the client gives it ([`Fed::Reply`]) or the client's error
+    /// message. Asked for only by a [`Redis`] store made with [`Redis::plain_commands`].
+    Plain {
+        /// The command: its name, its key, its arguments.
+        args: &'a [String],
+    },
     /// SQL: run `statements` in order on one connection; feed back the rows of the last one
     /// ([`Fed::Rows`], every column as a [`SqlValue`]), or the driver's error message as soon as one
     /// fails (run none after it).

@@ -33,6 +33,7 @@ use crate::{BatchVerdict, Limit, Quota};
 pub struct Redis {
     options: RedisOptions,
     evalsha: bool,
+    plain: bool,
 }
 
 impl Redis {
@@ -42,7 +43,22 @@ impl Redis {
         Redis {
             options,
             evalsha: true,
+            plain: false,
         }
+    }
+
+    /// Whether the host can run plain commands ([`Command::Plain`]; `false` by default). The lock then
+    /// acquires by `SET key owner NX PX ttl`, frees by force with `DEL` and reads its owner with `GET`
+    /// (a release stays a script: compare and delete in one step); without them, or in a build
+    /// without the `lock-commands` feature, every lock step is the lock script.
+    pub fn plain_commands(mut self, plain: bool) -> Redis {
+        self.plain = plain;
+        self
+    }
+
+    /// Whether lock calls ask for plain commands.
+    pub fn runs_plain_commands(&self) -> bool {
+        self.plain
     }
 
     /// Whether the host runs scripts by SHA1 (`true` by default). A host that can only `EVAL` says
