@@ -499,3 +499,81 @@ fn an_earlier_sqlite_file_gains_the_rates_tables() {
     assert!(!verdict(lite.drive(plans.rate(op, 1_001))).allowed);
     let _ = std::fs::remove_file(path);
 }
+
+/// The purge removes the rows that no longer count and keeps the others, on both stores.
+#[test]
+fn the_purge_removes_full_buckets_and_spent_counters_only() {
+    let gcra = Gcra::new(10, 1_000, 10).unwrap(); // a use back every 100 ms
+    let counter = Counter::new(Limit::new(10, 1_000).unwrap()).unwrap();
+    let ops = |key: &str| {
+        [
+            RateOp::GcraConsume {
+                key: key.into(),
+                gcra,
+                cost: 5,
+            },
+            RateOp::CounterConsume {
+                key: key.into(),
+                counter,
+                cost: 5,
+            },
+        ]
+    };
+    // PostgreSQL, on its own clock: "old" rows made an hour ago, "new" ones now.
+    let pg = Pg::install("purge");
+    let mut client = servers::pg_connect();
+    let server_now = verdict(pg_drive(
+        &mut client,
+        pg.plans.rate(ops("probe")[0].clone()),
+    ));
+    assert!(server_now.allowed);
+    let hour_ago = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        - 3_600_000;
+    for op in ops("old") {
+        assert!(verdict(pg_drive(&mut client, pg.plans.rate_at(op, hour_ago))).allowed);
+    }
+    for op in ops("new") {
+        assert!(verdict(pg_drive(&mut client, pg.plans.rate(op))).allowed);
+    }
+    let rows = pg_run(&mut client, &pg.plans.plan_rates_purge()).unwrap();
+    assert_eq!(Postgres::decode_rates_purge(&rows), Ok((1, 1)));
+    let p = pg.plans.names().prefix();
+    let left: i64 = client
+        .query_one(
+            &format!(
+                "SELECT (SELECT count(*) FROM {p}_gcra) + (SELECT count(*) FROM {p}_counters)"
+            ),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 3, "probe's bucket, new's bucket and counter");
+
+    // SQLite, on the host's clock: at 10,000 ms, the bucket of 5 uses made at 9,600 is full at
+    // 10,100; the counter of window 9 is spent at 11,000.
+    let path = temp_file("purge");
+    let lite = Lite::open(&path, true);
+    let plans = Sqlite::default();
+    for op in ops("a") {
+        assert!(verdict(lite.drive(plans.rate(op, 9_600))).allowed);
+    }
+    let count = |lite: &Lite| -> i64 {
+        lite.db
+            .query_row(
+                "SELECT (SELECT count(*) FROM ratewindow_gcra) + (SELECT count(*) FROM ratewindow_counters)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    for (now, left) in [(10_099, 2), (10_100, 1), (10_999, 1), (11_000, 0)] {
+        for statement in plans.plan_rates_purge(now) {
+            lite.run(&statement).unwrap();
+        }
+        assert_eq!(count(&lite), left, "at {now}");
+    }
+    let _ = std::fs::remove_file(path);
+}

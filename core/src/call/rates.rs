@@ -823,6 +823,65 @@ impl Postgres {
 }
 
 #[cfg(feature = "sql")]
+impl Postgres {
+    /// The purge of the GCRA and counter tables: rows that no longer count (a full bucket, counts
+    /// that weigh nothing) on the server's clock, skipping rows a call holds. One statement; its
+    /// one row is `(buckets deleted, counters deleted)` ([`decode_rates_purge`](Self::decode_rates_purge)).
+    /// Schedule it beside [`plan_purge`](Self::plan_purge).
+    pub fn plan_rates_purge(&self) -> Statement {
+        let now = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+        let sql = format!(
+            "WITH g AS (DELETE FROM {{p}}_gcra WHERE key IN (SELECT key FROM {{p}}_gcra \
+             WHERE ms + (rem > 0)::int <= {now} FOR UPDATE SKIP LOCKED) RETURNING 1), \
+             c AS (DELETE FROM {{p}}_counters WHERE key IN (SELECT key FROM {{p}}_counters \
+             WHERE start_ms + window_ms * (CASE WHEN cur > 0 THEN 2 ELSE 1 END) <= {now} \
+             FOR UPDATE SKIP LOCKED) RETURNING 1) \
+             SELECT (SELECT count(*) FROM g) AS buckets, (SELECT count(*) FROM c) AS counters"
+        );
+        Statement {
+            sql: sql.replace("{p}", self.names().prefix()),
+            params: Vec::new(),
+        }
+    }
+
+    /// The row of [`plan_rates_purge`](Self::plan_rates_purge): (buckets, counters) deleted.
+    pub fn decode_rates_purge(rows: &[Vec<SqlValue>]) -> Result<(u64, u64), RowError> {
+        if let [row] = rows {
+            if let [a, b] = row.as_slice() {
+                if let (Some(a), Some(b)) = (sql_int(a).flatten(), sql_int(b).flatten()) {
+                    return Ok((a, b));
+                }
+            }
+        }
+        Err(RowError {
+            statement: "rates purge",
+            expected: "one row (buckets, counters)",
+            got: format!("{rows:?}"),
+        })
+    }
+}
+
+#[cfg(feature = "sql")]
+impl Sqlite {
+    /// The purge of the GCRA and counter tables at `now` (the host's clock): rows that no longer
+    /// count. Run the statements in order (no rows); schedule it beside
+    /// [`plan_purge`](Self::plan_purge).
+    pub fn plan_rates_purge(&self, now: u64) -> Vec<Statement> {
+        let p = self.names().prefix();
+        [
+            "DELETE FROM {p}_gcra WHERE ms + (rem > 0) <= ?",
+            "DELETE FROM {p}_counters WHERE start_ms + window_ms * \
+             (CASE WHEN cur > 0 THEN 2 ELSE 1 END) <= ?",
+        ]
+        .map(|sql| Statement {
+            sql: sql.replace("{p}", p),
+            params: vec![sql_u64(now)],
+        })
+        .to_vec()
+    }
+}
+
+#[cfg(feature = "sql")]
 impl Sqlite {
     /// Starts a GCRA or counter operation at `now` (the host's clock, ms) on the tables
     /// `{prefix}_gcra` / `{prefix}_counters` installed by [`schema`](Self::schema): a consume is
