@@ -291,6 +291,36 @@ impl Calls {
         self.run(out, call, keep)
     }
 
+    /// Starts a GCRA or counter operation (`op`: 0 consume, 1 peek, 2 reset; `kind` 1 GCRA, 2 the
+    /// counter, the numbers as JS gave them: see `crate::rates`). `now`: SQLite's clock; on Redis and
+    /// PostgreSQL, given, it times the call instead of the server's clock (the vectors). Its verdict
+    /// keeps no release (these uses are not given back).
+    #[cfg(feature = "rates")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn rate(
+        &mut self,
+        out: &mut CallRecord,
+        op: u32,
+        key: String,
+        kind: u32,
+        uses: f64,
+        window_ms: f64,
+        burst: f64,
+        cost: f64,
+        now: Option<f64>,
+    ) -> Res<Option<String>> {
+        let op = crate::rates::rate_op(op, key, kind, uses, window_ms, burst, cost)?;
+        let now = now.map(number::now).transpose()?;
+        let call = match (&self.planner, now) {
+            (Planner::Redis(r), Some(now)) => r.rate_at(op, now),
+            (Planner::Redis(r), None) => r.rate(op),
+            (Planner::Postgres(p), Some(now)) => p.rate_at(op, now),
+            (Planner::Postgres(p), None) => p.rate(op),
+            (Planner::Sqlite(s), now) => s.rate(op, now.unwrap_or(0)),
+        };
+        self.run(out, call, false)
+    }
+
     /// Holds `call` in a free slot (or a new one) and writes its first step into `out`.
     fn run(&mut self, out: &mut CallRecord, call: Call, keep: bool) -> Res<Option<String>> {
         let slot = Slot::Running(call, keep);
@@ -336,6 +366,8 @@ impl Calls {
                 out[SCRIPT] = match script.name {
                     "fixed" => 1.0,
                     "lock" => 2.0,
+                    "gcra" => 4.0,
+                    "counter" => 5.0,
                     _ => 0.0,
                 };
                 return Ok(Some(joined(out, keys, args)));
@@ -730,7 +762,8 @@ pub fn numbers_in(out: &CallRecord, len: u32) -> ([f64; LEN - PIECES], usize) {
 pub fn redis_scripts() -> Vec<String> {
     use ratewindow_core::call::LOCK;
     use ratewindow_core::redis::{FIXED, SLIDING};
-    [
+    #[allow(unused_mut)]
+    let mut scripts: Vec<String> = [
         SLIDING.sha1,
         SLIDING.source,
         FIXED.sha1,
@@ -739,7 +772,14 @@ pub fn redis_scripts() -> Vec<String> {
         LOCK.source,
     ]
     .map(str::to_owned)
-    .to_vec()
+    .to_vec();
+    // GCRA and the counter (`SCRIPT` slots 4 and 5), in the builds with them.
+    #[cfg(feature = "rates")]
+    {
+        use ratewindow_core::call::{COUNTER, GCRA};
+        scripts.extend([GCRA.sha1, GCRA.source, COUNTER.sha1, COUNTER.source].map(str::to_owned));
+    }
+    scripts
 }
 
 // ---- Values: the op arguments in, the outcome's parts out ------------------------------------------

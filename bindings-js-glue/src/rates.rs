@@ -136,6 +136,43 @@ pub fn check_rate(kind: u32, uses: f64, window_ms: f64, burst: f64) -> Res<()> {
     check(kind, uses, window_ms, burst, 1.0).map(|_| ())
 }
 
+/// A networked store's GCRA or counter operation (`op`: 0 consume, 1 peek, 2 reset), checked as the
+/// memory store's are (a reset reads `kind` alone).
+pub(crate) fn rate_op(
+    op: u32,
+    key: String,
+    kind: u32,
+    uses: f64,
+    window_ms: f64,
+    burst: f64,
+    cost: f64,
+) -> Res<ratewindow_core::call::RateOp> {
+    use ratewindow_core::call::RateOp;
+    if op == 2 {
+        return match kind {
+            GCRA => Ok(RateOp::GcraReset { key }),
+            COUNTER => Ok(RateOp::CounterReset { key }),
+            _ => Err(unknown_kind(kind)),
+        };
+    }
+    let consume = match op {
+        0 => true,
+        1 => false,
+        _ => {
+            return Err(Failure::new(
+                "invalid_argument:op",
+                format!("invalid op: {op} (expected 0 consume, 1 peek or 2 reset)"),
+            ))
+        }
+    };
+    Ok(match check(kind, uses, window_ms, burst, cost)? {
+        Checked::Gcra(gcra, cost) if consume => RateOp::GcraConsume { key, gcra, cost },
+        Checked::Gcra(gcra, cost) => RateOp::GcraPeek { key, gcra, cost },
+        Checked::Counter(counter, cost) if consume => RateOp::CounterConsume { key, counter, cost },
+        Checked::Counter(counter, cost) => RateOp::CounterPeek { key, counter, cost },
+    })
+}
+
 impl JsStore {
     /// `MemoryStore::gcra_consume` / `counter_consume`: `0` when allowed (and recorded), else the retry
     /// timestamp; the quota in the record.

@@ -285,6 +285,28 @@ impl NativeCalls {
         })
     }
 
+    /// Starts a GCRA or counter operation (`op`: 0 consume, 1 peek, 2 reset; `kind` 1 GCRA, 2 the
+    /// counter): `now` is SQLite's clock, and on Redis and PostgreSQL times the call instead of the
+    /// server's (the vectors).
+    #[napi(ts_return_type = "string | null")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn rate(
+        &mut self,
+        op: u32,
+        key: Key,
+        kind: u32,
+        uses: f64,
+        window_ms: f64,
+        burst: f64,
+        cost: f64,
+        now: Option<f64>,
+    ) -> Result<Joined, String> {
+        self.go(|c, out| {
+            let key = key.get()?.to_owned();
+            c.rate(out, op, key, kind, uses, window_ms, burst, cost, now)
+        })
+    }
+
     /// Starts `Op::Peek`.
     #[napi(
         ts_args_type = "keys: Array<string>, uses: Array<number>, windows: Array<number>, now?: number | undefined | null",

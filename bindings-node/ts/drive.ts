@@ -10,13 +10,13 @@
  * @internal
  */
 import type { Backend } from './backend';
-import { checkEntries, checkInteger, checkKey, checkLimitShape } from './check';
-import { fromBackend, InternalError, typeError } from './errors';
+import { checkEntries, checkInteger, checkKey, checkLimitShape, costOf, rateKind } from './check';
+import { fromBackend, InternalError, typeError, UnsupportedError } from './errors';
 import { CALL_RECORD_NUMBERS, CallSlot, StepKind, type BackendCalls, type BackendRelease, type CallErrorInfo, type WindowQuery } from './redis-backend';
 import { Lock, withLock, type LockBackend, type LockDriver, type WithLockOptions } from './lock';
 import { cooldownLimit, CooldownStore } from './store';
 import { GiveBackError, StoreError, StoreReplyError } from './store-errors';
-import type { AttemptResult, Awaitable, HitResult, BatchVerdict, CooldownLimit, Entry, Verdict } from './types';
+import type { AnyLimit, AttemptResult, Awaitable, BatchVerdict, CallOptions, CooldownLimit, CounterLimit, Entry, GcraLimit, HitResult, Verdict } from './types';
 
 /**
  * Runs call `id`'s command (a `Script` or `Sql` step) with the user's client: its reply or rows.
@@ -279,6 +279,8 @@ export function verdictOf(r: Float64Array, batch: boolean, release?: () => Await
 
 /** A single call's verdict from the record. */
 const single = (r: Float64Array): Verdict => verdictOf(r, false);
+/** A reset's outcome (none), typed as the verdicts it shares a driver with. */
+const nothing = (): Verdict => undefined as unknown as Verdict;
 
 /** A lock operation's outcome from the record: whether it took or freed the lock. */
 const lockFlag = (r: Float64Array): boolean => r[CallSlot.Value] === 1;
@@ -395,12 +397,18 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     };
   }
 
-  /** Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait. */
-  override consume(key: string, limit: CooldownLimit): Answer<S, Verdict> {
+  /**
+   * Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait. A
+   * {@link GcraLimit} or {@link CounterLimit} (with `options.cost`) is counted by its own script (Redis)
+   * or statement (PostgreSQL, SQLite); batches mixing them with the sliding log are the memory store's
+   * only (UnsupportedError here).
+   */
+  override consume(key: string, limit: AnyLimit, options?: CallOptions): Answer<S, Verdict> {
     // The hot path: no closure made per call.
     let first: string | null;
     try {
       checkKey(key);
+      if (rateKind(limit) !== 0) return this.rate(0, key, limit, options);
       checkLimitShape(limit);
       first = this.calls.consumeOne(key, limit.uses, limit.windowMs, this.now());
     } catch (e) {
@@ -433,8 +441,60 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
   private readonly releasable = (r: Float64Array, id: number): Verdict =>
     verdictOf(r, false, this.releaser(r[CallSlot.Release] === 1 ? (this.calls.releaseToken(id) ?? undefined) : undefined));
 
+  /**
+   * A GCRA or counter call (`op` 0 consume, 1 peek, 2 reset), its arguments checked here. Its verdict
+   * has no `release` (these uses are not given back); a reset answers `undefined`.
+   */
+  private rate(op: 0 | 1 | 2, key: unknown, limit: unknown, options: unknown): Answer<S, Verdict> {
+    let first: string | null;
+    let given: GcraLimit | undefined;
+    let cost = 1;
+    try {
+      checkKey(key);
+      const kind = rateKind(limit);
+      if (kind === 0) throw typeError("reset takes a GCRA or counter limit ({ algorithm: 'gcra' | 'counter', ... })", limit);
+      given = limit as GcraLimit;
+      if (op !== 2) cost = costOf(options);
+      const calls = this.calls;
+      if (calls.rate === undefined) throw new UnsupportedError(given.algorithm, `this build does not count ${given.algorithm} limits (the native addon does)`);
+      const burst = kind === 1 ? (given.burst ?? given.uses) : 0;
+      first = calls.rate(op, key, kind, given.uses, given.windowMs, burst, cost, this.rateClock());
+    } catch (e) {
+      const code = (e as { code?: unknown } | null)?.code;
+      let error = e;
+      if (code === 'invalid_argument:store' && given !== undefined) error = new UnsupportedError(given.algorithm);
+      else if (typeof code === 'string' && !code.startsWith('ERR_')) error = fromBackend(e, given?.uses, given?.windowMs, given?.burst, cost);
+      if (this.sync) throw error;
+      return Promise.reject(error) as Answer<S, Verdict>;
+    }
+    return this.driven(first, op === 2 ? nothing : single);
+  }
+
+  /**
+   * The time a GCRA or counter call is decided at: `null` for the server's clock (Redis, PostgreSQL);
+   * SQLite's host clock. Tests override it to run the vectors at their times.
+   */
+  protected rateClock(): number | null {
+    return null;
+  }
+
+  /**
+   * Forgets `key`'s GCRA bucket or counter (by `limit`'s algorithm): its next call finds every use
+   * there. A sliding-log limit is a `TypeError`.
+   */
+  reset(key: string, limit: GcraLimit | CounterLimit): Answer<S, void> {
+    return this.rate(2, key, limit, undefined) as unknown as Answer<S, void>;
+  }
+
   /** The verdict {@link consume} would give, recording nothing. */
-  peek(key: string, limit: CooldownLimit): Answer<S, Verdict> {
+  peek(key: string, limit: AnyLimit, options?: CallOptions): Answer<S, Verdict> {
+    let kind: number;
+    try {
+      kind = rateKind(limit);
+    } catch (e) {
+      return this.startFailed(e);
+    }
+    if (kind !== 0) return this.rate(1, key, limit, options);
     return this.go(
       () => {
         checkKey(key);

@@ -142,6 +142,13 @@ export interface BackendCalls {
   read(key: string, query: WindowQuery, max: number, now?: number | null): string | null;
   resetAttempts(key: string, now?: number | null): string | null;
   clear(key: string, now?: number | null): string | null;
+  /**
+   * A GCRA (`kind` 1) or counter (`kind` 2) operation, `op` 0 consume, 1 peek, 2 reset, the numbers as
+   * the user gave them (refused as the memory store's `rateConsume`); `now` times it instead of the
+   * server's clock. Absent from a build without them; a store that cannot count them throws code
+   * `invalid_argument:store`.
+   */
+  rate?(op: number, key: string, kind: number, uses: number, windowMs: number, burst: number, cost: number, now?: number | null): string | null;
   /** A lock operation (`acquire`, `release`, `forceRelease`, `owner`); see `ts/lock.ts`. */
   lock?(op: string, key: string, owner: string | null, ttl: number, now?: number | null): string | null;
   /** A held lock `Owner` outcome: the holder's token. */
@@ -195,7 +202,10 @@ export interface RedisBackend {
    * false; a build that ignores it asks for scripts only).
    */
   createRedis(record: Float64Array, prefix: string, hashTagBefore: string | null, evalsha?: boolean, commands?: boolean): BackendCalls;
-  /** `[sliding sha1, sliding source, fixed sha1, fixed source, lock sha1, lock source]`. */
+  /**
+   * `[sliding sha1, sliding source, fixed sha1, fixed source, lock sha1, lock source]`, then `gcra sha1,
+   * gcra source, counter sha1, counter source` in a build with GCRA and the counter.
+   */
   redisScripts(): string[];
 }
 

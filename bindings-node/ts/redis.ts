@@ -96,6 +96,9 @@ export class RedisStore extends CallStore<false> {
   private readonly sliding: ScriptRef;
   private readonly fixed: ScriptRef;
   private readonly lockScript: ScriptRef;
+  /** GCRA's and the counter's scripts (`Script` slots 4 and 5; empty in a build without them). */
+  private readonly gcraScript: ScriptRef;
+  private readonly counterScript: ScriptRef;
   private readonly onGiveBackError: ((error: GiveBackError) => void) | undefined;
 
   /**
@@ -147,10 +150,12 @@ export class RedisStore extends CallStore<false> {
     } catch (e) {
       throw engineError(e, backend);
     }
-    const [slidingSha1, slidingSource, fixedSha1, fixedSource, lockSha1, lockSource] = backend.redisScripts();
+    const [slidingSha1, slidingSource, fixedSha1, fixedSource, lockSha1, lockSource, gcraSha1, gcraSource, counterSha1, counterSource] = backend.redisScripts();
     this.sliding = Object.freeze({ sha1: slidingSha1!, source: slidingSource! });
     this.fixed = Object.freeze({ sha1: fixedSha1!, source: fixedSource! });
     this.lockScript = Object.freeze({ sha1: lockSha1 ?? '', source: lockSource ?? '' });
+    this.gcraScript = Object.freeze({ sha1: gcraSha1 ?? '', source: gcraSource ?? '' });
+    this.counterScript = Object.freeze({ sha1: counterSha1 ?? '', source: counterSource ?? '' });
     this.run = run;
     this.evalsha = evalsha;
     this.command = command;
@@ -171,7 +176,7 @@ export class RedisStore extends CallStore<false> {
     const r = this.record;
     const which = r[CallSlot.Script];
     if (which === 3) return this.plain(id, command);
-    const script = which === 0 ? this.sliding : which === 1 ? this.fixed : this.lockScript;
+    const script = which === 0 ? this.sliding : which === 1 ? this.fixed : which === 2 ? this.lockScript : which === 4 ? this.gcraScript : this.counterScript;
     const nKeys = r[CallSlot.Keys]!;
     let keys: string[];
     let args: string[];

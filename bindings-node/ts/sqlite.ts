@@ -137,6 +137,11 @@ export class SqliteStore extends CallStore<true> {
     return this.clock === undefined ? Date.now() : checkNow(this.clock.now());
   }
 
+  /** GCRA and counter calls are decided on the host clock too. */
+  protected override rateClock(): number {
+    return this.now();
+  }
+
   private prepare(sql: string): Prepared {
     let p = this.prepared.get(sql);
     if (p === undefined) {
