@@ -426,15 +426,13 @@ impl Machine {
         })
     }
 
-    /// Starts a GCRA or counter operation (`src/rates.rs`), on the server's clock or at `now`: a
-    /// verdict (never released), or `None` for a reset. Redis only for now: the SQL stores raise
-    /// `UnsupportedError` naming `algorithm`.
+    /// Starts a GCRA or counter operation (`src/rates.rs`), on the server's clock (SQLite: the store's)
+    /// or at `now`: a verdict (never released), or `None` for a reset.
     pub(crate) fn start_rate(
         &self,
         py: Python<'_>,
         op: ratewindow_core::call::RateOp,
         now: Option<u64>,
-        algorithm: &str,
     ) -> PyResult<Call> {
         use ratewindow_core::call::RateOp;
         let shape = match op {
@@ -444,7 +442,15 @@ impl Machine {
         let call = match (&self.store, now) {
             (Store::Redis(store), None) => store.rate(op),
             (Store::Redis(store), Some(now)) => store.rate_at(op, now),
-            _ => return Err(crate::errors::unsupported(py, algorithm)),
+            (Store::Postgres(store), None) => store.rate(op),
+            (Store::Postgres(store), Some(now)) => store.rate_at(op, now),
+            (Store::Sqlite(store, clock), now) => {
+                let now = match now {
+                    Some(now) => now,
+                    None => read_clock(py, clock.as_ref())?,
+                };
+                store.rate(op, now)
+            }
         };
         Ok(Call {
             call,

@@ -383,27 +383,21 @@ pub(crate) fn rate_call(
             checked_cost(rule, cost_arg(cost, "cost")?, "cost", cost, py)?
         };
         let key = key.0.to_owned();
-        let (rate, algorithm) = match (rule, op) {
-            (Rule::Gcra(gcra), "consume") => (RateOp::GcraConsume { key, gcra, cost: n }, "gcra"),
-            (Rule::Gcra(gcra), "peek") => (RateOp::GcraPeek { key, gcra, cost: n }, "gcra"),
-            (Rule::Gcra(_), "reset") => (RateOp::GcraReset { key }, "gcra"),
-            (Rule::Counter(counter), "consume") => (
-                RateOp::CounterConsume {
-                    key,
-                    counter,
-                    cost: n,
-                },
-                "counter",
-            ),
-            (Rule::Counter(counter), "peek") => (
-                RateOp::CounterPeek {
-                    key,
-                    counter,
-                    cost: n,
-                },
-                "counter",
-            ),
-            (Rule::Counter(_), "reset") => (RateOp::CounterReset { key }, "counter"),
+        let rate = match (rule, op) {
+            (Rule::Gcra(gcra), "consume") => RateOp::GcraConsume { key, gcra, cost: n },
+            (Rule::Gcra(gcra), "peek") => RateOp::GcraPeek { key, gcra, cost: n },
+            (Rule::Gcra(_), "reset") => RateOp::GcraReset { key },
+            (Rule::Counter(counter), "consume") => RateOp::CounterConsume {
+                key,
+                counter,
+                cost: n,
+            },
+            (Rule::Counter(counter), "peek") => RateOp::CounterPeek {
+                key,
+                counter,
+                cost: n,
+            },
+            (Rule::Counter(_), "reset") => RateOp::CounterReset { key },
             (Rule::Sliding(_), _) => {
                 return Err(PyTypeError::new_err(
                     "rate_call takes a GcraLimit or a CounterLimit",
@@ -415,6 +409,6 @@ pub(crate) fn rate_call(
                 ))
             }
         };
-        machine.get().start_rate(py, rate, now, algorithm)
+        machine.get().start_rate(py, rate, now)
     })
 }

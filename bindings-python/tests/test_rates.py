@@ -1,7 +1,7 @@
 """GCRA and the sliding-window counter: every case of tests/vectors/gcra/*.json and
 tests/vectors/counter/*.json on the sync and asyncio memory stores (manual clock, every field compared,
 None included), and the API around them: limits, typed errors naming the field, mixed batches, and
-the stores that count the sliding log only raising UnsupportedError."""
+the networked stores refusing batches that mix algorithms (UnsupportedError)."""
 
 from __future__ import annotations
 
@@ -234,7 +234,7 @@ def test_a_weighted_gcra_and_a_mixed_batch() -> None:
     assert repr(Entry("k", per_user, 2)) == "Entry(key='k', limit=GcraLimit(uses=2, window_ms=1000, burst=2), cost=2)"
 
 
-def test_stores_that_count_the_sliding_log_only_raise_unsupported() -> None:
+def test_the_networked_stores_refuse_batches_mixing_algorithms() -> None:
     import sqlite3
 
     from ratewindow import SqliteStore
@@ -243,10 +243,9 @@ def test_stores_that_count_the_sliding_log_only_raise_unsupported() -> None:
     limits: list[GcraLimit | CounterLimit] = [GcraLimit(1, 1000), CounterLimit(1, 1000)]
     for limit in limits:
         with pytest.raises(UnsupportedError) as caught:
-            store.consume("k", limit)
+            store.consume_many([Entry("k", limit)])
         assert caught.value.algorithm == limit.algorithm and caught.value.code == "unsupported"
         with pytest.raises(UnsupportedError):
-            store.consume_many([Entry("k", limit)])
-        with pytest.raises(UnsupportedError):
-            store.peek("k", limit)
+            store.peek_many([Entry("k", limit), Entry("s", Limit(1, 1000))])
+        assert store.consume("k", limit).allowed
     assert store.consume("k", Limit(1, 1000)).allowed

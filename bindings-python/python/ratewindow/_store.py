@@ -223,8 +223,9 @@ class CallStore(CooldownStore):
     def consume(self, key: str, limit: Limit | GcraLimit | CounterLimit, *, cost: int = 1) -> Verdict:
         """Counts one call to ``key`` under ``limit`` in one step: allowed and recorded, or refused with
         the wait. An allowed verdict's ``release()`` gives a sliding-log call back. A
-        :class:`GcraLimit` or :class:`CounterLimit` (with its ``cost``) is counted on Redis; the SQL
-        stores raise :class:`~ratewindow.UnsupportedError` for them (for now)."""
+        :class:`GcraLimit` or :class:`CounterLimit` (with its ``cost``) is counted by its own script
+        (Redis) or statement (PostgreSQL, SQLite); batches mixing them with the sliding log are the
+        memory stores' only (:class:`~ratewindow.UnsupportedError` here)."""
         if isinstance(limit, _ratewindow.Limit) and cost == 1:
             return self._run(self._machine.consume(key, limit))
         return self._run(_ratewindow.rate_call(self._machine, "consume", key, limit, cost))

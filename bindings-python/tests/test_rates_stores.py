@@ -1,8 +1,8 @@
-"""GCRA and the sliding-window counter on a real Redis (127.0.0.1:6379, a prefix of this run's own):
-every gcra/counter vector case without a mixed batch, through the binding's machine timed at the
-vector's ``now`` (``rate_call(..., now=)``) and driven by RedisStore's own driver; the public
-RedisStore and AsyncRedisStore on the server's clock; the cases mixing algorithms in one batch wait
-for the core's Redis batch (UnsupportedError)."""
+"""GCRA and the sliding-window counter on the networked stores: every gcra/counter vector case without a
+mixed batch on a real Redis (127.0.0.1:6379), PostgreSQL and SQLite (names of this run's own),
+through each store's machine timed at the vector's ``now`` (``rate_call(..., now=)``) and driven by the
+store's own driver; the public RedisStore, AsyncRedisStore, PostgresStore and SqliteStore on their
+clocks; batches mixing algorithms are the memory stores' only (UnsupportedError here)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any, Literal
 import pytest
 import redis
 import redis_servers as rs
+import sql_support as sql
 
 from ratewindow import (
     CounterLimit,
@@ -22,7 +23,9 @@ from ratewindow import (
     InvalidArgumentError,
     InvalidLimitError,
     Limit,
+    PostgresStore,
     RedisStore,
+    SqliteStore,
     UnsupportedError,
     Verdict,
     _ratewindow,
@@ -58,11 +61,34 @@ def fields(v: Verdict) -> dict[str, Any]:
     }
 
 
+@pytest.fixture(scope="module")
+def pg() -> Any:
+    """One connection and a schema of this run's own for every PostgreSQL test here."""
+    prefix = sql.new_prefix("rates")
+    with sql.connect() as conn:
+        PostgresStore(conn, prefix=prefix).install_schema()
+        yield conn, prefix
+        conn.execute(f"DROP TABLE IF EXISTS {prefix}_gcra, {prefix}_counters".encode())
+    sql.drop_schema(prefix)
+
+
+def a_store(kind: str, client: Any, pg: Any, tmp_path: Path) -> RedisStore | PostgresStore | SqliteStore:
+    if kind == "redis":
+        return rs.sync_store(client, prefix=rs.unique_prefix("rates"))
+    if kind == "postgres":
+        return PostgresStore(pg[0], prefix=pg[1])
+    return SqliteStore(sql.sqlite_connect(tmp_path / "rates.db"))
+
+
 @pytest.mark.parametrize(("path", "case"), CASES, ids=[f"{p.parent.name}/{p.stem}:{c['name']}" for p, c in CASES])
-def test_vector_on_redis(client: Any, path: Path, case: dict[str, Any]) -> None:
+@pytest.mark.parametrize("kind", ["redis", "postgres", "sqlite"])
+def test_vector_on_a_networked_store(
+    client: Any, pg: Any, tmp_path: Path, kind: str, path: Path, case: dict[str, Any]
+) -> None:
     if any(op["op"] in MIXED for op in case["ops"]):
-        pytest.skip("batches mixing algorithms on Redis: not in the core yet (the memory stores run them)")
-    store = rs.sync_store(client, prefix=rs.unique_prefix("rates"))
+        pytest.skip("batches mixing algorithms: the memory stores only")
+    store = a_store(kind, client, pg, tmp_path)
+    tag = rs.unique_prefix("") if kind == "postgres" else ""  # one PostgreSQL table for every case
     for i, op in enumerate(case["ops"]):
         name = op["op"]
         try:
@@ -71,11 +97,11 @@ def test_vector_on_redis(client: Any, path: Path, case: dict[str, Any]) -> None:
                 got: Any = {"ok": True}
             elif name.endswith("_reset"):
                 limit = GcraLimit(1, 1) if name.startswith("gcra") else CounterLimit(1, 1)
-                got = store._run(_ratewindow.rate_call(store._machine, "reset", op["key"], limit, now=op["now"]))
+                got = store._run(_ratewindow.rate_call(store._machine, "reset", tag + op["key"], limit, now=op["now"]))
             else:
-                kind: Literal["consume", "peek"] = "consume" if name.endswith("_consume") else "peek"
+                what: Literal["consume", "peek"] = "consume" if name.endswith("_consume") else "peek"
                 call = _ratewindow.rate_call(
-                    store._machine, kind, op["key"], limit_of(op), op.get("cost", 1), now=op["now"]
+                    store._machine, what, tag + op["key"], limit_of(op), op.get("cost", 1), now=op["now"]
                 )
                 got = fields(store._run(call))
         except InvalidLimitError as e:
@@ -86,17 +112,20 @@ def test_vector_on_redis(client: Any, path: Path, case: dict[str, Any]) -> None:
         assert got == op["expect"], f"{path.name} / {case['name']} / op #{i} {op}"
 
 
-def test_redis_store_counts_gcra_and_the_counter_on_the_server_clock(client: Any) -> None:
-    store = rs.sync_store(client, prefix=rs.unique_prefix("rates-store"))
-    tokens = GcraLimit(100, 60_000)
-    first = store.consume("llm:alice", tokens, cost=60)
+@pytest.mark.parametrize("kind", ["redis", "postgres", "sqlite"])
+def test_each_store_counts_gcra_and_the_counter_on_its_clock(
+    client: Any, pg: Any, tmp_path: Path, kind: str
+) -> None:
+    store = a_store(kind, client, pg, tmp_path)
+    tokens, me = GcraLimit(100, 60_000), rs.unique_prefix("alice")
+    first = store.consume(me, tokens, cost=60)
     assert (first.allowed, first.limit, first.remaining) == (True, 100, 40)
-    refused = store.consume("llm:alice", tokens, cost=50)
+    refused = store.consume(me, tokens, cost=50)
     assert not refused.allowed and refused.remaining == 40
     assert 5_000 < refused.retry_after_ms <= 6_000 and refused.blocked is None
-    assert store.peek("llm:alice", tokens, cost=40).allowed
-    store.reset("llm:alice", tokens)
-    assert store.peek("llm:alice", tokens).remaining == 100
+    assert store.peek(me, tokens, cost=40).allowed
+    store.reset(me, tokens)
+    assert store.peek(me, tokens).remaining == 100
     per_second = CounterLimit(2, 1000)
     assert store.consume("c", per_second, cost=2).allowed
     assert not store.consume("c", per_second).allowed
