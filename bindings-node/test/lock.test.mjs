@@ -354,3 +354,48 @@ describe('Redis Cluster with `command`: a plain SET routed by its key, the relea
     });
   }
 });
+
+describe("purge deletes the locks whose TTL ended (and keeps the live ones)", () => {
+  it('SQLite (injected clock)', async () => {
+    const dir = tempDir();
+    const db = new Database(dir.file('purge.db'));
+    const clock = { t: BASE, now: () => clock.t };
+    const store = new SqliteStore(db, { clock });
+    store.installSchema();
+    try {
+      assert.equal(await store.lock('short', 0.1, 'a').acquire(), true);
+      assert.equal(await store.lock('live', 60, 'b').acquire(), true);
+      const rows = () => db.prepare('SELECT key FROM ratewindow_locks ORDER BY key').all().map((r) => r.key);
+      clock.t = BASE + 99;
+      store.purge();
+      assert.deepEqual(rows(), ['live', 'short']);
+      clock.t = BASE + 100;
+      assert.deepEqual(store.purge(), { calls: 0, windows: 0 });
+      assert.deepEqual(rows(), ['live']);
+      assert.equal(await store.lock('live', 1).currentOwner(), 'b');
+    } finally {
+      db.close();
+      dir.remove();
+    }
+  });
+
+  it('PostgreSQL (server clock)', async () => {
+    const pool = pgPool(2);
+    const prefix = runPrefix('lockpurge');
+    const store = PostgresStore.using(pool, { prefix });
+    await store.installSchema();
+    try {
+      assert.equal(await store.lock('short', 0.001, 'a').acquire(), true);
+      assert.equal(await store.lock('live', 60, 'b').acquire(), true);
+      await sleep(20);
+      await store.purge();
+      const { rows } = await pool.query(`SELECT key FROM ${prefix}_locks ORDER BY key`);
+      assert.deepEqual(rows.map((r) => r.key), ['live']);
+      assert.equal(await store.lock('live', 1).currentOwner(), 'b');
+    } finally {
+      await dropPg(pool, prefix);
+      await pool.query(`DROP TABLE IF EXISTS ${prefix}_locks`);
+      await pool.end();
+    }
+  });
+});

@@ -174,16 +174,19 @@ export class SqliteStore extends CallStore<true> {
   }
 
   /**
-   * Deletes every row whose calls have left their windows and every ended fixed window (by the
-   * store's clock). Never needed for correctness (rows leave as their keys are used); it bounds the
+   * Deletes every row whose calls have left their windows, every ended fixed window and every lock
+   * whose TTL ended (by the store's clock; the locks are not counted). Never needed for correctness
+   * (rows leave as their keys are used); it bounds the
    * file for keys that are never used again. Schedule it, e.g. hourly:
    * `setInterval(() => store.purge(), 3_600_000).unref()`.
    */
   purge(): SqlitePurgeResult {
-    const [calls, windows] = this.calls.purge(this.now());
+    const [calls, windows, ...rest] = this.calls.purge(this.now());
     try {
       const changes = (s: SqlStatement) => Number((this.exec(s) as { changes?: number | bigint }).changes ?? 0);
-      return { calls: changes(calls!), windows: changes(windows!) };
+      const counts = { calls: changes(calls!), windows: changes(windows!) };
+      for (const s of rest) changes(s); // expired locks
+      return counts;
     } catch (e) {
       throw storeError(e, 'purge');
     }

@@ -455,3 +455,37 @@ def test_lock_conversations(case: dict[str, Any], flavour: str) -> None:
         else:
             assert run() == (want["bool"] if "bool" in want else want["owner"]), case["name"]
         assert not steps, f"{case['name']}: steps left"
+
+
+# ---- Purge ------------------------------------------------------------------------------------------
+
+
+def test_purge_deletes_expired_locks_on_sqlite(tmp_path: Path) -> None:
+    clock = Clock()
+    connection = sq.sqlite_connect(tmp_path / "purge.db")
+    store = SqliteStore(connection, clock=clock)
+    store.install_schema()
+    assert store.lock("short", 0.1, "a").acquire() and store.lock("live", 60, "b").acquire()
+
+    def keys() -> list[str]:
+        return [row[0] for row in connection.execute("SELECT key FROM ratewindow_locks ORDER BY key")]
+
+    clock.t = BASE + 99
+    store.purge()
+    assert keys() == ["live", "short"]
+    clock.t = BASE + 100
+    assert store.purge() == (0, 0)  # the locks are not counted
+    assert keys() == ["live"]
+    assert store.lock("live", 1).current_owner() == "b"
+
+
+def test_purge_deletes_expired_locks_on_postgres() -> None:
+    with sq.connect() as conn:
+        store = PostgresStore.using(conn, prefix=PREFIX)
+        key = f"purge:{secrets.token_hex(4)}"
+        assert store.lock(key + ":short", 0.001, "a").acquire() and store.lock(key + ":live", 60, "b").acquire()
+        time.sleep(0.02)
+        store.purge()
+        rows = conn.execute(f"SELECT key FROM {PREFIX}_locks WHERE key LIKE %s ORDER BY key".encode(), (key + "%",))
+        assert [r[0] for r in rows.fetchall()] == [key + ":live"]
+        assert store.lock(key + ":live", 1).current_owner() == "b"

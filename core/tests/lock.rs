@@ -646,3 +646,102 @@ fn reply(v: &Value) -> ratewindow_core::redis::Reply {
         other => panic!("not a reply: {other}"),
     }
 }
+
+// ---- Purge ------------------------------------------------------------------------------------------
+
+/// The purge deletes the locks whose TTL ended, and only those: a live lock, and an expired one
+/// replaced by a new acquire, stay.
+#[test]
+fn the_postgres_purge_deletes_expired_locks() {
+    let schema = PgSchema::install();
+    let p = schema.0.names().prefix().to_owned();
+    let mut client = pg_connect();
+    let acquire = |key: &str, ms: u64| LockOp::Acquire {
+        key: key.into(),
+        owner: "o".into(),
+        ttl: LockTtl::from_ms(ms).unwrap(),
+    };
+    for (key, ms) in [
+        ("short1", 1),
+        ("short2", 1),
+        ("replaced", 1),
+        ("live", 60_000),
+    ] {
+        let call = schema.0.lock(acquire(key, ms));
+        assert_eq!(
+            drive_ok(call, |c| pg_answer(&mut client, c)),
+            Outcome::Bool(true)
+        );
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    let call = schema.0.lock(acquire("replaced", 60_000));
+    assert_eq!(
+        drive_ok(call, |c| pg_answer(&mut client, c)),
+        Outcome::Bool(true)
+    );
+    let rows = client
+        .query(schema.0.plan_purge().sql.as_str(), &[])
+        .unwrap();
+    assert_eq!(rows.len(), 1, "one row: (calls, windows)");
+    let left: Vec<String> = client
+        .query(&format!("SELECT key FROM {p}_locks ORDER BY key"), &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, ["live", "replaced"]);
+    let owner = LockOp::Owner { key: "live".into() };
+    assert_eq!(
+        drive_ok(schema.0.lock(owner), |c| pg_answer(&mut client, c)),
+        Outcome::Owner(Some("o".into()))
+    );
+}
+
+#[test]
+fn the_sqlite_purge_deletes_expired_locks() {
+    let dir = std::env::temp_dir().join(format!("rw_lock_purge_{}", unique()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = sqlite_open(&dir.join("locks.db"));
+    let plans = Sqlite::default();
+    let acquire = |key: &str, ms: u64| LockOp::Acquire {
+        key: key.into(),
+        owner: "o".into(),
+        ttl: LockTtl::from_ms(ms).unwrap(),
+    };
+    for (key, ms) in [("short1", 100), ("short2", 500), ("live", 60_000)] {
+        let call = plans.lock(acquire(key, ms), 1_000);
+        assert_eq!(
+            drive_ok(call, |c| sqlite_answer(&db, c)),
+            Outcome::Bool(true)
+        );
+    }
+    let count = || -> i64 {
+        db.query_row("SELECT count(*) FROM ratewindow_locks", [], |r| r.get(0))
+            .unwrap()
+    };
+    // At 1,300 only short1 (ended at 1,100) is gone; at 1,500 short2 (ended at 1,500) too.
+    for (now, left) in [(1_300, 2), (1_500, 1), (1_500, 1)] {
+        for statement in plans.plan_purge(now) {
+            let params: Vec<Box<dyn rusqlite::ToSql>> = statement
+                .params
+                .iter()
+                .map(|p| -> Box<dyn rusqlite::ToSql> {
+                    match p {
+                        SqlValue::Int(i) => Box::new(*i),
+                        other => panic!("{other:?}"),
+                    }
+                })
+                .collect();
+            db.execute(&statement.sql, rusqlite::params_from_iter(params.iter()))
+                .unwrap();
+        }
+        assert_eq!(count(), left, "at {now}");
+    }
+    let owner = LockOp::Owner { key: "live".into() };
+    assert_eq!(
+        drive_ok(plans.lock(owner, 1_500), |c| sqlite_answer(&db, c)),
+        Outcome::Owner(Some("o".into()))
+    );
+    drop(db);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -85,7 +85,9 @@ impl Postgres {
                 "WITH calls AS (DELETE FROM {{p}}_log WHERE key IN (SELECT key FROM {{p}}_log \
                  WHERE expires_at <= {NOW_MS} FOR UPDATE SKIP LOCKED) \
                  RETURNING cardinality(ats) AS n), \
-                 windows AS (DELETE FROM {{p}}_windows WHERE ends_at <= {NOW_MS} RETURNING 1) \
+                 windows AS (DELETE FROM {{p}}_windows WHERE ends_at <= {NOW_MS} RETURNING 1), \
+                 locks AS (DELETE FROM {{p}}_locks WHERE key IN (SELECT key FROM {{p}}_locks \
+                 WHERE expires_at <= clock_timestamp() FOR UPDATE SKIP LOCKED) RETURNING 1) \
                  SELECT (SELECT coalesce(sum(n), 0) FROM calls)::bigint AS calls, \
                  (SELECT count(*) FROM windows) AS windows"
             )),
@@ -252,8 +254,9 @@ impl Postgres {
         self.fixed("clear", key, 0, 0)
     }
 
-    /// Deletes every row whose calls have left their windows, and every ended window, by the server's
-    /// clock. Returns one row: (calls deleted, windows deleted).
+    /// Deletes every row whose calls have left their windows, every ended window and every lock whose
+    /// TTL ended, by the server's clock. Returns one row: (calls deleted, windows deleted); the locks
+    /// are not counted.
     pub fn plan_purge(&self) -> Statement {
         Statement::new(self.purge.clone(), vec![])
     }

@@ -216,7 +216,9 @@ impl Sqlite {
         )
     }
 
-    /// Deletes every row whose calls have left their windows at `now`, and every window ended by then.
+    /// Deletes every row whose calls have left their windows at `now`, every window ended by then and
+    /// every lock whose TTL ended: three statements, run in order (a host reports the first two's
+    /// counts as calls and windows).
     pub fn plan_purge(&self, now: u64) -> Vec<Statement> {
         let now = SqlValue::Int(now.min(i64::MAX as u64) as i64);
         vec![
@@ -228,6 +230,12 @@ impl Sqlite {
             Statement::new(
                 self.names
                     .apply("DELETE FROM {p}_windows WHERE ends_at <= ?"),
+                vec![now.clone()],
+            ),
+            // Locks whose TTL ended (an acquire would replace them; nothing else deletes them).
+            Statement::new(
+                self.names
+                    .apply("DELETE FROM {p}_locks WHERE expires_at <= ?"),
                 vec![now],
             ),
         ]
