@@ -341,3 +341,67 @@ fn a_cluster_runs_every_key_on_its_own_slot() {
     ));
     assert!(!v.allowed && v.retry_after_ms > 19_000);
 }
+
+/// The walk on the server's own clock (`TIME`, real time passing, keys expiring on the server): the
+/// memory store is fed the clock each reply carries, and must agree to the last field.
+#[test]
+fn a_walk_on_the_server_clock_answers_as_the_memory_store() {
+    let mut con = connection();
+    let options = options("server-clock");
+    let redis = Redis::new(options.clone());
+    let memory = MemoryStore::new();
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut refused, mut steps) = (0, 0);
+    // The walk's ops, their times ignored: windows of 40 to 300 ms, so real time crosses them.
+    for (op, _) in rates::walk(300, 0xfeed, 1) {
+        let op = match op {
+            RateOp::GcraConsume { key, gcra, cost } | RateOp::GcraPeek { key, gcra, cost }
+                if gcra.window_ms() > 300 =>
+            {
+                let g = Gcra::new(gcra.uses() as u64, 40 + next(260), gcra.burst() as u64).unwrap();
+                RateOp::GcraConsume { key, gcra: g, cost }
+            }
+            RateOp::CounterConsume { key, counter, cost } if counter.limit().window_ms() > 300 => {
+                let l = Limit::new(counter.limit().uses() as u64, 40 + next(260)).unwrap();
+                RateOp::CounterConsume {
+                    key,
+                    counter: Counter::new(l).unwrap(),
+                    cost,
+                }
+            }
+            other => other,
+        };
+        let mut now = None;
+        let (result, _) = redis.rate(op.clone()).drive(|command| {
+            let fed = run_on(&mut con, command);
+            if let Ok(Fed::Reply(ratewindow_core::redis::Reply::Array(items))) = &fed {
+                if let Some(ratewindow_core::redis::Reply::Int(n)) = items.get(1) {
+                    now = Some(*n as u64);
+                }
+            }
+            fed
+        });
+        let got = rates::spelled(result);
+        if let Some(now) = now {
+            let want = rates::memory(&memory, &op, now);
+            assert_eq!(got, want, "{op:?} at {now}");
+            refused += usize::from(got["allowed"] == false);
+            steps += 1;
+        } else {
+            // A reset answers no clock.
+            assert_eq!(rates::memory(&memory, &op, 0), serde_json::Value::Null);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(next(15)));
+    }
+    forget(&mut con, &options);
+    assert!(
+        steps > 200 && refused > 20,
+        "{steps} steps, {refused} refused"
+    );
+}
