@@ -410,11 +410,41 @@ where
         // The inner service polled ready is the one called (tower's clone-and-swap).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
+        // The plan is made now: it reads the request and never waits.
+        let mut plan = match shared.plan(&req) {
+            Ok(plan) => plan,
+            Err(e) => return Box::pin(std::future::ready(Ok(http_error(&e)))),
+        };
+        // The usual request: one limit and no `after()` hook. Its future holds the entry and the
+        // limit's `response()` alone (not the plan, nor the hooks' give-back state): less to allocate
+        // and copy into the box on every request.
+        if plan.one.is_some() && plan.limits[0].after.is_none() {
+            let entry = plan.one.take().unwrap_or_else(|| unreachable!());
+            let custom = plan.limits.swap_remove(0).response;
+            drop(plan);
+            return Box::pin(async move {
+                let verdict = match shared.store.consume(&entry).await {
+                    Ok(verdict) => verdict,
+                    Err(e) => return Ok((shared.config.store_error)(&e)),
+                };
+                let limits = [entry.limit];
+                drop(entry);
+                let (name, options) = (&shared.name, shared.config.headers);
+                // Only X-RateLimit-Reset reads the clock: no second clock read without it.
+                let now = if options.legacy {
+                    shared.store.now_ms()
+                } else {
+                    0
+                };
+                if !verdict.allowed {
+                    return Ok(refusal(&shared, &limits, &verdict, now, custom, |_| 0));
+                }
+                let mut response = inner.call(req).await?;
+                write_fields(&mut response, name, &limits, &verdict, now, options);
+                Ok(response)
+            });
+        }
         Box::pin(async move {
-            let plan = match shared.plan(&req) {
-                Ok(plan) => plan,
-                Err(e) => return Ok(http_error(&e)),
-            };
             let entries = plan.entries();
             if entries.is_empty() {
                 return inner.call(req).await;
@@ -451,19 +481,11 @@ where
                 &many
             };
             if !verdict.allowed {
-                let fields = core_http::response_headers(name, limits, &verdict, now, options);
                 let source = verdict.blocked.map_or(0, |b| plan.source(b));
-                let mut response = match plan.limits.get(source).and_then(|l| l.response.clone()) {
-                    Some(custom) => custom(&Refusal {
-                        name: Arc::clone(&shared.name),
-                        limit: source,
-                        retry_after_ms: verdict.retry_after_ms,
-                        headers: fields.clone(),
-                    }),
-                    None => plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests"),
-                };
-                set_fields(&mut response, fields);
-                return Ok(response);
+                let custom = plan.limits.get(source).and_then(|l| l.response.clone());
+                return Ok(refusal(&shared, limits, &verdict, now, custom, |b| {
+                    plan.source(b)
+                }));
             }
             let mut response = inner.call(req).await?;
             write_fields(&mut response, name, limits, &verdict, now, options);
@@ -491,6 +513,31 @@ where
             Ok(response)
         })
     }
+}
+
+/// The answer to a refused request: the limit's `response()` (`custom`) or a plain 429, with the
+/// fields. `source(i)` is the index among the request's limits of entry `i`.
+fn refusal<S>(
+    shared: &Shared<S>,
+    limits: &[Limit],
+    verdict: &ratewindow_core::BatchVerdict,
+    now: u64,
+    custom: Option<Arc<crate::limit::ResponseFn>>,
+    source: impl Fn(usize) -> usize,
+) -> Response<Body> {
+    let fields =
+        core_http::response_headers(&shared.name, limits, verdict, now, shared.config.headers);
+    let mut response = match custom {
+        Some(custom) => custom(&Refusal {
+            name: Arc::clone(&shared.name),
+            limit: verdict.blocked.map_or(0, source),
+            retry_after_ms: verdict.retry_after_ms,
+            headers: fields.clone(),
+        }),
+        None => plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests"),
+    };
+    set_fields(&mut response, fields);
+    response
 }
 
 // The names the core writes, parsed once (at compile time).

@@ -21,7 +21,7 @@ pub struct Refusal {
     pub headers: Vec<(&'static str, String)>,
 }
 
-type ResponseFn = dyn Fn(&Refusal) -> Response<Body> + Send + Sync;
+pub(crate) type ResponseFn = dyn Fn(&Refusal) -> Response<Body> + Send + Sync;
 type AfterFn = dyn Fn(&Response<Body>) -> bool + Send + Sync;
 
 /// One limit of a named limiter (the seed's `Limit`): `uses` per window, counted under a key set with

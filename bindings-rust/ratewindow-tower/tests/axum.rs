@@ -306,6 +306,37 @@ async fn stacked_limits_are_one_batch_and_a_refusal_uses_the_limits_response() {
 }
 
 #[tokio::test]
+async fn a_single_limits_refusal_uses_its_response_with_the_fields() {
+    let memory = Memory::with_clock(ManualClock::new(1_000_000));
+    let one = limit(1, 60_000);
+    let limiter = RateLimiter::new(memory.clone()).limiter("one", move |_| {
+        Ok(vec![RouteLimit::new(one).by("u").response(|refusal| {
+            let mut r = axum::http::Response::new(Body::from(format!(
+                "limit {} of {} refused for {} ms",
+                refusal.limit, refusal.name, refusal.retry_after_ms
+            )));
+            *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            r
+        })])
+    });
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route_layer(limiter.throttle("one").unwrap());
+    let addr = serve(app).await;
+    let c = client();
+    let first = send(&c, addr, "/", &[]).await;
+    assert_eq!((first.status, first.body.as_str()), (StatusCode::OK, "ok"));
+    assert_eq!(first.header("ratelimit-policy"), Some("\"one\";q=1;w=60"));
+    assert_eq!(first.header("ratelimit"), Some("\"one\";r=0;t=60"));
+    memory.clock().advance(500);
+    let refused = send(&c, addr, "/", &[]).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.body, "limit 0 of one refused for 59500 ms");
+    assert_eq!(refused.header("retry-after"), Some("60"));
+    assert_eq!(refused.header("ratelimit"), Some("\"one\";r=0;t=60"));
+}
+
+#[tokio::test]
 async fn after_gives_back_what_it_does_not_keep() {
     let (failures, all) = (limit(2, 60_000), limit(3, 60_000));
     let limiter = RateLimiter::new(Memory::new()).limiter("login", move |req| {
