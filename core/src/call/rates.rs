@@ -23,7 +23,7 @@ use crate::{BatchVerdict, Verdict};
 pub static GCRA: Script = Script {
     name: "gcra",
     source: include_str!("../redis/gcra.lua"),
-    sha1: "1ee690b17e7d19f86bbbfa8b27ce207897b5d4fd",
+    sha1: "273715d36c49f1b91ea223719144ec45b5ef7e0f",
 };
 
 /// The sliding-window counter script: consume, peek and reset on one key holding its two counts.

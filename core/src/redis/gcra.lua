@@ -22,10 +22,11 @@ if now then
 else
   now = time[1] * 1000 + math.floor(time[2] / 1000)
 end
-local ms, rem = now, 0
+local ms, rem, plain = now, 0, true
 local v = redis.call('GET', key)
 if v then
   if string.find(v, ':', 1, true) then
+    plain = false
     local m, r, per = string.match(v, '^(%d+):(%d+):(%d+)$')
     m, r = m + 0, r + 0
     -- Counted under other uses: rounded up to the next whole ms (never more uses).
@@ -45,7 +46,12 @@ if ms > now or rem > 0 then
   local top = now + ARGV[5]
   if ms > top or (ms == top and rem > ARGV[6] + 0) then ok = 0 end
 end
-if ok == 1 and mode == 'c' then
+if ok == 1 and mode == 'c' and plain and ms > now and rem == 0 and ARGV[4] == '0' and not lag then
+  -- The key's whole-ms TAT moves on by n*T on the server: INCRBY formats integers cheaply, where a
+  -- Lua number sent as an argument is formatted by snprintf (51k -> 47k instructions a call).
+  redis.call('INCRBY', key, ARGV[3])
+  redis.call('PEXPIRE', key, ARGV[7])
+elseif ok == 1 and mode == 'c' then
   local nms, nrem = ms + ARGV[3], rem
   if ARGV[4] ~= '0' then
     nrem = rem + ARGV[4]
