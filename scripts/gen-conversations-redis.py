@@ -98,6 +98,24 @@ bad("a four-number reply to a call of two entries is not believed", {"op": "cons
 bad("a five-number reply neither allowed nor refused is not believed", cons, sc, [2, 2, 1000, 1000, 1000])
 bad("a five-number refusal is not believed", cons, sc, [0, 400, 1000, 900, 1000])
 bad("a four-number allowed reply is not believed", cons, sc, [1, 2, 1000, 1000])
+# A one-entry refusal by the log's refusal marker is one text (sliding.lua's header): the marker's
+# member (until and end in 16 digits each, then the limit's uses:window) and TIME's seconds and
+# microseconds; the same verdict as the four numbers give.
+def mark(until, end, limit="3:1000", secs="1", micros="999"):
+    return "%016d%016d%s %s %s" % (until, end, limit, secs, micros)
+case("a one-entry refusal by the log's marker is one text: the marker, then TIME's seconds and microseconds", [
+  {"op": cons, "steps": [sc(mark(1400, 1900))], "outcome": {"verdict": V(False, 400, 1400, 0, 3, 0, 400, 900), "release": False}},
+  {"op": peek1, "steps": [sp(mark(1400, 1900))], "outcome": {"verdict": V(False, 400, 1400, 0, 3, 0, 400, 900), "release": False}},
+  {"op": {"op": "consume", "key": "k", "limit": one["limit"]}, "steps": [sc(mark(1001, 1001, secs="0", micros="999999"))],
+   "outcome": {"verdict": V(False, 2, 1001, limit=3, refill=2, reset=2, single=True), "release": False}}])
+bad("a marker written for another limit is not believed", cons, sc, mark(1400, 1900, limit="3:2000"))
+bad("a marker's refusal that has run out is not believed", cons, sc, mark(1000, 1900))
+bad("a marker's refusal whose end comes before its until is not believed", cons, sc, mark(1400, 1300))
+bad("a marker's refusal with a million microseconds is not believed", cons, sc, mark(1400, 1900, micros="1000000"))
+bad("a marker's refusal with a field too many is not believed", cons, sc, mark(1400, 1900) + " 5")
+bad("a marker's refusal with a signed field is not believed", cons, sc, mark(1400, 1900, secs="+1"))
+bad("a marker's refusal to a call of two entries is not believed", {"op": "consume_many", "entries": [one, E("k2", 3, 1000)]},
+    lambda r: slide("c", [one, E("k2", 3, 1000)], reply=r), mark(1400, 1900))
 bad("a four-number refusal whose reset comes before its wait is not believed", cons, sc, [0, 400, 1000, 300])
 bad("a four-number refusal without a wait is not believed", cons, sc, [0, 0, 1000, 900])
 bad("a four-number refusal past 2^53 ms is not believed", cons, sc, [0, 400, 2**54, 900])

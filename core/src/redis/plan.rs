@@ -24,7 +24,7 @@ pub struct Script {
 pub static SLIDING: Script = Script {
     name: "sliding",
     source: include_str!("sliding.lua"),
-    sha1: "febc865778bceb464ed87b5aa8a809fdb40891ff",
+    sha1: "9a9965db730bf510ef02f24a0070bdba2600db69",
 };
 /// The fixed-window script: hit, get, reset and clear of one key.
 pub static FIXED: Script = Script {
@@ -379,7 +379,8 @@ fn decode(
     const EXPECTED: &str = "[allowed 0|1, retry_after_ms, retry_timestamp, blocked, server time, \
          tightest entry, remaining, refill_after_ms, reset_after_ms] (one entry: [1, remaining, \
          refill_after_ms, reset_after_ms, server time] or [0, retry_after_ms, server time, \
-         reset_after_ms]), consistent with the call";
+         reset_after_ms] or its refusal marker as 'marker seconds microseconds'), consistent with \
+         the call";
     let err = || ReplyError::new("sliding", EXPECTED, reply);
     let [allowed, retry_after, retry_ts, blocked, now, tight, remaining, refill, reset] =
         match ints::<9>(reply) {
@@ -393,7 +394,13 @@ fn decode(
                 (_, Some([0, wait, now, reset])) => {
                     [0, wait, now.saturating_add(wait), 0, now, 0, 0, wait, reset]
                 }
-                _ => return Err(err()),
+                _ => match marker_refusal(reply, limits[0]) {
+                    Some([until, now, end]) => {
+                        let wait = until - now;
+                        [0, wait, until, 0, now, 0, 0, wait, end - now]
+                    }
+                    None => return Err(err()),
+                },
             },
             None => return Err(err()),
         };
@@ -448,6 +455,37 @@ fn decode(
         }
         _ => Err(err()),
     }
+}
+
+/// A one-entry refusal answered by the log's refusal marker, as the script sends it: one text,
+/// `'<until><end><uses>:<window> <seconds> <microseconds>'` (until and end in 16 digits each, then the
+/// limit the marker was written for; TIME's two fields). Gives `[until, server time, end]` in ms, or
+/// `None` for any other text, or a marker of another limit than `limit`.
+fn marker_refusal(reply: &Reply, limit: Limit) -> Option<[i64; 3]> {
+    let Reply::Text(text) = reply else {
+        return None;
+    };
+    let digits = |s: &str| -> Option<i64> {
+        if s.is_empty() || s.len() > 16 || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        s.parse().ok()
+    };
+    let mut parts = text.split(' ');
+    let (marker, secs, micros) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let (until, end, named) = (marker.get(..16)?, marker.get(16..32)?, marker.get(32..)?);
+    let (uses, window) = named.split_once(':')?;
+    if digits(uses)? != limit.uses() as i64 || digits(window)? != limit.window_ms() as i64 {
+        return None;
+    }
+    let micros = digits(micros).filter(|&us| us < 1_000_000)?;
+    let now = digits(secs)?
+        .checked_mul(1000)?
+        .checked_add(micros / 1000)?;
+    Some([digits(until)?, now, digits(end)?])
 }
 
 /// Decodes a release reply: how many of the call's members were removed (at most one a key).
