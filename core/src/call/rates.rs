@@ -306,6 +306,8 @@ impl RateCall {
             }
             return;
         }
+        #[cfg(feature = "sql")]
+        let in_tx = self.in_tx();
         self.done = Some(match (&mut self.step, fed) {
             (Step::Script { by_sha1, .. }, Err(message))
                 if *by_sha1 && errors::is_noscript(&message) =>
@@ -331,7 +333,7 @@ impl RateCall {
             (_, Ok(Fed::Rows(rows))) => return self.rows(rows),
         });
         #[cfg(feature = "sql")]
-        self.roll_back_on_failure();
+        self.roll_back_on_failure(in_tx);
     }
 }
 
@@ -520,13 +522,18 @@ impl RateCall {
         })
     }
 
-    /// Inside SQLite's transaction, a failure rolls back first; the failure stands.
-    fn roll_back_on_failure(&mut self) {
-        let in_tx = match &self.step {
+    /// Whether the step runs inside SQLite's transaction.
+    fn in_tx(&self) -> bool {
+        match &self.step {
             Step::SqliteRead { tx, .. } => *tx,
             Step::SqliteCommit(_) => true,
             _ => false,
-        };
+        }
+    }
+
+    /// Inside SQLite's transaction (`in_tx`: the step that failed ran there), a failure rolls back
+    /// first; the failure stands.
+    fn roll_back_on_failure(&mut self, in_tx: bool) {
         if in_tx && matches!(self.done, Some(Err(_))) {
             if let Some(Err(error)) = self.done.take() {
                 self.statements = vec![Statement {
@@ -539,8 +546,8 @@ impl RateCall {
     }
 
     fn rows(&mut self, rows: Vec<Vec<SqlValue>>) {
+        let in_tx = self.in_tx();
         let step = std::mem::replace(&mut self.step, Step::SqlReset);
-        let tx_read = matches!(step, Step::SqliteRead { tx: true, .. });
         self.done = Some(match step {
             Step::Pg => pg_found(self.decide, &rows)
                 .and_then(|(allowed, now, found)| self.decide.verdict(found, now, allowed))
@@ -590,13 +597,13 @@ impl RateCall {
             Step::SqliteCommit(outcome) => Ok(outcome),
             Step::SqliteRollback(error) => Err(error),
             Step::SqlReset => Ok(Outcome::Unit),
-            Step::Script { .. } => unreachable!("a script's step is fed a reply"),
+            // A script's step never gets here (`feed` answers rows to it with a protocol error).
+            Step::Script { .. } => Err(CallError::Protocol {
+                expected: "a Redis reply",
+                got: "rows",
+            }),
         });
-        // A read inside SQLite's transaction that failed to decode rolls back.
-        if matches!(self.done, Some(Err(_))) && tx_read {
-            self.step = Step::SqliteCommit(Outcome::Unit);
-        }
-        self.roll_back_on_failure();
+        self.roll_back_on_failure(in_tx);
     }
 }
 
