@@ -1,6 +1,6 @@
 // GCRA and the sliding-window counter through the public API beyond the vectors: the limit builders,
-// typed errors naming the field, shapes refused as TypeErrors, a mixed batch's release, and the stores
-// that count the sliding log only refusing these limits with UnsupportedError.
+// typed errors naming the field, shapes refused as TypeErrors, a mixed batch's release, and the
+// networked stores refusing batches that name these limits with UnsupportedError.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 
@@ -85,13 +85,13 @@ describe('GCRA and counter limits', { skip: !supported && 'the wasm-bindgen buil
   });
 });
 
-describe('stores that count the sliding log only', () => {
-  it('refuse GCRA and counter limits with UnsupportedError', async () => {
+describe('the networked stores', () => {
+  it('refuse batches naming GCRA or counter limits with UnsupportedError', async () => {
     const { RedisStore, UnsupportedError } = await import('../dist/index.js');
     const redis = new RedisStore(async () => { throw new Error('never reached'); });
     for (const limit of [{ algorithm: 'gcra', uses: 1, windowMs: 1000 }, { algorithm: 'counter', uses: 1, windowMs: 1000 }]) {
-      await assert.rejects(async () => redis.consume('k', limit), (e) => e instanceof UnsupportedError && e.code === 'ERR_RATEWINDOW_UNSUPPORTED' && e.algorithm === limit.algorithm);
-      await assert.rejects(async () => redis.consumeMany([{ key: 'k', limit }]), UnsupportedError);
+      await assert.rejects(async () => redis.consumeMany([{ key: 'k', limit }]), (e) => e instanceof UnsupportedError && e.code === 'ERR_RATEWINDOW_UNSUPPORTED' && e.algorithm === limit.algorithm);
+      await assert.rejects(async () => redis.peekMany([{ key: 's', limit: { uses: 1, windowMs: 1000 } }, { key: 'k', limit }]), UnsupportedError);
     }
   });
 });
