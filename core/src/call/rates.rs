@@ -30,7 +30,7 @@ pub static GCRA: Script = Script {
 pub static COUNTER: Script = Script {
     name: "counter",
     source: include_str!("../redis/counter.lua"),
-    sha1: "4b265e8dcd4208202a88f21dcf49c90736402b74",
+    sha1: "f6c629fb9bceff909265cf57f862324d388de077",
 };
 
 /// A GCRA or sliding-window counter operation on one key, the same on every networked store as on

@@ -27,26 +27,31 @@ local e = now % w
 if e < 0 then e = e + w elseif e >= w then e = e - w end
 local base, cur, prev = now - e, 0, 0
 local v = redis.call('GET', key)
-local s, sw, sc, sp
+-- The stored text of the window's start and of the previous count, reused when they do not change
+-- (a number concatenated is formatted by sprintf).
+local s, sw, sc, sp, st, pt, bt
 if v then
-  s, sw, sc, sp = string.match(v, '^(%d+):(%d+):(%d+):(%d+)$')
-  s, sc, sp = s + 0, sc + 0, sp + 0
+  st, sw, sc, pt = string.match(v, '^(%d+):(%d+):(%d+):(%d+)$')
+  s, sc, sp = st + 0, sc + 0, pt + 0
   -- Counts that weigh nothing at now (the key's expiry, when now is given): no key.
   local dead = s + sw
   if sc > 0 then dead = dead + sw end
   if dead <= now then v = nil end
 end
 if v then
-  if sw ~= ARGV[3] or s == base then
-    -- The same window, or counts made under another window carried into this one.
+  if s == base then
+    cur, prev, bt = sc, sp, st
+  elseif sw ~= ARGV[3] then
+    -- Counts made under another window, carried into this one.
     cur, prev = sc, sp
   elseif s > base then
     -- A clock that stepped back: read at the start of the key's window.
-    base, e, cur, prev = s, 0, sc, sp
+    base, e, cur, prev, bt = s, 0, sc, sp, st
   elseif s + w == base then
-    prev = sc
+    prev, pt = sc, nil
   end
 end
+if prev == 0 then pt = '0' elseif prev ~= sp then pt = nil end
 local ok = 0
 if cur + n <= uses and prev * (w - e) <= (uses - cur - n) * w then
   ok = 1
@@ -57,9 +62,9 @@ if cur + n <= uses and prev * (w - e) <= (uses - cur - n) * w then
       px = base + 2 * w - now + lag
       if px >= 1e14 then px = string.format('%.0f', px) end
     end
-    local b = base
-    if b >= 1e14 then b = string.format('%.0f', b) end
-    redis.call('SET', key, b .. ':' .. ARGV[3] .. ':' .. (cur + n) .. ':' .. prev, 'PX', px)
+    local b = bt or base
+    if not bt and b >= 1e14 then b = string.format('%.0f', b) end
+    redis.call('SET', key, b .. ':' .. ARGV[3] .. ':' .. (cur + n) .. ':' .. (pt or prev), 'PX', px)
   end
 end
 if v then return {ok, now, s, sw + 0, sc, sp} end
