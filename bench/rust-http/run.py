@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """axum + ratewindow-tower vs axum + tower-governor: one interleaved run of wrk rounds.
 
-Builds the server (release, its own target dir), starts the four servers (two guards x two
-scenarios) on loopback, then for each scenario runs ROUNDS rounds of `wrk` against ratewindow then
+Builds the server (release, its own target dir), starts the six servers (two guards x three
+scenarios: allowed with the rate-limit fields, allowed without any, refused) on loopback, then for each scenario runs ROUNDS rounds of `wrk` against ratewindow then
 governor, and prints each round's requests/s, the median of the per-round ratios and the load average.
 Usage: python3 bench/rust-http/run.py [rounds] [seconds]
 """
@@ -23,10 +23,12 @@ ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 7
 SECONDS = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 CONNECTIONS = 32
 PORTS = {
-    ("ratewindow", "allowed"): 38101,
-    ("governor", "allowed"): 38102,
-    ("ratewindow", "refused"): 38103,
-    ("governor", "refused"): 38104,
+    ("ratewindow", "allowed"): 18001,
+    ("governor", "allowed"): 18002,
+    ("ratewindow", "refused"): 18003,
+    ("governor", "refused"): 18004,
+    ("ratewindow", "allowed-bare"): 18005,
+    ("governor", "allowed-bare"): 18006,
 }
 
 
@@ -86,7 +88,7 @@ def main() -> None:
         for port in PORTS.values():
             wait_up(port)
         print(f"load average before: {os.getloadavg()}")
-        for scenario in ("allowed", "refused"):
+        for scenario in ("allowed", "allowed-bare", "refused"):
             a, b = PORTS[("ratewindow", scenario)], PORTS[("governor", scenario)]
             for port in (a, b):
                 for _ in range(12):  # past the refused scenario's ten

@@ -8,6 +8,7 @@ use std::time::Instant;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, Response};
+use ratewindow_core::http::HeaderOptions;
 use ratewindow_core::Limit;
 use ratewindow_tower::{Memory, RateLimiter, RouteLimit};
 use tower::{service_fn, Layer, Service, ServiceExt};
@@ -44,18 +45,38 @@ async fn main() {
     let inner = service_fn(|_req: Request<Body>| async {
         Ok::<_, Infallible>(Response::new(Body::empty()))
     });
+    // LAYER_BARE=1: no rate-limit fields on either side (governor's default), the counting alone.
+    let fields = std::env::var("LAYER_BARE").map_or(true, |v| v != "1");
     let limit = Limit::new(u32::MAX as u64, 1_000).unwrap();
-    let limiter = RateLimiter::new(Memory::new()).limiter("bench", move |req| {
-        Ok(vec![RouteLimit::new(limit).by(req.client_ip()?)])
-    });
-    let mut ours = limiter.throttle("bench").unwrap().layer(inner);
-    let config = GovernorConfigBuilder::default()
-        .per_nanosecond(1)
-        .burst_size(u32::MAX)
-        .use_headers()
-        .finish()
-        .unwrap();
-    let mut theirs = GovernorLayer::new(config).layer(inner);
+    let limiter = RateLimiter::new(Memory::new())
+        .headers(HeaderOptions {
+            ietf: fields,
+            legacy: false,
+        })
+        .limiter("bench", move |req| {
+            Ok(vec![RouteLimit::new(limit).by(req.client_ip()?)])
+        });
+    let ours = limiter.throttle("bench").unwrap().layer(inner);
+    let mut builder = GovernorConfigBuilder::default();
+    builder.per_nanosecond(1).burst_size(u32::MAX);
+    // `use_headers()` changes the layer's type: one branch each.
+    if fields {
+        let config = builder.use_headers().finish().unwrap();
+        compare(ours, GovernorLayer::new(config).layer(inner)).await;
+    } else {
+        let config = builder.finish().unwrap();
+        compare(ours, GovernorLayer::new(config).layer(inner)).await;
+    }
+}
+
+/// The interleaved rounds of each side, and the median ratio.
+async fn compare<A, G>(mut ours: A, mut theirs: G)
+where
+    A: Service<Request<Body>, Response = Response<Body>>,
+    A::Error: std::fmt::Debug,
+    G: Service<Request<Body>, Response = Response<Body>>,
+    G::Error: std::fmt::Debug,
+{
     let (calls, rounds) = (env_or("LAYER_CALLS", 200_000), env_or("LAYER_ROUNDS", 7));
     // LAYER_ONLY=ratewindow or governor: one side alone (a profile of it).
     let only = std::env::var("LAYER_ONLY").unwrap_or_default();
