@@ -5,7 +5,8 @@
 // token each time), then release it. Contenders run interleaved in one process (rotating order each
 // round), 1 and 64 pairs in flight; each ratio is the median of the per-round ratios of ours over bare
 // (throughput; target >= 0.9x).
-//   - ours:  store.lock(key, 10).acquire() then .release()   (EVALSHA of the lock script, twice)
+//   - ours:  store.lock(key, 10).acquire() then .release()   (the store has `command`: the acquire is a
+//            plain SET NX PX, the release an EVALSHA of the lock script)
 //   - bare:  SET key owner NX PX 10000, then EVALSHA of `if GET == owner then DEL` (the seed's shape)
 //
 //   node bench/node/lock.mjs               full run (~1 min)
@@ -13,7 +14,9 @@
 //   REDIS_PORT=6440 …  a private redis-server (default: the shared 6379);  BENCH_ROUNDS=9 …  more rounds
 //   BENCH_RUN_MS=1000 …  longer rounds (default 400);  BENCH_PKG=<dir> …  the package built in another checkout
 // Beside each ratio: this process's and the redis-server's CPU per pair (the server's from /proc when it
-// runs on this host), which a loaded machine moves far less than the throughput.
+// runs on this host), which a loaded machine moves far less than the throughput, and the server's own
+// time running the pair's commands (`INFO commandstats` usec, reset before each round: a private
+// server only, since CONFIG RESETSTAT clears its counters).
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -41,11 +44,14 @@ async function clients() {
   const io = new IORedis({ host: '127.0.0.1', port: REDIS_PORT });
   const cadNode = await nodeRedis.scriptLoad(CAD);
   await io.script('LOAD', CAD);
+  admin = createClient({ url: `redis://127.0.0.1:${REDIS_PORT}` });
+  await admin.connect();
   const nr = {
     name: 'node-redis',
     close: () => nodeRedis.quit(),
     store: RedisStore.using((s, keys, args) => nodeRedis.sendCommand(['EVAL', s, String(keys.length), ...keys, ...args]), {
       evalsha: (sha, keys, args) => nodeRedis.sendCommand(['EVALSHA', sha, String(keys.length), ...keys, ...args]),
+      command: (args) => nodeRedis.sendCommand(args),
       prefix: 'rwbench:',
     }),
     set: (key, owner) => nodeRedis.sendCommand(['SET', key, owner, 'NX', 'PX', '10000']),
@@ -56,6 +62,7 @@ async function clients() {
     close: () => io.quit(),
     store: RedisStore.using((s, keys, args) => io.eval(s, keys.length, keys, args), {
       evalsha: (sha, keys, args) => io.evalsha(sha, keys.length, keys, args),
+      command: (args) => io.call(args[0], args.slice(1)),
       prefix: 'rwbench:',
     }),
     set: (key, owner) => io.set(key, owner, 'PX', 10000, 'NX'),
@@ -81,6 +88,16 @@ function contenders(c) {
 
 /** The redis-server's CPU time (µs) from /proc when it runs on this host (REDIS_PID, or its INFO's process_id). */
 let redisPid = process.env.REDIS_PID;
+/** A node-redis client for CONFIG RESETSTAT / INFO commandstats. */
+let admin;
+
+/** The server's time running commands since the last reset (µs), and the calls, by `INFO commandstats`. */
+async function commandTime() {
+  const info = await admin.sendCommand(['INFO', 'commandstats']);
+  let usec = 0;
+  for (const m of info.matchAll(/^cmdstat_(\w+):calls=(\d+),usec=(\d+)/gm)) if (m[1] !== 'info' && m[1] !== 'config') usec += Number(m[3]);
+  return usec;
+}
 function serverCpu() {
   if (redisPid === undefined) return undefined;
   try {
@@ -97,6 +114,7 @@ function serverCpu() {
  */
 async function measure(fn, inFlight, ms, cpu) {
   let done = 0;
+  if (cpu && admin) await admin.sendCommand(['CONFIG', 'RESETSTAT']);
   const cpu0 = process.cpuUsage();
   const server0 = serverCpu();
   const until = performance.now() + ms;
@@ -114,6 +132,7 @@ async function measure(fn, inFlight, ms, cpu) {
     const used = process.cpuUsage(cpu0);
     cpu.client.push((used.user + used.system) / done);
     if (server0 !== undefined) cpu.server.push((serverCpu() - server0) / done);
+    if (admin) cpu.commands.push((await commandTime()) / done);
   }
   return (done / ms) * 1000;
 }
@@ -127,7 +146,7 @@ for (const c of cs) {
   for (const inFlight of [1, 64]) {
     for (const fn of Object.values(fns)) await measure(fn, inFlight, 50); // warm (scripts loaded)
     const rates = { ours: [], bare: [] };
-    const cpu = { ours: { client: [], server: [] }, bare: { client: [], server: [] } };
+    const cpu = { ours: { client: [], server: [], commands: [] }, bare: { client: [], server: [], commands: [] } };
     const names = Object.keys(fns);
     for (let r = 0; r < ROUNDS; r++) {
       const order = r % 2 === 0 ? names : [...names].reverse();
@@ -141,14 +160,17 @@ for (const c of cs) {
       ? `; redis-server (pid ${redisPid}) ours ${median(cpu.ours.server).toFixed(1)} µs, bare ${median(cpu.bare.server).toFixed(1)} µs`
       : '';
     console.log(`${''.padEnd(10)}    CPU per pair: this process ours ${median(cpu.ours.client).toFixed(1)} µs, bare ${median(cpu.bare.client).toFixed(1)} µs${server}`);
+    console.log(`${''.padEnd(10)}    commandstats per pair: ours ${median(cpu.ours.commands).toFixed(2)} µs, bare ${median(cpu.bare.commands).toFixed(2)} µs`);
   }
   await c.close();
 }
+await admin.quit();
+admin = undefined;
 // The client side alone: each contender's CPU per pair with a client that answers at once (no I/O),
 // interleaved, median of the rounds.
 {
   const fake = {
-    store: RedisStore.using(() => Promise.resolve(1), { evalsha: () => Promise.resolve(1), prefix: 'rwbench:' }),
+    store: RedisStore.using(() => Promise.resolve(1), { evalsha: () => Promise.resolve(1), command: () => Promise.resolve('OK'), prefix: 'rwbench:' }),
     set: () => Promise.resolve('OK'),
     cad: () => Promise.resolve(1),
   };

@@ -4,13 +4,18 @@ interleaved run.
 One operation is a pair: acquire a lock on a key of its own (1,000 keys round-robin, a fresh owner
 token each time), then release it.
 
-- ``ours``: ``store.lock(key, 10).acquire()`` then ``.release()`` (EVALSHA of the lock script, twice).
+- ``ours``: ``store.lock(key, 10).acquire()`` then ``.release()`` on ``RedisStore.from_client`` (which
+  gives ``command``: the acquire is a plain ``SET NX PX``, the release an EVALSHA of the lock script).
 - ``bare``: ``SET key owner NX PX 10000``, then EVALSHA of ``if GET == owner then DEL`` (the seed's
   compare-and-delete release).
 
 Variants: ``sync`` (``redis.Redis``, one thread) and ``async64`` (``redis.asyncio``, 64 pairs in
 flight). Each round times every contender once, in a rotating order; the table gives the median
-throughput and the median of the per-round ratios ours/bare (target >= 0.9x).
+throughput and the median of the per-round ratios ours/bare (target >= 0.9x), and beside it the CPU
+per pair of this process (``time.process_time``) and of the redis-server (``/proc/<pid>/stat`` when it
+runs on this host), which a loaded machine moves far less than the throughput, and the server's own
+time running the pair's commands (``INFO commandstats``, reset before each round: use a private
+server, since ``CONFIG RESETSTAT`` clears its counters).
 
 Run: ``.venv/bin/python bench/python/bench_lock.py [--rounds N] [--ops N]``. Report ``uptime``'s load
 average with the numbers (it prints it).
@@ -73,19 +78,74 @@ def async_contenders(client: redis.asyncio.Redis, cad: str) -> dict[str, Callabl
     return {"ours": ours, "bare": bare}
 
 
-def report(name: str, times: dict[str, list[float]], ops: int) -> None:
+_SERVER_PID: int | None = None
+_ADMIN: redis.Redis | None = None
+
+
+def command_usec() -> float:
+    """The server's time running commands since the last reset (us), by ``INFO commandstats``."""
+    assert _ADMIN is not None
+    stats = _ADMIN.info("commandstats")
+    return float(sum(v["usec"] for k, v in stats.items() if k not in ("cmdstat_info", "cmdstat_config")))
+
+
+def server_cpu() -> float | None:
+    """The redis-server's CPU time in seconds (utime + stime), when it runs on this host."""
+    if _SERVER_PID is None:
+        return None
+    try:
+        with open(f"/proc/{_SERVER_PID}/stat") as f:
+            fields = f.read().split(") ")[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return None
+
+
+class Cpu:
+    """CPU seconds a contender used in its rounds: this process's and the server's."""
+
+    def __init__(self) -> None:
+        self.client: list[float] = []
+        self.server: list[float] = []
+        self.commands: list[float] = []
+
+    def start(self) -> tuple[float, float | None]:
+        if _ADMIN is not None:
+            _ADMIN.config_resetstat()
+        return time.process_time(), server_cpu()
+
+    def stop(self, started: tuple[float, float | None], pairs: int) -> None:
+        self.client.append((time.process_time() - started[0]) / pairs)
+        if _ADMIN is not None:
+            self.commands.append(command_usec() / 1e6 / pairs)
+        end = server_cpu()
+        if started[1] is not None and end is not None:
+            self.server.append((end - started[1]) / pairs)
+
+
+def report(name: str, times: dict[str, list[float]], ops: int, cpu: dict[str, Cpu]) -> None:
     ratios = [b / o for o, b in zip(times["ours"], times["bare"])]  # throughput ours / bare
     rate = {k: ops / statistics.median(v) for k, v in times.items()}
     print(
         f"{name:8} ours {rate['ours']:8.0f} pairs/s  bare {rate['bare']:8.0f} pairs/s  "
         f"ours/bare {statistics.median(ratios):.2f}x  (rounds {' '.join(f'{r:.2f}' for r in ratios)})"
     )
+    us = {k: statistics.median(c.client) * 1e6 for k, c in cpu.items()}
+    line = f"{'':8} CPU per pair: this process ours {us['ours']:.1f} us, bare {us['bare']:.1f} us"
+    if all(c.server for c in cpu.values()):
+        srv = {k: statistics.median(c.server) * 1e6 for k, c in cpu.items()}
+        line += f"; redis-server (pid {_SERVER_PID}) ours {srv['ours']:.1f} us, bare {srv['bare']:.1f} us"
+    print(line)
+    if all(c.commands for c in cpu.values()):
+        cmd = {k: statistics.median(c.commands) * 1e6 for k, c in cpu.items()}
+        print(f"{'':8} commandstats per pair: ours {cmd['ours']:.2f} us, bare {cmd['bare']:.2f} us")
 
 
 def run_sync(rounds: int, ops: int) -> None:
     client = redis.Redis.from_url(URL)
     fns = sync_contenders(client)
     times: dict[str, list[float]] = {k: [] for k in fns}
+    cpu = {k: Cpu() for k in fns}
     for fn in fns.values():
         for k in KEYS[:100]:
             fn(k)
@@ -93,11 +153,13 @@ def run_sync(rounds: int, ops: int) -> None:
         order = list(fns) if r % 2 == 0 else list(reversed(fns))
         for name in order:
             fn = fns[name]
+            started = cpu[name].start()
             t = time.perf_counter()
             for i in range(ops):
                 fn(KEYS[i % len(KEYS)])
             times[name].append(time.perf_counter() - t)
-    report("sync", times, ops)
+            cpu[name].stop(started, ops)
+    report("sync", times, ops, cpu)
     client.close()
 
 
@@ -107,23 +169,30 @@ async def run_async(rounds: int, ops: int, in_flight: int = 64) -> None:
     fns = async_contenders(client, cad)
     per = len(KEYS) // in_flight
 
-    async def batch(fn: Callable[[str], Awaitable[None]]) -> float:
+    pairs = (ops // in_flight) * in_flight
+
+    async def batch(fn: Callable[[str], Awaitable[None]], cpu: Cpu | None = None) -> float:
         async def worker(w: int) -> None:
             for i in range(ops // in_flight):
                 await fn(KEYS[w * per + i % per])
 
+        started = cpu.start() if cpu else None
         t = time.perf_counter()
         await asyncio.gather(*(worker(w) for w in range(in_flight)))
-        return time.perf_counter() - t
+        elapsed = time.perf_counter() - t
+        if cpu and started:
+            cpu.stop(started, pairs)
+        return elapsed
 
     times: dict[str, list[float]] = {k: [] for k in fns}
+    cpu = {k: Cpu() for k in fns}
     for fn in fns.values():
         await batch(fn)
     for r in range(rounds):
         order = list(fns) if r % 2 == 0 else list(reversed(fns))
         for name in order:
-            times[name].append(await batch(fns[name]))
-    report("async64", times, (ops // in_flight) * in_flight)
+            times[name].append(await batch(fns[name], cpu[name]))
+    report("async64", times, pairs, cpu)
     await client.aclose()
 
 
@@ -132,6 +201,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--ops", type=int, default=3000)
     args = parser.parse_args()
+    global _SERVER_PID, _ADMIN
+    _ADMIN = redis.Redis.from_url(URL)
+    _SERVER_PID = int(_ADMIN.info("server")["process_id"])
     print(f"lock bench: {args.rounds} rounds x {args.ops} pairs, load {os.getloadavg()}")
     run_sync(args.rounds, args.ops)
     asyncio.run(run_async(args.rounds, args.ops))
