@@ -26,6 +26,11 @@ use crate::{BatchVerdict, Entry, Limit, Quota, Verdict, Window};
 #[cfg(feature = "rates")]
 use crate::{MixedEntry, Rule};
 
+#[cfg(feature = "rates")]
+mod keyed;
+#[cfg(feature = "rates")]
+use keyed::{State, Table};
+
 type Hasher = foldhash::fast::RandomState;
 type Map<V> = IndexMap<Box<str>, V, Hasher>;
 
@@ -94,16 +99,12 @@ struct Shard {
     windows: Map<FixedWindow>,
     /// GCRA keys: each one TAT (16 bytes), removable once it is behind the horizon.
     #[cfg(feature = "rates")]
-    gcra: Map<Tat>,
+    gcra: Table<Tat>,
     /// Sliding-window counter keys (24 bytes each).
     #[cfg(feature = "rates")]
-    counters: Map<CounterState>,
+    counters: Table<CounterState>,
     log_cursor: usize,
     window_cursor: usize,
-    #[cfg(feature = "rates")]
-    gcra_cursor: usize,
-    #[cfg(feature = "rates")]
-    counter_cursor: usize,
     next_instance: u64,
     /// Operations since this shard last swept another one.
     ops: u32,
@@ -115,15 +116,11 @@ impl Shard {
             logs: IndexMap::with_hasher(hasher.clone()),
             windows: IndexMap::with_hasher(hasher.clone()),
             #[cfg(feature = "rates")]
-            gcra: IndexMap::with_hasher(hasher.clone()),
+            gcra: Table::new(hasher),
             #[cfg(feature = "rates")]
-            counters: IndexMap::with_hasher(hasher.clone()),
+            counters: Table::new(hasher),
             log_cursor: 0,
             window_cursor: 0,
-            #[cfg(feature = "rates")]
-            gcra_cursor: 0,
-            #[cfg(feature = "rates")]
-            counter_cursor: 0,
             next_instance: 1,
             ops: 0,
         }
@@ -262,24 +259,6 @@ impl Shard {
         }
     }
 
-    #[cfg(feature = "rates")]
-    /// [`sweep`](Self::sweep) after a GCRA operation: only the GCRA keys of this shard (the other
-    /// maps are swept by their own operations and by the rotation over the shards), so the hot path
-    /// of a keyed limiter touches one map.
-    #[inline]
-    fn sweep_gcra(&mut self, horizon: u64) -> bool {
-        sweep(&mut self.gcra, &mut self.gcra_cursor, SWEEP_REMOVE, |t| {
-            !tat_alive(t, horizon)
-        });
-        self.ops += 1;
-        if self.ops >= FOREIGN_EVERY {
-            self.ops = 0;
-            true
-        } else {
-            false
-        }
-    }
-
     fn sweep_up_to(&mut self, horizon: u64, remove: usize) {
         sweep(&mut self.logs, &mut self.log_cursor, remove, |log| {
             !alive(log, horizon)
@@ -288,86 +267,11 @@ impl Shard {
             !w.is_live(horizon)
         });
         #[cfg(feature = "rates")]
-        if !self.gcra.is_empty() {
-            sweep(&mut self.gcra, &mut self.gcra_cursor, remove, |t| {
-                !tat_alive(t, horizon)
-            });
-        }
-        #[cfg(feature = "rates")]
-        if !self.counters.is_empty() {
-            sweep(&mut self.counters, &mut self.counter_cursor, remove, |c| {
-                !counter_alive(c, horizon)
-            });
-        }
-    }
-
-    #[cfg(feature = "rates")]
-    /// `key`'s live GCRA state.
-    #[inline]
-    fn gcra_state(&self, key: Key<'_>, horizon: u64) -> Option<Tat> {
-        self.gcra
-            .raw_entry_v1()
-            .from_hash(key.hash, |k| &**k == key.text)
-            .map(|(_, t)| *t)
-            .filter(|t| tat_alive(t, horizon))
-    }
-
-    #[cfg(feature = "rates")]
-    /// `key`'s live counter state.
-    #[inline]
-    fn counter_state(&self, key: Key<'_>, horizon: u64) -> Option<CounterState> {
-        self.counters
-            .raw_entry_v1()
-            .from_hash(key.hash, |k| &**k == key.text)
-            .map(|(_, c)| *c)
-            .filter(|c| counter_alive(c, horizon))
-    }
-
-    #[cfg(feature = "rates")]
-    /// Stores `key`'s GCRA state (one probe: it replaces the old one or inserts).
-    #[inline]
-    fn put_gcra(&mut self, key: Key<'_>, tat: Tat) {
-        match self
-            .gcra
-            .raw_entry_mut_v1()
-            .from_hash(key.hash, |k| &**k == key.text)
         {
-            RawEntryMut::Occupied(mut e) => *e.get_mut() = tat,
-            RawEntryMut::Vacant(e) => {
-                e.insert_hashed_nocheck(key.hash, key.text.into(), tat);
-            }
+            self.gcra.sweep(horizon, SWEEP_LOOK, remove);
+            self.counters.sweep(horizon, SWEEP_LOOK, remove);
         }
     }
-
-    #[cfg(feature = "rates")]
-    /// Stores `key`'s counter state.
-    #[inline]
-    fn put_counter(&mut self, key: Key<'_>, state: CounterState) {
-        match self
-            .counters
-            .raw_entry_mut_v1()
-            .from_hash(key.hash, |k| &**k == key.text)
-        {
-            RawEntryMut::Occupied(mut e) => *e.get_mut() = state,
-            RawEntryMut::Vacant(e) => {
-                e.insert_hashed_nocheck(key.hash, key.text.into(), state);
-            }
-        }
-    }
-}
-
-#[cfg(feature = "rates")]
-/// Whether a GCRA key is not yet full at `horizon` (a full one is the same as no key).
-#[inline]
-fn tat_alive(tat: &Tat, horizon: u64) -> bool {
-    tat.expires_at() > horizon || tat.expires_at() == u64::MAX
-}
-
-#[cfg(feature = "rates")]
-/// Whether a counter key still counts anything at `horizon`.
-#[inline]
-fn counter_alive(state: &CounterState, horizon: u64) -> bool {
-    state.expires_at() > horizon || state.expires_at() == u64::MAX
 }
 
 #[cfg(feature = "rates")]
@@ -992,12 +896,8 @@ impl MemoryStore {
             shard.window_cursor = 0;
             #[cfg(feature = "rates")]
             {
-                shard.gcra.retain(|_, t| tat_alive(t, horizon));
-                shard.counters.retain(|_, c| counter_alive(c, horizon));
-                shard.gcra.shrink_to_fit();
-                shard.counters.shrink_to_fit();
-                shard.gcra_cursor = 0;
-                shard.counter_cursor = 0;
+                shard.gcra.purge(horizon);
+                shard.counters.purge(horizon);
             }
         }
     }
@@ -1041,31 +941,25 @@ impl MemoryStore {
         let horizon = self.advance(now);
         let (shard, key) = self.key(key);
         let mut shard = self.lock(shard);
-        // One probe: it finds the key's state or the slot for a new one.
-        let verdict = match shard
-            .gcra
-            .raw_entry_mut_v1()
-            .from_hash(key.hash, |k| &**k == key.text)
-        {
-            RawEntryMut::Occupied(mut entry) => {
-                let tat = *entry.get();
-                let decision =
-                    gcra.decide(tat_alive(&tat, horizon).then_some(tat), cost, now, true);
+        let (verdict, inserted) = match shard.gcra.get_mut(key) {
+            Some(state) => {
+                let tat = *state;
+                let decision = gcra.decide(tat.alive(horizon).then_some(tat), cost, now, true);
                 if let Some(tat) = decision.store {
-                    *entry.get_mut() = gcra_from_horizon(gcra, tat, cost, now, horizon);
+                    *state = gcra_from_horizon(gcra, tat, cost, now, horizon);
                 }
-                decision.verdict
+                (decision.verdict, false)
             }
-            RawEntryMut::Vacant(entry) => {
+            None => {
                 let decision = gcra.decide(None, cost, now, true);
                 if let Some(tat) = decision.store {
                     let tat = gcra_from_horizon(gcra, tat, cost, now, horizon);
-                    entry.insert_hashed_nocheck(key.hash, key.text.into(), tat);
+                    shard.gcra.insert_new(key, tat);
                 }
-                decision.verdict
+                (decision.verdict, true)
             }
         };
-        if shard.sweep_gcra(horizon) {
+        if shard.gcra.after_op(horizon, inserted) {
             drop(shard);
             self.sweep_foreign(horizon);
         }
@@ -1086,14 +980,14 @@ impl MemoryStore {
         let (shard, key) = self.key(key);
         let shard = self.lock(shard);
         Ok(gcra
-            .decide(shard.gcra_state(key, horizon), cost, now, false)
+            .decide(shard.gcra.live(key, horizon), cost, now, false)
             .verdict)
     }
 
     /// Empties `key`'s GCRA bucket of every use taken: its next call finds it full.
     pub fn gcra_reset(&self, key: &str) {
         let (shard, key) = self.key(key);
-        self.lock(shard).gcra.swap_remove(key.text);
+        self.lock(shard).gcra.remove(key);
     }
 
     /// Counts a call costing `cost` uses on `key`'s sliding-window counter at `now` (see
@@ -1109,15 +1003,28 @@ impl MemoryStore {
         let horizon = self.advance(now);
         let (shard, key) = self.key(key);
         let mut shard = self.lock(shard);
-        let decision = counter.decide(shard.counter_state(key, horizon), cost, now, true);
-        if let Some(state) = decision.store {
-            shard.put_counter(key, state);
-        }
-        if shard.sweep(horizon) {
+        let (verdict, inserted) = match shard.counters.get_mut(key) {
+            Some(state) => {
+                let decision =
+                    counter.decide(state.alive(horizon).then_some(*state), cost, now, true);
+                if let Some(new) = decision.store {
+                    *state = new;
+                }
+                (decision.verdict, false)
+            }
+            None => {
+                let decision = counter.decide(None, cost, now, true);
+                if let Some(new) = decision.store {
+                    shard.counters.insert_new(key, new);
+                }
+                (decision.verdict, decision.store.is_some())
+            }
+        };
+        if shard.counters.after_op(horizon, inserted) {
             drop(shard);
             self.sweep_foreign(horizon);
         }
-        Ok(decision.verdict)
+        Ok(verdict)
     }
 
     /// The verdict [`counter_consume`](Self::counter_consume) would give, recording and creating
@@ -1134,14 +1041,14 @@ impl MemoryStore {
         let (shard, key) = self.key(key);
         let shard = self.lock(shard);
         Ok(counter
-            .decide(shard.counter_state(key, horizon), cost, now, false)
+            .decide(shard.counters.live(key, horizon), cost, now, false)
             .verdict)
     }
 
     /// Forgets `key`'s counter.
     pub fn counter_reset(&self, key: &str) {
         let (shard, key) = self.key(key);
-        self.lock(shard).counters.swap_remove(key.text);
+        self.lock(shard).counters.remove(key);
     }
 
     /// Counts one call against entries of any algorithm at once, all or nothing: recorded against
@@ -1221,7 +1128,7 @@ impl MemoryStore {
                 Rule::Gcra(g) => {
                     let state = match earlier {
                         Some(j) => gcra_after[j],
-                        None => shard.gcra_state(key, horizon),
+                        None => shard.gcra.live(key, horizon),
                     };
                     let d = g.decide(state, costs[i], now, true);
                     gcra_after[i] = d.store.or(state);
@@ -1230,7 +1137,7 @@ impl MemoryStore {
                 Rule::Counter(c) => {
                     let state = match earlier {
                         Some(j) => counter_after[j],
-                        None => shard.counter_state(key, horizon),
+                        None => shard.counters.live(key, horizon),
                     };
                     let d = c.decide(state, costs[i], now, true);
                     counter_after[i] = d.store.or(state);
@@ -1264,12 +1171,12 @@ impl MemoryStore {
                 quotas[i] = match entry.rule {
                     Rule::Sliding(_) => quotas[i],
                     Rule::Gcra(g) => {
-                        g.decide(shard.gcra_state(key, horizon), costs[i], now, false)
+                        g.decide(shard.gcra.live(key, horizon), costs[i], now, false)
                             .verdict
                             .quota
                     }
                     Rule::Counter(c) => {
-                        c.decide(shard.counter_state(key, horizon), costs[i], now, false)
+                        c.decide(shard.counters.live(key, horizon), costs[i], now, false)
                             .verdict
                             .quota
                     }
@@ -1315,11 +1222,13 @@ impl MemoryStore {
                 Rule::Sliding(_) => {}
                 Rule::Gcra(g) if !later => {
                     let tat = gcra_after[i].expect("an allowed entry has a state");
-                    shard.put_gcra(key, gcra_from_horizon(g, tat, costs[i], now, horizon));
+                    shard
+                        .gcra
+                        .put(key, gcra_from_horizon(g, tat, costs[i], now, horizon));
                 }
                 Rule::Counter(_) if !later => {
                     let state = counter_after[i].expect("an allowed entry has a state");
-                    shard.put_counter(key, state);
+                    shard.counters.put(key, state);
                 }
                 Rule::Gcra(_) | Rule::Counter(_) => {}
             }
