@@ -7,6 +7,12 @@
 //   Express 4 + ratewindow/express (RedisStore, node-redis) vs express-rate-limit + rate-limit-redis (node-redis)
 //   Fastify 5 + ratewindow/fastify (MemoryStore)       vs @fastify/rate-limit (its memory store)
 //   Fastify 5 + ratewindow/fastify (RedisStore, ioredis) vs @fastify/rate-limit with ioredis
+//   and the two Redis pairs again with ratewindow counting by a fixed window (`ratewindow-fixed`)
+//
+// The algorithms: ratewindow's middleware counts a sliding log (sliding.lua on Redis); the peers count a
+// fixed window (INCR + PEXPIRE). The default pairs compare each as its users configure it; the fixed
+// pairs like for like: the same middleware over the store's fixed window (`attempt`, fixed.lua), through
+// the `fixedWindow` adapter below (the middleware has no fixed-window option of its own).
 //
 // The same app on each side: GET / answers `ok`; the client is the address a trusted proxy forwarded
 // (X-Forwarded-For, one hop: 10,000 clients taken in turn), 1000 requests per minute each, so every
@@ -20,7 +26,10 @@
 //   BENCH_ONLY=fastify                     the pairs whose title holds that word
 //   BENCH_REDIS_PORT=6481                  Redis on a private server of that port (default the shared 6379)
 //   BENCH_ROUNDS=9 BENCH_SECONDS=3         more rounds (default 5 of 3 s)
-import { spawn } from 'node:child_process';
+//   BENCH_RATE=2000                        both sides at that offered rate: compare the CPU a request
+//   BENCH_FIXED=0                          without the like-for-like rows (ratewindow by a fixed window)
+import { execFileSync, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { once } from 'node:events';
 import { createRequire } from 'node:module';
 import { loadavg } from 'node:os';
@@ -68,15 +77,35 @@ async function serve(variant, run) {
     });
   };
   const ok = 'ok';
+  // `ratewindow-fixed`: the same plugin and middleware, counting each request by the store's fixed
+  // window (`attempt`: on Redis the fixed.lua script, PTTL + GET + INCRBY) instead of its sliding log:
+  // the peers' own semantics (a window opened by a key's first request, all its uses back at its end).
+  const fixedWindow = (store) => {
+    const verdict = (max, got) => ({
+      allowed: got.allowed,
+      retryAfterMs: got.allowed ? 0 : got.resetAfterMs,
+      limit: max,
+      remaining: Math.max(0, max - got.count),
+      refillAfterMs: got.resetAfterMs,
+      resetAfterMs: got.resetAfterMs,
+    });
+    const consume = (key, limit) => {
+      const got = store.attempt(key, limit.uses, limit.windowMs);
+      return typeof got.then === 'function' ? got.then((g) => verdict(limit.uses, g)) : verdict(limit.uses, got);
+    };
+    return { consume, consumeMany: ([e]) => consume(e.key, e.limit) };
+  };
+  const guarded = async () => (limiter === 'ratewindow-fixed' ? { store: fixedWindow(await ourStore()) } : {});
 
   if (framework === 'express') {
     const app = require('express')();
     app.set('trust proxy', 1);
-    if (limiter === 'ratewindow') {
+    if (limiter.startsWith('ratewindow')) {
       const { throttle } = require('./dist/http/express.js');
-      const limiter = new RateLimiter(await ourStore());
-      limiter.for('api', (req, { ip }) => Limit.perMinute(PER_CLIENT).by(ip));
-      app.use(throttle('api', { limiter, trustProxy: 1 }));
+      const options = await guarded();
+      const rl = new RateLimiter(options.store ? new MemoryStore() : await ourStore());
+      rl.for('api', (req, { ip }) => Limit.perMinute(PER_CLIENT).by(ip));
+      app.use(throttle('api', { limiter: rl, trustProxy: 1, ...options }));
     } else if (limiter === 'erl') {
       const { rateLimit } = require('express-rate-limit');
       let store;
@@ -94,11 +123,12 @@ async function serve(variant, run) {
   }
 
   const app = require('fastify')({ trustProxy: '127.0.0.1' }); // the loopback proxy: one hop, as above
-  if (limiter === 'ratewindow') {
+  if (limiter.startsWith('ratewindow')) {
     const { ratewindow } = require('./dist/http/fastify.js');
-    const limiter = new RateLimiter(await ourStore());
-    limiter.for('api', (req, { ip }) => Limit.perMinute(PER_CLIENT).by(ip));
-    await app.register(ratewindow, { limiter, global: 'api', trustProxy: 1 });
+    const options = await guarded();
+    const rl = new RateLimiter(options.store ? new MemoryStore() : await ourStore());
+    rl.for('api', (req, { ip }) => Limit.perMinute(PER_CLIENT).by(ip));
+    await app.register(ratewindow, { limiter: rl, global: 'api', trustProxy: 1, ...options });
   } else if (limiter === 'frl') {
     await app.register(require('@fastify/rate-limit'), {
       max: PER_CLIENT,
@@ -115,7 +145,8 @@ if (process.argv[2] === '--serve') {
   const port = await serve(process.argv[3], process.argv[4]);
   // The driver asks for the server's CPU time around each load (robust where req/s is not: the
   // machine is shared).
-  process.on('message', () => process.send?.(process.cpuUsage()));
+  // 'exit' ends the server cleanly (so `node --cpu-prof` writes its profile).
+  process.on('message', (m) => (m === 'exit' ? process.exit(0) : process.send?.(process.cpuUsage())));
   process.send?.({ port });
 } else {
   await main();
@@ -129,6 +160,10 @@ async function main() {
   const ROUNDS = quick ? 1 : Number(process.env.BENCH_ROUNDS ?? 5);
   const SECONDS = quick ? 1 : Number(process.env.BENCH_SECONDS ?? 3);
   const CONNECTIONS = 16;
+  // BENCH_RATE=2000: both sides offered the same requests per second (autocannon's overallRate), so the
+  // CPU a request compares at equal throughput (a loaded machine changes how many requests an event-loop
+  // turn batches, and with it the CPU a request); req/s then only says whether each kept up.
+  const RATE = Number(process.env.BENCH_RATE ?? 0);
   const run = Date.now().toString(36);
 
   const pairs = [
@@ -136,7 +171,11 @@ async function main() {
     ['Express + ratewindow vs express-rate-limit + rate-limit-redis (Redis, node-redis)', 'express:ratewindow:redis', 'express:erl:redis'],
     ['Fastify + ratewindow vs @fastify/rate-limit (memory)', 'fastify:ratewindow:memory', 'fastify:frl:memory'],
     ['Fastify + ratewindow vs @fastify/rate-limit (Redis, ioredis)', 'fastify:ratewindow:redis', 'fastify:frl:redis'],
+    // Like for like: ratewindow counting by a fixed window too (BENCH_FIXED=0 leaves these out).
+    ['Express + ratewindow fixed window vs express-rate-limit + rate-limit-redis (Redis, node-redis)', 'express:ratewindow-fixed:redis', 'express:erl:redis'],
+    ['Fastify + ratewindow fixed window vs @fastify/rate-limit (Redis, ioredis)', 'fastify:ratewindow-fixed:redis', 'fastify:frl:redis'],
   ];
+  if (process.env.BENCH_FIXED === '0') pairs.splice(4);
 
   // BENCH_ONLY=fastify (a word of the titles) runs those pairs alone.
   const only = process.env.BENCH_ONLY;
@@ -159,12 +198,32 @@ async function main() {
     return user + system;
   };
 
+  // The redis-server's CPU time so far, in µs (its pid from INFO; /proc of a server on this machine), or
+  // undefined when it cannot be read. Steady where req/s is not; meaningful on a private server alone
+  // (BENCH_REDIS_PORT), where nothing else runs commands.
+  let redisPid;
+  try {
+    const info = execFileSync('redis-cli', ['-p', String(REDIS_PORT), 'info', 'server'], { encoding: 'utf8' });
+    redisPid = Number(/process_id:(\d+)/.exec(info)?.[1]);
+  } catch {
+    redisPid = undefined;
+  }
+  const redisCpu = () => {
+    try {
+      const fields = readFileSync(`/proc/${redisPid}/stat`, 'utf8').split(')').pop().trim().split(' ');
+      return ((Number(fields[11]) + Number(fields[12])) * 1e6) / 100; // clock ticks of 10 ms
+    } catch {
+      return undefined;
+    }
+  };
+
   let client = 0;
   const load = (url, seconds) =>
     autocannon({
       url,
       connections: CONNECTIONS,
       duration: seconds,
+      ...(RATE ? { overallRate: RATE } : {}),
       requests: [
         {
           setupRequest: (req) => {
@@ -192,14 +251,18 @@ async function main() {
       const rps = { [ours]: [], [theirs]: [] };
       const cpus = { [ours]: [], [theirs]: [] };
       const totals = { [ours]: [], [theirs]: [] };
+      const rcpus = { [ours]: [], [theirs]: [] };
+      const onRedis = ours.endsWith(':redis') && redisCpu() !== undefined;
       let bad = 0;
       for (let r = 0; r < ROUNDS; r++) {
         const order = r % 2 === 0 ? [ours, theirs] : [theirs, ours];
         const got = {};
         for (const v of order) {
           const cpu0 = await cpu(urls[v]);
+          const rcpu0 = onRedis ? redisCpu() : 0;
           const result = await load(urls[v], SECONDS);
           cpus[v].push((await cpu(urls[v])) - cpu0);
+          if (onRedis) rcpus[v].push(redisCpu() - rcpu0);
           totals[v].push(result.requests.total);
           if (result.non2xx + result.errors + result.timeouts > 0) {
             bad += result.non2xx + result.errors + result.timeouts;
@@ -215,11 +278,13 @@ async function main() {
       const perReq = (v, r) => cpus[v][r] / totals[v][r];
       const cpuRatios = ratios.map((_, r) => perReq(theirs, r) / perReq(ours, r));
       const cpuOf = (v) => med(ratios.map((_, r) => perReq(v, r)));
-      rows.push({ title, ours: med(rps[ours]), theirs: med(rps[theirs]), ratio: med(ratios), cpuOurs: cpuOf(ours), cpuTheirs: cpuOf(theirs), cpuRatio: med(cpuRatios), bad });
+      const redisOf = (v) => (onRedis ? med(ratios.map((_, r) => rcpus[v][r] / totals[v][r])) : undefined);
+      rows.push({ title, ours: med(rps[ours]), theirs: med(rps[theirs]), ratio: med(ratios), cpuOurs: cpuOf(ours), cpuTheirs: cpuOf(theirs), cpuRatio: med(cpuRatios), redisOurs: redisOf(ours), redisTheirs: redisOf(theirs), bad });
       console.log(
         `${title}: ratewindow ${med(rps[ours]).toFixed(0)} req/s, other ${med(rps[theirs]).toFixed(0)} req/s, ` +
           `ratio ${med(ratios).toFixed(2)} (rounds ${ratios.map((x) => x.toFixed(2)).join(' ')}); server CPU µs/request ` +
           `${cpuOf(ours).toFixed(0)} vs ${cpuOf(theirs).toFixed(0)}, ratio ${med(cpuRatios).toFixed(2)} (rounds ${cpuRatios.map((x) => x.toFixed(2)).join(' ')})` +
+          (onRedis ? `; redis-server CPU µs/request ${redisOf(ours).toFixed(1)} vs ${redisOf(theirs).toFixed(1)}` : '') +
           `${bad ? `, ${bad} non-2xx/errors` : ''}`,
       );
       for (const c of children.splice(0)) c.kill();
@@ -228,13 +293,13 @@ async function main() {
     for (const c of children) c.kill();
   }
   const load1 = loadavg();
-  console.log(`\nload average ${load0.map((x) => x.toFixed(2)).join(' ')} before, ${load1.map((x) => x.toFixed(2)).join(' ')} after; ${ROUNDS} rounds of ${SECONDS} s, ${CONNECTIONS} connections`);
+  console.log(`\nload average ${load0.map((x) => x.toFixed(2)).join(' ')} before, ${load1.map((x) => x.toFixed(2)).join(' ')} after; ${ROUNDS} rounds of ${SECONDS} s, ${CONNECTIONS} connections${RATE ? `, ${RATE} req/s offered` : ''}`);
   console.log(
-    '\n| pair | req/s ratewindow | req/s other | req/s ratio | server CPU µs/req ratewindow | other | CPU ratio (other/ours) |\n|---|---|---|---|---|---|---|',
+    '\n| pair | req/s ratewindow | req/s other | req/s ratio | server CPU µs/req ratewindow | other | CPU ratio (other/ours) | redis-server CPU µs/req ratewindow / other |\n|---|---|---|---|---|---|---|---|',
   );
   for (const r of rows) {
     console.log(
-      `| ${r.title} | ${r.ours.toFixed(0)} | ${r.theirs.toFixed(0)} | ${r.ratio.toFixed(2)} | ${r.cpuOurs.toFixed(0)} | ${r.cpuTheirs.toFixed(0)} | ${r.cpuRatio.toFixed(2)} |`,
+      `| ${r.title} | ${r.ours.toFixed(0)} | ${r.theirs.toFixed(0)} | ${r.ratio.toFixed(2)} | ${r.cpuOurs.toFixed(0)} | ${r.cpuTheirs.toFixed(0)} | ${r.cpuRatio.toFixed(2)} | ${r.redisOurs === undefined ? '' : `${r.redisOurs.toFixed(1)} / ${r.redisTheirs.toFixed(1)}`} |`,
     );
   }
 }
