@@ -190,6 +190,14 @@ impl Decide {
             ) => {
                 // Counts that weigh nothing at now are no key (the Redis key has expired by then).
                 let state = state.filter(|s| s.expires_at() > now);
+                // A previous count the arithmetic cannot weigh in u64 is no answer (a corrupt value,
+                // or counts carried from a limit of billions of uses into a window of centuries).
+                if state.is_some_and(|s| {
+                    u128::from(s.prev) * u128::from(counter.limit().window_ms())
+                        > u128::from(u64::MAX)
+                }) {
+                    return None;
+                }
                 let d = counter.decide(state, cost, now, record);
                 Decided::Counter(d.verdict, d.store)
             }
@@ -1040,6 +1048,18 @@ mod tests {
                 cost: 1,
             })
             .drive(|_| Ok(Fed::Reply(arr(&[1, 150, 100, 100, 2, 0]))));
+        assert_eq!(result.unwrap_err().kind(), "reply");
+        let huge = Counter::new(Limit::new(1, 4_000_000_000_000_000).unwrap()).unwrap();
+        let (result, _) = redis
+            .rate(RateOp::CounterPeek {
+                key: "k".into(),
+                counter: huge,
+                cost: 1,
+            })
+            .drive(|_| {
+                let state = [0, 0, 0, 4_000_000_000_000_000, 0, u32::MAX as i64];
+                Ok(Fed::Reply(arr(&state)))
+            });
         assert_eq!(result.unwrap_err().kind(), "reply");
         let (result, _) = redis
             .rate(RateOp::CounterReset { key: "k".into() })
