@@ -239,10 +239,8 @@ pub fn request_entries(name: &str, limits: &[HttpLimit<'_>]) -> Result<RequestEn
             suffix.push_str(":decay:");
             push_seconds(&mut suffix, limit.window_ms());
         }
-        out.entries.push(Entry {
-            key: store_key(name, key, &suffix)?,
-            limit,
-        });
+        out.entries
+            .push(Entry::new(store_key(name, key, &suffix)?, limit));
         out.sources.push(i);
     }
     Ok(out)
@@ -253,10 +251,7 @@ pub fn request_entries(name: &str, limits: &[HttpLimit<'_>]) -> Result<RequestEn
 /// `[0]`), without the two lists of one.
 pub fn request_entry(name: &str, key: &str, limit: Limit) -> Result<Entry, HttpError> {
     check_name(name)?;
-    Ok(Entry {
-        key: store_key(name, key, "")?,
-        limit,
-    })
+    Ok(Entry::new(store_key(name, key, "")?, limit))
 }
 
 /// `throttle:{name}:{key escaped}{suffix}`, or [`HttpError::KeyTooLong`].

@@ -72,4 +72,6 @@ pub use error::{LimitError, LimitField, MAX_WINDOW_MS};
 pub use fixed::FixedWindow;
 pub use limit::{Limit, Window};
 pub use memory::{Consumed, MemoryStore, RecordedCall, Release};
+#[cfg(feature = "weights")]
+pub use verdict::{check_cost, check_cost_f64};
 pub use verdict::{BatchVerdict, Entry, MixedEntry, Quota, Rule, Verdict};

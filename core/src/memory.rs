@@ -19,8 +19,12 @@ use smallvec::SmallVec;
 #[cfg(feature = "rates")]
 use crate::counter::{Counter, CounterState};
 use crate::fixed::{self, FixedWindow};
+#[cfg(any(feature = "rates", feature = "weights"))]
+use crate::gcra::RateError;
+#[cfg(all(feature = "rates", not(feature = "weights")))]
+use crate::gcra::RateField;
 #[cfg(feature = "rates")]
-use crate::gcra::{Gcra, RateError, RateField, Tat};
+use crate::gcra::{Gcra, Tat};
 use crate::sliding::{self, CallLog};
 use crate::{BatchVerdict, Entry, Limit, Quota, Verdict, Window};
 #[cfg(feature = "rates")]
@@ -169,6 +173,7 @@ impl Shard {
         index: Option<usize>,
         limit: Limit,
         window_ms: u64,
+        cost: u32,
         at: Moment,
     ) -> (u64, u64, usize) {
         let Moment { now, horizon } = at;
@@ -190,7 +195,7 @@ impl Shard {
             },
         };
         let log = &mut self.logs[index];
-        let at = log.record(now);
+        let at = log.record_cost(now, cost);
         log.expires_at = log
             .expires_at
             .max(at.max(horizon).saturating_add(window_ms));
@@ -386,6 +391,13 @@ pub struct RecordedCall {
     /// The longest window the call was counted under: past `at + window_ms` it has left, and a release
     /// leaves the key alone.
     pub window_ms: u64,
+    /// The uses the call took (that many times recorded at `at`); a release gives back as many.
+    #[serde(default = "one_use")]
+    pub cost: u32,
+}
+
+fn one_use() -> u32 {
+    1
 }
 
 /// The right to give back the calls one allowed consume recorded.
@@ -521,15 +533,61 @@ impl MemoryStore {
     /// Counts one call to `key` under `limit` at `now`: allowed and recorded, or refused with the wait.
     /// The verdict's [`Quota`] is the key's after the call.
     pub fn consume(&self, key: &str, limit: Limit, now: u64) -> Verdict {
+        self.consume_uses(key, limit, 1, now)
+    }
+
+    /// Counts a call costing `cost` uses to `key` under `limit` at `now`: allowed only if `cost` more
+    /// fit in the window, then recorded as `cost` uses at one moment; refused with the wait until they
+    /// fit. The quota counts uses. A cost outside `1..=uses` is an error naming `cost` and changes
+    /// nothing.
+    ///
+    /// ```
+    /// use ratewindow_core::{Limit, MemoryStore};
+    /// let store = MemoryStore::new();
+    /// let limit = Limit::new(5, 1_000).unwrap();
+    /// assert_eq!(store.consume_cost("k", limit, 3, 0).unwrap().quota.remaining, 2);
+    /// let heavy = store.consume_cost("k", limit, 3, 10).unwrap(); // 3 more do not fit
+    /// assert_eq!((heavy.allowed, heavy.retry_timestamp, heavy.quota.remaining), (false, Some(1_000), 2));
+    /// assert!(store.consume_cost("k", limit, 2, 10).unwrap().allowed); // 2 do
+    /// assert!(store.consume_cost("k", limit, 6, 10).is_err());
+    /// ```
+    #[cfg(feature = "weights")]
+    pub fn consume_cost(
+        &self,
+        key: &str,
+        limit: Limit,
+        cost: u64,
+        now: u64,
+    ) -> Result<Verdict, RateError> {
+        let cost = crate::verdict::check_cost(cost, limit)?;
+        Ok(self.consume_uses(key, limit, cost, now))
+    }
+
+    /// The verdict [`consume_cost`](Self::consume_cost) would give, recording nothing.
+    #[cfg(feature = "weights")]
+    pub fn peek_cost(
+        &self,
+        key: &str,
+        limit: Limit,
+        cost: u64,
+        now: u64,
+    ) -> Result<Verdict, RateError> {
+        let cost = crate::verdict::check_cost(cost, limit)?;
+        Ok(self.peek_uses(key, limit, cost, now))
+    }
+
+    #[inline]
+    fn consume_uses(&self, key: &str, limit: Limit, cost: u32, now: u64) -> Verdict {
         let horizon = self.advance(now);
         let (shard, key) = self.key(key);
         let mut shard = self.lock(shard);
         let index = shard.live_log(key, now, horizon, limit.window_ms());
-        let wait = index.and_then(|i| Some((i, shard.logs[i].wait_until(limit, now)?)));
+        let wait = index.and_then(|i| Some((i, shard.logs[i].wait_until_cost(limit, cost, now)?)));
         let verdict = match wait {
             Some((i, until)) => {
                 let refused = Verdict::refused(now, until);
-                let quota = shard.logs[i].refused_quota(limit, now, refused.retry_after_ms);
+                let quota =
+                    shard.logs[i].refused_quota_cost(limit, cost, now, refused.retry_after_ms);
                 refused.with_quota(quota)
             }
             None => {
@@ -538,6 +596,7 @@ impl MemoryStore {
                     index,
                     limit,
                     limit.window_ms(),
+                    cost,
                     Moment { now, horizon },
                 );
                 // Trimmed to this window and then recorded: every call in the log is inside it.
@@ -554,16 +613,21 @@ impl MemoryStore {
     /// The verdict [`consume`](Self::consume) would give at `now`, recording, trimming and creating
     /// nothing. Its [`Quota`] is the key's as it stands (a peek uses nothing).
     pub fn peek(&self, key: &str, limit: Limit, now: u64) -> Verdict {
+        self.peek_uses(key, limit, 1, now)
+    }
+
+    #[inline]
+    fn peek_uses(&self, key: &str, limit: Limit, cost: u32, now: u64) -> Verdict {
         let horizon = self.horizon_at(now);
         let (shard, key) = self.key(key);
         let shard = self.lock(shard);
         let Some(log) = shard.peek_log(key, horizon) else {
             return Verdict::ALLOWED.with_quota(Quota::unused(limit));
         };
-        match log.wait_until(limit, now) {
+        match log.wait_until_cost(limit, cost, now) {
             Some(until) => {
                 let refused = Verdict::refused(now, until);
-                refused.with_quota(log.refused_quota(limit, now, refused.retry_after_ms))
+                refused.with_quota(log.refused_quota_cost(limit, cost, now, refused.retry_after_ms))
             }
             None => Verdict::ALLOWED.with_quota(log.quota(limit, now)),
         }
@@ -613,6 +677,17 @@ impl MemoryStore {
         // one pass with a hash map (a scan per entry made a batch of 40,000 keys take seconds).
         let (first, longest_of) = first_of_each_key(entries, &located);
         let longest = |i: usize| longest_of[i];
+        // Entries naming one key are one call: it costs the largest cost they give (each entry is
+        // checked with it, within its own uses).
+        let weighted = entries.iter().any(|e| e.cost() > 1);
+        let mut cost_of: SmallVec<[u32; 8]> = SmallVec::new();
+        if weighted {
+            cost_of.resize(entries.len(), 1);
+            for (i, entry) in entries.iter().enumerate() {
+                cost_of[first[i]] = cost_of[first[i]].max(entry.cost());
+            }
+        }
+        let key_cost = |i: usize| if weighted { cost_of[first[i]] } else { 1 };
         let keys = || (0..entries.len()).filter(|&i| first[i] == i);
 
         // Each key's log is found once, by its first entry: its index in its shard. The indices hold
@@ -637,7 +712,7 @@ impl MemoryStore {
         let mut blocked: Option<(usize, u64)> = None;
         for (i, entry) in entries.iter().enumerate() {
             let wait = log_at(&guards[slot(i)], found(first[i]))
-                .and_then(|log| log.wait_until(entry.limit, now));
+                .and_then(|log| log.wait_until_cost(entry.limit, key_cost(i), now));
             if let Some(until) = wait {
                 if blocked.is_none_or(|(_, longest)| until > longest) {
                     blocked = Some((i, until));
@@ -659,14 +734,16 @@ impl MemoryStore {
                             shard.renew(index, entries[i].limit);
                         }
                     }
+                    let cost = key_cost(i);
                     let (instance, at, index) =
-                        shard.record(key(i), found(i), entries[i].limit, window_ms, moment);
+                        shard.record(key(i), found(i), entries[i].limit, window_ms, cost, moment);
                     recorded[i] = index;
                     RecordedCall {
                         key: entries[i].key.clone(),
                         instance,
                         at,
                         window_ms,
+                        cost,
                     }
                 })
                 .collect();
@@ -677,7 +754,7 @@ impl MemoryStore {
         });
         let quota = match verdict.blocked {
             Some(b) => log_at(&guards[slot(b)], found(first[b])).map_or(Quota::NONE, |log| {
-                log.refused_quota(entries[b].limit, now, verdict.retry_after_ms)
+                log.refused_quota_cost(entries[b].limit, key_cost(b), now, verdict.retry_after_ms)
             }),
             None => Quota::tightest(entries.iter().enumerate().map(|(i, entry)| {
                 let quota = match recorded.get(first[i]) {
@@ -731,8 +808,16 @@ impl MemoryStore {
                 continue;
             };
             let log = &mut shard.logs[i];
-            let gave_back =
-                log.instance() == call.instance && alive(log, horizon) && log.remove_one(call.at);
+            let gave_back = log.instance() == call.instance
+                && alive(log, horizon)
+                && log.remove(
+                    call.at,
+                    if cfg!(feature = "weights") {
+                        call.cost
+                    } else {
+                        1
+                    },
+                ) > 0;
             if gave_back && log.is_empty() {
                 shard.logs.swap_remove_index(i);
             }
@@ -1056,8 +1141,8 @@ impl MemoryStore {
     /// the first), as [`consume_many`](Self::consume_many) does.
     ///
     /// - Sliding-log entries behave as in `consume_many` (a key named twice is checked against each
-    ///   limit and records the call once, under the longest window); their `cost` must be 1 (weights
-    ///   on the log come with the log's own weighted change).
+    ///   limit and records the call once, under the longest window, costing the largest `cost` they
+    ///   give).
     /// - GCRA and counter entries naming the same key are counted one after another within the call:
     ///   each sees the uses of the entries before it.
     /// - The [`Release`] gives back the sliding-log calls only; GCRA and counter uses are not given
@@ -1077,7 +1162,11 @@ impl MemoryStore {
         let costs: Vec<u32> = entries
             .iter()
             .map(|e| match e.rule {
+                #[cfg(feature = "weights")]
+                Rule::Sliding(limit) => crate::verdict::check_cost(e.cost, limit),
+                #[cfg(not(feature = "weights"))]
                 Rule::Sliding(_) if e.cost == 1 => Ok(1),
+                #[cfg(not(feature = "weights"))]
                 Rule::Sliding(_) => Err(RateError::new(RateField::Cost, e.cost)),
                 Rule::Gcra(g) => g.check_cost(e.cost),
                 Rule::Counter(c) => c.check_cost(e.cost),
@@ -1101,6 +1190,14 @@ impl MemoryStore {
                     == std::mem::discriminant(&entries[j].rule)
         };
 
+        // A sliding key named by several entries is one call costing the largest cost they give.
+        let sliding_cost = |i: usize| {
+            (0..entries.len())
+                .filter(|&j| j == i || same_key(i, j))
+                .map(|j| costs[j])
+                .max()
+                .unwrap_or(1)
+        };
         // Check every entry; GCRA and counter states as the earlier entries of the call left them.
         let mut gcra_after: Vec<Option<Tat>> = vec![None; entries.len()];
         let mut counter_after: Vec<Option<CounterState>> = vec![None; entries.len()];
@@ -1113,11 +1210,12 @@ impl MemoryStore {
             let verdict = match entry.rule {
                 Rule::Sliding(limit) => match shard.peek_log(key, horizon) {
                     None => Verdict::ALLOWED.with_quota(Quota::unused(limit)),
-                    Some(log) => match log.wait_until(limit, now) {
+                    Some(log) => match log.wait_until_cost(limit, sliding_cost(i), now) {
                         Some(until) => {
                             let refused = Verdict::refused(now, until);
-                            refused.with_quota(log.refused_quota(
+                            refused.with_quota(log.refused_quota_cost(
                                 limit,
+                                sliding_cost(i),
                                 now,
                                 refused.retry_after_ms,
                             ))
@@ -1211,12 +1309,15 @@ impl MemoryStore {
                             shard.renew(index, limit);
                         }
                     }
-                    let (instance, at, _) = shard.record(key, index, limit, window_ms, moment);
+                    let cost = sliding_cost(i);
+                    let (instance, at, _) =
+                        shard.record(key, index, limit, window_ms, cost, moment);
                     calls.push(RecordedCall {
                         key: entry.key.clone(),
                         instance,
                         at,
                         window_ms,
+                        cost,
                     });
                 }
                 Rule::Sliding(_) => {}

@@ -123,17 +123,26 @@ impl CallLog {
     /// of the newest `uses` calls leaves it, so a lowered limit waits on the right call.
     #[inline]
     pub fn wait_until(&self, limit: Limit, now: u64) -> Option<u64> {
+        self.wait_until_cost(limit, 1, now)
+    }
+
+    /// [`wait_until`](Self::wait_until) for a call costing `cost` uses (clamped to `1..=uses`): refused
+    /// when more than `uses - cost` calls are inside the window; the wait runs until enough have left
+    /// that `cost` more fit, i.e. until the oldest of the newest `uses - cost + 1` calls leaves.
+    #[inline]
+    pub fn wait_until_cost(&self, limit: Limit, cost: u32, now: u64) -> Option<u64> {
         let uses = limit.uses() as usize;
-        if self.len() < uses {
+        let cost = (cost as usize).clamp(1, uses);
+        if self.len() + cost <= uses {
             return None; // not even the whole log reaches the limit
         }
         // The calls inside the window are a suffix.
         let first = self.partition_point(|t| !in_window(t, now, limit.window_ms()));
-        if self.len() - first < uses {
+        if self.len() - first + cost <= uses {
             return None;
         }
         Some(
-            self.get(self.len() - uses)
+            self.get(self.len() + cost - 1 - uses)
                 .saturating_add(limit.window_ms()),
         )
     }
@@ -185,6 +194,38 @@ impl CallLog {
         }
     }
 
+    /// The quota of a refusal of a call costing `cost` that waits `retry_after_ms`: the uses that do
+    /// remain (a heavy call may be refused while lighter ones would pass), a use comes back when the
+    /// oldest call holding one leaves (for a cost of 1, the wait), and the window is empty when the
+    /// newest call leaves.
+    #[inline]
+    pub fn refused_quota_cost(
+        &self,
+        limit: Limit,
+        cost: u32,
+        now: u64,
+        retry_after_ms: u64,
+    ) -> Quota {
+        if cost <= 1 {
+            return self.refused_quota(limit, now, retry_after_ms);
+        }
+        let window_ms = limit.window_ms();
+        let uses = limit.uses() as usize;
+        let inside = self.len() - self.first_inside(now, window_ms);
+        let newest = self.newest().map_or(0, |t| leaves_in(t, window_ms, now));
+        // A refused call of cost > 1 finds at least one call inside (cost <= uses).
+        let refill = match inside.min(uses) {
+            0 => retry_after_ms,
+            held => leaves_in(self.get(self.len() - held), window_ms, now),
+        };
+        Quota {
+            limit: limit.uses(),
+            remaining: uses.saturating_sub(inside) as u32,
+            refill_after_ms: refill,
+            reset_after_ms: newest.max(retry_after_ms),
+        }
+    }
+
     /// Drops the calls that have left a window of `window_ms` at `now`.
     #[inline]
     pub fn trim(&mut self, now: u64, window_ms: u64) {
@@ -218,6 +259,23 @@ impl CallLog {
         at
     }
 
+    /// Records a call costing `cost` uses: `cost` times at one moment (see [`record`](Self::record)),
+    /// so the log holds one time per use and never more than `uses` times inside a window whatever
+    /// the costs. Returns the recorded time.
+    #[inline]
+    pub fn record_cost(&mut self, now: u64, cost: u32) -> u64 {
+        let at = self.record(now);
+        for _ in 1..cost {
+            if self.len() == self.capacity() {
+                self.grow();
+            }
+            let slot = self.slot(self.len());
+            self.buf[slot] = at;
+            self.len += 1;
+        }
+        at
+    }
+
     #[cold]
     fn grow(&mut self) {
         let capacity = (self.capacity() * 2).max(4);
@@ -232,16 +290,25 @@ impl CallLog {
 
     /// Removes one call recorded at `at`, if there is one. Returns whether one was removed.
     pub fn remove_one(&mut self, at: u64) -> bool {
+        self.remove(at, 1) == 1
+    }
+
+    /// Removes up to `cost` times recorded at `at` (the uses of one call); returns how many it removed.
+    pub fn remove(&mut self, at: u64, cost: u32) -> usize {
         let i = self.partition_point(|t| t < at);
-        if i >= self.len() || self.get(i) != at {
-            return false;
+        let mut n = 0;
+        while n < cost as usize && i + n < self.len() && self.get(i + n) == at {
+            n += 1;
         }
-        for j in i..self.len() - 1 {
-            let (to, from) = (self.slot(j), self.slot(j + 1));
+        if n == 0 {
+            return 0;
+        }
+        for j in i..self.len() - n {
+            let (to, from) = (self.slot(j), self.slot(j + n));
             self.buf[to] = self.buf[from];
         }
-        self.len -= 1;
-        true
+        self.len -= n as u32;
+        n
     }
 }
 

@@ -171,23 +171,97 @@ impl BatchVerdict {
     }
 }
 
-/// One entry of a batch: a key and the limit it is counted against.
+/// One entry of a batch: a key, the limit it is counted against, and what the call costs it (1 use
+/// unless built by [`Entry::with_cost`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Entry {
     /// The key counted.
     pub key: String,
     /// Its limit.
     pub limit: crate::Limit,
+    /// Uses the call takes, `1..=limit.uses()` when built (read it by [`cost`](Self::cost)).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub(crate) cost: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(cost: &u32) -> bool {
+    *cost == 1
 }
 
 impl Entry {
-    /// An entry for `key` under `limit`.
+    /// An entry for `key` under `limit`, costing 1 use.
     pub fn new(key: impl Into<String>, limit: crate::Limit) -> Entry {
         Entry {
             key: key.into(),
             limit,
+            cost: 1,
         }
     }
+
+    /// An entry for `key` under `limit` costing `cost` uses: a whole number from 1 to the limit's
+    /// `uses` (a call costing more could never pass), else an error naming `cost`. (Cargo feature
+    /// `weights`, default on.)
+    ///
+    /// ```
+    /// use ratewindow_core::{Entry, Limit};
+    /// let limit = Limit::new(10, 1_000).unwrap();
+    /// assert_eq!(Entry::with_cost("k", limit, 4).unwrap().cost(), 4);
+    /// assert!(Entry::with_cost("k", limit, 0).is_err());
+    /// assert!(Entry::with_cost("k", limit, 11).is_err());
+    /// ```
+    #[cfg(feature = "weights")]
+    pub fn with_cost(
+        key: impl Into<String>,
+        limit: crate::Limit,
+        cost: u64,
+    ) -> Result<Entry, crate::gcra::RateError> {
+        Ok(Entry {
+            key: key.into(),
+            limit,
+            cost: check_cost(cost, limit)?,
+        })
+    }
+
+    /// Uses the call takes on this entry's key. Read within `1..=limit.uses()`: an entry whose limit
+    /// was lowered below its cost after it was built counts as costing the whole limit.
+    #[inline]
+    pub fn cost(&self) -> u32 {
+        #[cfg(feature = "weights")]
+        return self.cost.clamp(1, self.limit.uses());
+        #[cfg(not(feature = "weights"))]
+        1
+    }
+}
+
+/// [`check_cost`] of a host's number (a JS `number`, a Python `float`): a whole number from 1 to the
+/// limit's `uses`; `1.5`, `-1`, `NaN` are the error naming `cost`, holding the value as given.
+#[cfg(feature = "weights")]
+pub fn check_cost_f64(cost: f64, limit: crate::Limit) -> Result<u32, crate::gcra::RateError> {
+    if cost.fract() == 0.0 && cost >= 1.0 && cost <= limit.uses() as f64 {
+        return Ok(cost as u32);
+    }
+    Err(crate::gcra::RateError::new(
+        crate::gcra::RateField::Cost,
+        crate::limit::format_f64(cost),
+    ))
+}
+
+/// `cost` if a call costing it can pass `limit` (a whole number from 1 to `uses`), else the error
+/// naming `cost`: the check of a weighted call on the sliding log or a batch entry.
+#[cfg(feature = "weights")]
+#[inline]
+pub fn check_cost(cost: u64, limit: crate::Limit) -> Result<u32, crate::gcra::RateError> {
+    if cost == 0 || cost > limit.uses() as u64 {
+        return Err(crate::gcra::RateError::new(
+            crate::gcra::RateField::Cost,
+            cost,
+        ));
+    }
+    Ok(cost as u32)
 }
 
 /// The algorithm an entry of a mixed batch is counted by, with its limit.

@@ -55,12 +55,34 @@ impl Engine for MemoryStore {
     fn attempt(&mut self, key: &str, max: i64, decay: Window, now: u64) -> (bool, i64, u64) {
         MemoryStore::attempt(self, key, max, decay, now)
     }
+    fn consume_cost(&mut self, key: &str, limit: Limit, cost: u32, now: u64) -> Value {
+        json!(MemoryStore::consume_cost(self, key, limit, cost.into(), now).expect("checked"))
+    }
+    fn peek_cost(&mut self, key: &str, limit: Limit, cost: u32, now: u64) -> Value {
+        json!(MemoryStore::peek_cost(self, key, limit, cost.into(), now).expect("checked"))
+    }
 }
 
 #[test]
 fn every_vector_matches_the_memory_store() {
     let cases = common::cases();
     assert!(cases.len() >= 40, "only {} cases", cases.len());
+    let failures: Vec<String> = cases
+        .iter()
+        .flat_map(|case| common::run_case(&mut MemoryStore::new(), case))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_weight_vector_matches_the_memory_store() {
+    let cases = common::cases_in("weights");
+    assert!(cases.len() >= 8, "only {} cases", cases.len());
     let failures: Vec<String> = cases
         .iter()
         .flat_map(|case| common::run_case(&mut MemoryStore::new(), case))

@@ -77,10 +77,8 @@ pub fn entries(entries: Vec<Entry>) -> Result<Vec<core::Entry>, Error> {
     entries
         .into_iter()
         .map(|e| {
-            Ok(core::Entry {
-                limit: limit(&e.limit)?,
-                key: e.key,
-            })
+            let limit = limit(&e.limit)?;
+            Ok(core::Entry::new(e.key, limit))
         })
         .collect()
 }

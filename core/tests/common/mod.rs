@@ -5,7 +5,8 @@
 
 use std::path::PathBuf;
 
-use ratewindow_core::{Entry, Limit, LimitError, Window};
+use ratewindow_core::gcra::RateError;
+use ratewindow_core::{check_cost_f64, Entry, Limit, LimitError, Window};
 use serde_json::{json, Value};
 
 /// An engine the vectors can drive: every op at an explicit `now`.
@@ -25,6 +26,15 @@ pub trait Engine {
     fn available_in_ms(&mut self, key: &str, now: u64) -> u64;
     fn reset_attempts(&mut self, key: &str, now: u64);
     fn clear(&mut self, key: &str);
+
+    /// A call costing `cost` uses (checked: `1..=uses`); the weight vectors (`weights/`) need it.
+    fn consume_cost(&mut self, _key: &str, _limit: Limit, _cost: u32, _now: u64) -> Value {
+        panic!("this engine does not run the weight vectors")
+    }
+    /// A peek of a call costing `cost` uses.
+    fn peek_cost(&mut self, _key: &str, _limit: Limit, _cost: u32, _now: u64) -> Value {
+        panic!("this engine does not run the weight vectors")
+    }
 
     /// A hit returning the count and the ms until its window ends. The default composes `hit` and
     /// `available_in_ms` (fine for an engine the vectors drive from one thread); an engine that
@@ -63,7 +73,14 @@ pub struct Case {
 
 /// Every case of every vector file, in file order.
 pub fn cases() -> Vec<Case> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors");
+    cases_in("")
+}
+
+/// Every case of every vector file in `tests/vectors/{sub}`, in file order.
+pub fn cases_in(sub: &str) -> Vec<Case> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/vectors")
+        .join(sub);
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .expect("tests/vectors")
         .map(|e| e.expect("dir entry").path())
@@ -95,16 +112,44 @@ fn limit(value: &Value) -> Result<Limit, LimitError> {
     Limit::from_f64(num(value, "uses"), num(value, "window_ms"))
 }
 
-fn entries(op: &Value) -> Result<Vec<Entry>, LimitError> {
+/// A vector's refusal of its input: a limit, or a cost.
+pub enum Invalid {
+    Limit(LimitError),
+    Cost(RateError),
+}
+
+impl From<LimitError> for Invalid {
+    fn from(e: LimitError) -> Invalid {
+        Invalid::Limit(e)
+    }
+}
+
+impl From<RateError> for Invalid {
+    fn from(e: RateError) -> Invalid {
+        Invalid::Cost(e)
+    }
+}
+
+/// An op's or an entry's `cost` (absent: `None`), checked against `limit` as a host number.
+fn cost(value: &Value, limit: Limit) -> Result<Option<u32>, RateError> {
+    match value.get("cost") {
+        None => Ok(None),
+        Some(c) => check_cost_f64(c.as_f64().expect("cost: a number"), limit).map(Some),
+    }
+}
+
+fn entries(op: &Value) -> Result<Vec<Entry>, Invalid> {
     op["entries"]
         .as_array()
         .expect("entries")
         .iter()
         .map(|e| {
-            Ok(Entry::new(
-                e["key"].as_str().expect("key"),
-                limit(&e["limit"])?,
-            ))
+            let key = e["key"].as_str().expect("key");
+            let limit = limit(&e["limit"])?;
+            Ok(match cost(e, limit)? {
+                None => Entry::new(key, limit),
+                Some(c) => Entry::with_cost(key, limit, c as u64)?,
+            })
         })
         .collect()
 }
@@ -136,10 +181,22 @@ pub fn run_case<E: Engine>(engine: &mut E, case: &Case) -> Vec<String> {
         };
         let key = || op["key"].as_str().expect("key");
         let max = || op["max"].as_i64().expect("max");
-        let result: Result<Value, LimitError> = (|| {
+        let result: Result<Value, Invalid> = (|| {
             Ok(match op["op"].as_str().expect("op") {
-                "consume" => engine.consume(key(), limit(&op["limit"])?, now),
-                "peek" => engine.peek(key(), limit(&op["limit"])?, now),
+                "consume" => {
+                    let limit = limit(&op["limit"])?;
+                    match cost(op, limit)? {
+                        None => engine.consume(key(), limit, now),
+                        Some(c) => engine.consume_cost(key(), limit, c, now),
+                    }
+                }
+                "peek" => {
+                    let limit = limit(&op["limit"])?;
+                    match cost(op, limit)? {
+                        None => engine.peek(key(), limit, now),
+                        Some(c) => engine.peek_cost(key(), limit, c, now),
+                    }
+                }
                 "consume_many" => {
                     let (verdict, release) = engine.consume_many(&entries(op)?, now);
                     if let Some(id) = op["id"].as_str() {
@@ -199,8 +256,10 @@ pub fn run_case<E: Engine>(engine: &mut E, case: &Case) -> Vec<String> {
                 other => panic!("unknown op {other}"),
             })
         })();
-        let got =
-            result.unwrap_or_else(|e| json!({ "error": "invalid_limit", "field": e.field.name() }));
+        let got = result.unwrap_or_else(|e| match e {
+            Invalid::Limit(e) => json!({ "error": "invalid_limit", "field": e.field.name() }),
+            Invalid::Cost(e) => json!({ "error": "invalid_argument", "field": e.field.name() }),
+        });
         let want = op.get("expect").cloned().unwrap_or(Value::Null);
         if got != want {
             failures.push(format!(
