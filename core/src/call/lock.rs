@@ -28,6 +28,7 @@ enum Asked {
     /// A yes or no (acquire, release, force release).
     Bool,
     /// `SET … NX`'s answer: `OK` (taken) or nil (held by another).
+    #[cfg(feature = "lock-commands")]
     Set,
     /// The holder's token, or none.
     Owner,
@@ -49,6 +50,7 @@ enum Step {
         by_sha1: bool,
     },
     /// A plain command: its name, its key, its arguments.
+    #[cfg(feature = "lock-commands")]
     Plain(Vec<String>),
     #[cfg(feature = "sql")]
     Sql(Vec<Statement>),
@@ -80,6 +82,7 @@ impl LockCall {
                 args: &plan.args,
                 by_sha1: *by_sha1,
             },
+            #[cfg(feature = "lock-commands")]
             Step::Plain(args) => Command::Plain { args },
             #[cfg(feature = "sql")]
             Step::Sql(statements) => Command::Sql { statements },
@@ -111,12 +114,17 @@ impl LockCall {
                 return;
             }
             (_, Err(message)) => Err(CallError::Store { message }),
-            (Step::Script { .. } | Step::Plain(_), Ok(Fed::Reply(reply))) => {
-                decode_reply(self.asked, &reply)
-            }
+            (Step::Script { .. }, Ok(Fed::Reply(reply))) => decode_reply(self.asked, &reply),
+            #[cfg(feature = "lock-commands")]
+            (Step::Plain(_), Ok(Fed::Reply(reply))) => decode_reply(self.asked, &reply),
             #[cfg(feature = "sql")]
             (Step::Sql(_), Ok(Fed::Rows(rows))) => decode_rows(self.asked, &rows),
-            (Step::Script { .. } | Step::Plain(_), Ok(Fed::Rows(_))) => Err(CallError::Protocol {
+            #[cfg(feature = "lock-commands")]
+            (Step::Plain(_), Ok(Fed::Rows(_))) => Err(CallError::Protocol {
+                expected: "a Redis reply",
+                got: "rows",
+            }),
+            (Step::Script { .. }, Ok(Fed::Rows(_))) => Err(CallError::Protocol {
                 expected: "a Redis reply",
                 got: "rows",
             }),
@@ -144,10 +152,14 @@ fn start(step: Step, asked: Asked) -> Call {
 fn decode_reply(asked: Asked, reply: &Reply) -> Result<Outcome, CallError> {
     let error = |expected| CallError::Reply(ReplyError::new("lock", expected, reply));
     match (asked, reply) {
+        #[cfg(feature = "lock-commands")]
         (Asked::Set, Reply::Text(t)) if t == "OK" => Ok(Outcome::Bool(true)),
+        #[cfg(feature = "lock-commands")]
         (Asked::Set, Reply::Nil) => Ok(Outcome::Bool(false)),
         // A client that reads the reply as a boolean (redis-py's SET callback: True or None).
+        #[cfg(feature = "lock-commands")]
         (Asked::Set, Reply::Int(n @ (0 | 1))) => Ok(Outcome::Bool(*n == 1)),
+        #[cfg(feature = "lock-commands")]
         (Asked::Set, _) => Err(error("OK or nil")),
         (Asked::Bool, Reply::Int(n @ (0 | 1))) => Ok(Outcome::Bool(*n == 1)),
         (Asked::Bool, Reply::Text(t)) if t == "0" || t == "1" => Ok(Outcome::Bool(t == "1")),
@@ -216,27 +228,31 @@ impl Redis {
         }
         let key = self.options().lock_key(op.key());
         let asked = Asked::of(&op);
-        // Without the `lock-commands` feature the plain branches below are never taken (and compiled
-        // out): every step is the script.
-        let plain = cfg!(feature = "lock-commands") && self.runs_plain_commands();
+        // Without the `lock-commands` feature every step is the script (the component's build).
+        #[cfg(feature = "lock-commands")]
+        if self.runs_plain_commands() {
+            match op {
+                LockOp::Acquire { owner, ttl, .. } => {
+                    let args = vec![
+                        "SET".to_owned(),
+                        key,
+                        owner,
+                        "NX".to_owned(),
+                        "PX".to_owned(),
+                        ttl.ms().to_string(),
+                    ];
+                    return start(Step::Plain(args), Asked::Set);
+                }
+                LockOp::ForceRelease { .. } => {
+                    return start(Step::Plain(vec!["DEL".to_owned(), key]), asked)
+                }
+                LockOp::Owner { .. } => {
+                    return start(Step::Plain(vec!["GET".to_owned(), key]), asked)
+                }
+                LockOp::Release { .. } => {}
+            }
+        }
         let args = match op {
-            LockOp::Acquire { owner, ttl, .. } if plain => {
-                let args = vec![
-                    "SET".to_owned(),
-                    key,
-                    owner,
-                    "NX".to_owned(),
-                    "PX".to_owned(),
-                    ttl.ms().to_string(),
-                ];
-                return start(Step::Plain(args), Asked::Set);
-            }
-            LockOp::ForceRelease { .. } if plain => {
-                return start(Step::Plain(vec!["DEL".to_owned(), key]), asked)
-            }
-            LockOp::Owner { .. } if plain => {
-                return start(Step::Plain(vec!["GET".to_owned(), key]), asked)
-            }
             LockOp::Acquire { owner, ttl, .. } => {
                 vec!["acquire".to_owned(), owner, ttl.ms().to_string()]
             }
