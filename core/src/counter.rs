@@ -46,7 +46,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::gcra::{RateError, RateField, MAX_EXACT};
+use crate::gcra::{GiveBack, RateError, RateField, MAX_EXACT};
 use crate::{Limit, Quota, Verdict};
 
 /// A sliding-window counter limit: about `uses` per any `window_ms` (see the module docs for the
@@ -216,6 +216,41 @@ impl Counter {
             remaining: remaining as u32,
             refill_after_ms,
             reset_after_ms,
+        }
+    }
+
+    /// Gives back an allowed call that cost `cost` and was counted in the fixed window starting at
+    /// `start` (the state's `start` it stored), on a key holding `current` now; `horizon` is the
+    /// store's. The counts are sums, so the call's uses come off the window they were counted in:
+    /// `cur` while the key is still in that window, `prev` once it rolled one window on (never below
+    /// 0); two windows on, or under another `window_ms`, or with no key, nothing of the call counts
+    /// any more and the key is left alone. A key left with no count is removed.
+    pub fn give_back(
+        self,
+        current: Option<CounterState>,
+        start: u64,
+        cost: u32,
+        horizon: u64,
+    ) -> GiveBack<CounterState> {
+        let Some(mut y) = current else {
+            return GiveBack::Leave;
+        };
+        let w = self.limit.window_ms();
+        if y.window_ms != w {
+            return GiveBack::Leave;
+        }
+        if y.start == start {
+            y.cur -= cost.min(y.cur);
+        } else if y.start == start.saturating_add(w) {
+            y.prev -= cost.min(y.prev);
+        } else {
+            return GiveBack::Leave;
+        }
+        let alive = y.expires_at() > horizon || y.expires_at() == u64::MAX;
+        if (y.cur == 0 && y.prev == 0) || !alive {
+            GiveBack::Remove
+        } else {
+            GiveBack::Store(y)
         }
     }
 

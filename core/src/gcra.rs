@@ -255,6 +255,18 @@ pub struct Decision {
 /// A time as `(ms, rem)`: `ms + rem / uses`.
 type Pair = (u64, u64);
 
+/// What giving back an allowed call does to its key ([`Gcra::give_back`],
+/// [`Counter::give_back`](crate::counter::Counter::give_back)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveBack<S> {
+    /// Leave the key as it is: nothing of the call is left in it.
+    Leave,
+    /// Store this state.
+    Store(S),
+    /// The key is empty (full bucket, no count) again: remove it.
+    Remove,
+}
+
 impl Gcra {
     /// `uses` per `window_ms`, up to `burst` at once. The error names the first field out of range.
     pub fn new(uses: u64, window_ms: u64, burst: u64) -> Result<Gcra, RateError> {
@@ -438,6 +450,71 @@ impl Gcra {
                 per: self.uses,
             }),
         }
+    }
+
+    /// Gives back an allowed call that cost `cost` and left the key's TAT at `after` (the state it
+    /// stored), on a key holding `current` now, with the store's horizon `horizon` (the latest time
+    /// any recorded call was made at).
+    ///
+    /// The call moved the TAT from `before = after − cost·T` to `after`. A give-back never lowers the
+    /// TAT below `before`, and never returns more than the call still holds:
+    /// - nothing recorded since (`current == after`): the TAT goes back to `before` exactly;
+    /// - calls recorded since (`current > after`): those keep their uses, and the call's own come
+    ///   back as far as they are still owed. Every later call was made at or before `horizon`, and
+    ///   a bucket refills its oldest debt first, so the part of `[before, after]` behind
+    ///   `max(horizon, before)` may have come back already: the TAT moves back by
+    ///   `after − max(horizon, before)` (all of `cost·T` while the horizon is not past `before`,
+    ///   nothing once it is past `after`). Never more than the call took, so the rule's bound holds;
+    /// - `current < after`, no key, or a key counted under another `uses`: the key was reset or
+    ///   emptied since (its uses came back) — left alone.
+    pub fn give_back(
+        self,
+        current: Option<Tat>,
+        after: Tat,
+        cost: u32,
+        horizon: u64,
+    ) -> GiveBack<Tat> {
+        let Some(x) = current else {
+            return GiveBack::Leave;
+        };
+        if x.per != self.uses || after.per != self.uses {
+            return GiveBack::Leave;
+        }
+        let (x, end) = ((x.ms, x.rem as u64), (after.ms, after.rem as u64));
+        if x < end {
+            return GiveBack::Leave;
+        }
+        let before = self.sub(end, self.add((0, 0), cost as u64));
+        let new = if x == end {
+            before
+        } else {
+            let owed_from = before.max((horizon, 0));
+            if end <= owed_from {
+                return GiveBack::Leave;
+            }
+            self.sub(x, self.sub(end, owed_from))
+        };
+        let tat = Tat {
+            ms: new.0,
+            rem: new.1 as u32,
+            per: self.uses,
+        };
+        if tat.expires_at() > horizon || tat.expires_at() == u64::MAX {
+            GiveBack::Store(tat)
+        } else {
+            GiveBack::Remove
+        }
+    }
+
+    /// `a − b` for `a ≥ b` (saturating at 0 otherwise).
+    #[inline]
+    fn sub(self, a: Pair, b: Pair) -> Pair {
+        let (mut ms, mut rem) = (a.0, a.1);
+        if rem < b.1 {
+            rem += self.uses as u64;
+            ms = ms.saturating_sub(1);
+        }
+        (ms.saturating_sub(b.0), rem - b.1)
     }
 
     /// Ms from `now` until `n` uses are available on a key holding `tat` (0: now).

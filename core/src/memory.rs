@@ -24,7 +24,7 @@ use crate::gcra::RateError;
 #[cfg(all(feature = "rates", not(feature = "weights")))]
 use crate::gcra::RateField;
 #[cfg(feature = "rates")]
-use crate::gcra::{Gcra, Tat};
+use crate::gcra::{Gcra, GiveBack, Tat};
 use crate::sliding::{self, CallLog};
 use crate::{BatchVerdict, Entry, Limit, Quota, Verdict, Window};
 #[cfg(feature = "rates")]
@@ -409,6 +409,42 @@ fn one_use() -> u32 {
 pub struct Release {
     store: u64,
     calls: Vec<RecordedCall>,
+    /// GCRA and counter uses taken (one per key).
+    #[cfg(feature = "rates")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    taken: Vec<Taken>,
+}
+
+/// What an allowed call took from one GCRA or counter key: enough to give exactly that back.
+#[cfg(feature = "rates")]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "algorithm", rename_all = "snake_case")]
+enum Taken {
+    /// The TAT the call stored, after `cost` uses.
+    Gcra {
+        key: String,
+        gcra: Gcra,
+        cost: u32,
+        after: Tat,
+    },
+    /// The fixed window (its start) the call's `cost` uses were counted in.
+    Counter {
+        key: String,
+        counter: Counter,
+        cost: u32,
+        start: u64,
+    },
+}
+
+impl Release {
+    #[cfg(feature = "rates")]
+    fn taken(store: u64, taken: Taken) -> Release {
+        Release {
+            store,
+            calls: Vec::new(),
+            taken: vec![taken],
+        }
+    }
 }
 
 impl Release {
@@ -750,6 +786,8 @@ impl MemoryStore {
             Release {
                 store: self.id,
                 calls,
+                #[cfg(feature = "rates")]
+                taken: Vec::new(),
             }
         });
         let quota = match verdict.blocked {
@@ -792,7 +830,10 @@ impl MemoryStore {
 
     /// Gives back exactly the calls `release` recorded, at `now`. A call that has left its window, or
     /// whose key has expired or restarted since, is left alone; a release from another store does
-    /// nothing.
+    /// nothing. GCRA and counter uses come back by
+    /// [`Gcra::give_back`](crate::gcra::Gcra::give_back) and
+    /// [`Counter::give_back`](crate::counter::Counter::give_back) (never below the key's state before
+    /// the call, never more than the call still holds).
     pub fn release(&self, release: Release, now: u64) {
         if release.store != self.id {
             return;
@@ -821,6 +862,10 @@ impl MemoryStore {
             if gave_back && log.is_empty() {
                 shard.logs.swap_remove_index(i);
             }
+        }
+        #[cfg(feature = "rates")]
+        for taken in &release.taken {
+            self.give_back(taken, horizon);
         }
     }
 
@@ -1023,32 +1068,104 @@ impl MemoryStore {
         now: u64,
     ) -> Result<Verdict, RateError> {
         let cost = gcra.check_cost(cost)?;
+        Ok(self.gcra_record(key, gcra, cost, now).0)
+    }
+
+    /// [`gcra_consume`](Self::gcra_consume), and on an allowed call the [`Release`] that gives its
+    /// `cost` uses back ([`MemoryStore::release`]; the rule is [`Gcra::give_back`]).
+    pub fn gcra_consume_with_release(
+        &self,
+        key: &str,
+        gcra: Gcra,
+        cost: u64,
+        now: u64,
+    ) -> Result<(Verdict, Option<Release>), RateError> {
+        let cost = gcra.check_cost(cost)?;
+        let (verdict, after) = self.gcra_record(key, gcra, cost, now);
+        let release = after.map(|after| {
+            Release::taken(
+                self.id,
+                Taken::Gcra {
+                    key: key.to_owned(),
+                    gcra,
+                    cost,
+                    after,
+                },
+            )
+        });
+        Ok((verdict, release))
+    }
+
+    /// The verdict of a GCRA consume, and the TAT it stored when allowed.
+    #[inline(always)]
+    fn gcra_record(&self, key: &str, gcra: Gcra, cost: u32, now: u64) -> (Verdict, Option<Tat>) {
         let horizon = self.advance(now);
         let (shard, key) = self.key(key);
         let mut shard = self.lock(shard);
-        let (verdict, inserted) = match shard.gcra.get_mut(key) {
+        let (verdict, stored, inserted) = match shard.gcra.get_mut(key) {
             Some(state) => {
                 let tat = *state;
                 let decision = gcra.decide(tat.alive(horizon).then_some(tat), cost, now, true);
-                if let Some(tat) = decision.store {
-                    *state = gcra_from_horizon(gcra, tat, cost, now, horizon);
+                let stored = decision
+                    .store
+                    .map(|tat| gcra_from_horizon(gcra, tat, cost, now, horizon));
+                if let Some(tat) = stored {
+                    *state = tat;
                 }
-                (decision.verdict, false)
+                (decision.verdict, stored, false)
             }
             None => {
                 let decision = gcra.decide(None, cost, now, true);
-                if let Some(tat) = decision.store {
-                    let tat = gcra_from_horizon(gcra, tat, cost, now, horizon);
+                let stored = decision
+                    .store
+                    .map(|tat| gcra_from_horizon(gcra, tat, cost, now, horizon));
+                if let Some(tat) = stored {
                     shard.gcra.insert_new(key, tat);
                 }
-                (decision.verdict, true)
+                (decision.verdict, stored, true)
             }
         };
         if shard.gcra.after_op(horizon, inserted) {
             drop(shard);
             self.sweep_foreign(horizon);
         }
-        Ok(verdict)
+        (verdict, stored)
+    }
+
+    /// Gives back what `taken` took, at `horizon` (see [`MemoryStore::release`]).
+    fn give_back(&self, taken: &Taken, horizon: u64) {
+        match taken {
+            Taken::Gcra {
+                key,
+                gcra,
+                cost,
+                after,
+            } => {
+                let (shard, key) = self.key(key);
+                let mut shard = self.lock(shard);
+                let current = shard.gcra.live(key, horizon);
+                match gcra.give_back(current, *after, *cost, horizon) {
+                    GiveBack::Leave => {}
+                    GiveBack::Store(tat) => shard.gcra.put(key, tat),
+                    GiveBack::Remove => shard.gcra.remove(key),
+                }
+            }
+            Taken::Counter {
+                key,
+                counter,
+                cost,
+                start,
+            } => {
+                let (shard, key) = self.key(key);
+                let mut shard = self.lock(shard);
+                let current = shard.counters.live(key, horizon);
+                match counter.give_back(current, *start, *cost, horizon) {
+                    GiveBack::Leave => {}
+                    GiveBack::Store(state) => shard.counters.put(key, state),
+                    GiveBack::Remove => shard.counters.remove(key),
+                }
+            }
+        }
     }
 
     /// The verdict [`gcra_consume`](Self::gcra_consume) would give, recording and creating nothing;
@@ -1085,31 +1202,68 @@ impl MemoryStore {
         now: u64,
     ) -> Result<Verdict, RateError> {
         let cost = counter.check_cost(cost)?;
+        Ok(self.counter_record(key, counter, cost, now).0)
+    }
+
+    /// [`counter_consume`](Self::counter_consume), and on an allowed call the [`Release`] that
+    /// gives its `cost` uses back ([`MemoryStore::release`]; the rule is [`Counter::give_back`]).
+    pub fn counter_consume_with_release(
+        &self,
+        key: &str,
+        counter: Counter,
+        cost: u64,
+        now: u64,
+    ) -> Result<(Verdict, Option<Release>), RateError> {
+        let cost = counter.check_cost(cost)?;
+        let (verdict, stored) = self.counter_record(key, counter, cost, now);
+        let release = stored.map(|state| {
+            Release::taken(
+                self.id,
+                Taken::Counter {
+                    key: key.to_owned(),
+                    counter,
+                    cost,
+                    start: state.start,
+                },
+            )
+        });
+        Ok((verdict, release))
+    }
+
+    /// The verdict of a counter consume, and the state it stored when allowed.
+    #[inline(always)]
+    fn counter_record(
+        &self,
+        key: &str,
+        counter: Counter,
+        cost: u32,
+        now: u64,
+    ) -> (Verdict, Option<CounterState>) {
         let horizon = self.advance(now);
         let (shard, key) = self.key(key);
         let mut shard = self.lock(shard);
-        let (verdict, inserted) = match shard.counters.get_mut(key) {
+        let (decision, inserted) = match shard.counters.get_mut(key) {
             Some(state) => {
                 let decision =
                     counter.decide(state.alive(horizon).then_some(*state), cost, now, true);
                 if let Some(new) = decision.store {
                     *state = new;
                 }
-                (decision.verdict, false)
+                (decision, false)
             }
             None => {
                 let decision = counter.decide(None, cost, now, true);
                 if let Some(new) = decision.store {
                     shard.counters.insert_new(key, new);
                 }
-                (decision.verdict, decision.store.is_some())
+                (decision, decision.store.is_some())
             }
         };
         if shard.counters.after_op(horizon, inserted) {
             drop(shard);
             self.sweep_foreign(horizon);
         }
-        Ok(verdict)
+        (decision.verdict, decision.store)
     }
 
     /// The verdict [`counter_consume`](Self::counter_consume) would give, recording and creating
@@ -1145,8 +1299,10 @@ impl MemoryStore {
     ///   give).
     /// - GCRA and counter entries naming the same key are counted one after another within the call:
     ///   each sees the uses of the entries before it.
-    /// - The [`Release`] gives back the sliding-log calls only; GCRA and counter uses are not given
-    ///   back (not built yet).
+    /// - The [`Release`] gives back every entry: the sliding-log calls, and each GCRA and counter
+    ///   key's uses (the entries naming one key together, when they share one limit; under
+    ///   different limits that key's uses are not given back), by [`Gcra::give_back`] and
+    ///   [`Counter::give_back`].
     ///
     /// A cost out of range is an error naming the entry's field, and changes nothing.
     pub fn consume_mixed(&self, entries: &[MixedEntry], now: u64) -> Result<Consumed, RateError> {
@@ -1291,6 +1447,16 @@ impl MemoryStore {
         // key records the call once, under the longest window its entries give.
         let moment = Moment { now, horizon };
         let mut calls = Vec::new();
+        let mut taken = Vec::new();
+        // A key's uses, given back as one: the entries naming it (through `i`) share one limit and
+        // their costs add up; under different limits nothing of it is given back.
+        let group_cost = |i: usize| -> Option<u32> {
+            let group = (0..=i).filter(|&j| j == i || same_key(i, j));
+            if group.clone().any(|j| entries[j].rule != entries[i].rule) {
+                return None;
+            }
+            Some(group.map(|j| costs[j]).sum())
+        };
         for (i, entry) in entries.iter().enumerate() {
             let later = (i + 1..entries.len()).any(|j| same_key(i, j));
             let first = !(0..i).any(|j| same_key(i, j));
@@ -1323,13 +1489,28 @@ impl MemoryStore {
                 Rule::Sliding(_) => {}
                 Rule::Gcra(g) if !later => {
                     let tat = gcra_after[i].expect("an allowed entry has a state");
-                    shard
-                        .gcra
-                        .put(key, gcra_from_horizon(g, tat, costs[i], now, horizon));
+                    let after = gcra_from_horizon(g, tat, costs[i], now, horizon);
+                    shard.gcra.put(key, after);
+                    if let Some(cost) = group_cost(i) {
+                        taken.push(Taken::Gcra {
+                            key: entry.key.clone(),
+                            gcra: g,
+                            cost,
+                            after,
+                        });
+                    }
                 }
-                Rule::Counter(_) if !later => {
+                Rule::Counter(c) if !later => {
                     let state = counter_after[i].expect("an allowed entry has a state");
                     shard.counters.put(key, state);
+                    if let Some(cost) = group_cost(i) {
+                        taken.push(Taken::Counter {
+                            key: entry.key.clone(),
+                            counter: c,
+                            cost,
+                            start: state.start,
+                        });
+                    }
                 }
                 Rule::Gcra(_) | Rule::Counter(_) => {}
             }
@@ -1356,6 +1537,7 @@ impl MemoryStore {
             release: Some(Release {
                 store: self.id,
                 calls,
+                taken,
             }),
         })
     }
