@@ -12,16 +12,20 @@ use crate::counter::CounterState;
 use crate::gcra::Tat;
 use std::hash::BuildHasher;
 
-/// Whether two keys are the same text. Keys of 4 to 16 bytes (user ids, IPv4 addresses, most API
-/// keys' prefixes) are compared by two overlapping word loads each, without a call to `memcmp`.
+/// Whether two keys are the same text. Keys of 4 to 24 bytes (user ids, IP addresses, most API
+/// keys' prefixes) are compared by two or three overlapping word loads each, without a call to
+/// `memcmp`.
 #[inline(always)]
-fn same(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
+fn same(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
     if n != b.len() {
         return false;
     }
-    if (8..=16).contains(&n) {
+    if (17..=24).contains(&n) {
+        let word = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().unwrap());
+        (word(a, 0) ^ word(b, 0)) | (word(a, 8) ^ word(b, 8)) | (word(a, n - 8) ^ word(b, n - 8))
+            == 0
+    } else if (8..=16).contains(&n) {
         let word = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().unwrap());
         (word(a, 0) ^ word(b, 0)) | (word(a, n - 8) ^ word(b, n - 8)) == 0
     } else if (4..8).contains(&n) {
@@ -29,6 +33,54 @@ fn same(a: &str, b: &str) -> bool {
         (word(a, 0) ^ word(b, 0)) | (word(a, n - 4) ^ word(b, n - 4)) == 0
     } else {
         a == b
+    }
+}
+
+/// The longest key kept inside its table entry.
+const INLINE: usize = 22;
+
+/// A key's text: up to [`INLINE`] bytes inside the table's entry (user ids, IPv4 and most IPv6
+/// addresses, short API keys), so finding the key reads no other memory and adding it allocates
+/// nothing; a longer key on the heap. 24 bytes either way.
+#[derive(Debug)]
+enum KeyText {
+    Inline(u8, [u8; INLINE]),
+    Heap(Box<str>),
+}
+
+const _: () = assert!(std::mem::size_of::<KeyText>() == 24);
+
+impl KeyText {
+    #[inline]
+    fn new(text: &str) -> KeyText {
+        let n = text.len();
+        if n <= INLINE {
+            let mut bytes = [0; INLINE];
+            bytes[..n].copy_from_slice(text.as_bytes());
+            KeyText::Inline(n as u8, bytes)
+        } else {
+            KeyText::Heap(text.into())
+        }
+    }
+
+    /// Whether this is `text`.
+    #[inline(always)]
+    fn is(&self, text: &str) -> bool {
+        match self {
+            KeyText::Inline(n, bytes) => {
+                *n as usize == text.len() && same(&bytes[..*n as usize], text.as_bytes())
+            }
+            KeyText::Heap(key) => same(key.as_bytes(), text.as_bytes()),
+        }
+    }
+
+    /// The text (to hash it again when the table grows or shrinks).
+    fn as_str(&self) -> &str {
+        match self {
+            // The bytes of a whole `&str`: always UTF-8.
+            KeyText::Inline(n, bytes) => std::str::from_utf8(&bytes[..*n as usize]).unwrap_or(""),
+            KeyText::Heap(key) => key,
+        }
     }
 }
 
@@ -66,10 +118,11 @@ const DUE_EVERY: u32 = 64;
 /// Buckets looked at by the sweep due every [`DUE_EVERY`] operations.
 const DUE_LOOK: usize = 16;
 
-/// Keys and their states (16 to 24 bytes each, beside a `Box<str>` of the key).
+/// Keys and their states (40 to 48 bytes an entry: the key's [`KeyText`] and a 16- to 24-byte
+/// state).
 #[derive(Debug)]
 pub(super) struct Table<V> {
-    map: HashTable<(Box<str>, V)>,
+    map: HashTable<(KeyText, V)>,
     /// The next bucket the sweep looks at.
     cursor: usize,
     /// Operations since the last sweep due by count.
@@ -96,7 +149,7 @@ impl<V: State> Table<V> {
     #[inline]
     pub(super) fn get_mut(&mut self, key: Key<'_>) -> Option<&mut V> {
         self.map
-            .find_mut(key.hash, |(k, _)| same(k, key.text))
+            .find_mut(key.hash, |(k, _)| k.is(key.text))
             .map(|(_, v)| v)
     }
 
@@ -104,7 +157,7 @@ impl<V: State> Table<V> {
     #[inline]
     pub(super) fn live(&self, key: Key<'_>, horizon: u64) -> Option<V> {
         self.map
-            .find(key.hash, |(k, _)| same(k, key.text))
+            .find(key.hash, |(k, _)| k.is(key.text))
             .map(|&(_, v)| v)
             .filter(|v| v.alive(horizon))
     }
@@ -114,8 +167,8 @@ impl<V: State> Table<V> {
     pub(super) fn insert_new(&mut self, key: Key<'_>, state: V) {
         let hasher = &self.hasher;
         self.map
-            .insert_unique(key.hash, (key.text.into(), state), |(k, _)| {
-                hasher.hash_one(&**k)
+            .insert_unique(key.hash, (KeyText::new(key.text), state), |(k, _)| {
+                hasher.hash_one(k.as_str())
             });
     }
 
@@ -130,7 +183,7 @@ impl<V: State> Table<V> {
 
     /// Forgets `key`.
     pub(super) fn remove(&mut self, key: Key<'_>) {
-        if let Ok(entry) = self.map.find_entry(key.hash, |(k, _)| same(k, key.text)) {
+        if let Ok(entry) = self.map.find_entry(key.hash, |(k, _)| k.is(key.text)) {
             entry.remove();
         }
     }
@@ -200,7 +253,64 @@ impl<V: State> Table<V> {
     fn shrink(&mut self) {
         if self.map.capacity() > 64 && self.map.len() * 4 < self.map.capacity() {
             let hasher = &self.hasher;
-            self.map.shrink_to_fit(|(k, _)| hasher.hash_one(&**k));
+            self.map.shrink_to_fit(|(k, _)| hasher.hash_one(k.as_str()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_of_every_length_are_found_and_told_apart() {
+        let hasher = Hasher::default();
+        let mut table: Table<Tat> = Table::new(&hasher);
+        let texts: Vec<String> = (0..48)
+            .flat_map(|n| {
+                [
+                    "a".repeat(n),
+                    format!("{}b", "a".repeat(n)),
+                    format!("é{}", "z".repeat(n)),
+                ]
+            })
+            .collect();
+        fn key<'a>(hasher: &Hasher, text: &'a str) -> Key<'a> {
+            Key {
+                text,
+                hash: hasher.hash_one(text),
+            }
+        }
+        for (i, text) in texts.iter().enumerate() {
+            let tat = Tat {
+                ms: i as u64 + 10,
+                rem: 0,
+                per: 1,
+            };
+            assert!(
+                table.get_mut(key(&hasher, text)).is_none(),
+                "{text:?} before"
+            );
+            table.insert_new(key(&hasher, text), tat);
+        }
+        assert_eq!(table.len(), texts.len());
+        for (i, text) in texts.iter().enumerate() {
+            assert_eq!(
+                table.live(key(&hasher, text), 0).map(|t| t.ms),
+                Some(i as u64 + 10),
+                "{text:?}"
+            );
+        }
+        // Growth and shrinking hash the texts again, inline and on the heap alike.
+        for text in &texts[..texts.len() - 4] {
+            table.remove(key(&hasher, text));
+        }
+        table.purge(0);
+        for text in &texts[texts.len() - 4..] {
+            assert!(
+                table.live(key(&hasher, text), 0).is_some(),
+                "{text:?} after shrinking"
+            );
         }
     }
 }
