@@ -5,7 +5,9 @@
 //! deadlock with another batch. Expiry needs no background thread: every operation sweeps a few keys of
 //! the shard it touched from a rotating cursor, and keeps going while it finds dead ones, so a store
 //! that once held a million keys shrinks back as it is used (amortised O(1): every removal is paid for
-//! by the insert that made the key). [`MemoryStore::purge`] sweeps everything at once.
+//! by the insert that made the key). GCRA and counter keys (`memory/keyed.rs`) are swept by the
+//! operations that insert a key and by every 64th operation on their table: an update in place adds
+//! nothing to sweep for. [`MemoryStore::purge`] sweeps everything at once.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
