@@ -466,7 +466,8 @@ impl Gcra {
     ///   `after − max(horizon, before)` (all of `cost·T` while the horizon is not past `before`,
     ///   nothing once it is past `after`). Never more than the call took, so the rule's bound holds;
     /// - `current < after`, no key, or a key counted under another `uses`: the key was reset or
-    ///   emptied since (its uses came back) — left alone.
+    ///   emptied since (its uses came back) — left alone. A reset followed by calls that took the
+    ///   TAT past `after` again looks like calls since (a TAT keeps no history).
     pub fn give_back(
         self,
         current: Option<Tat>,
