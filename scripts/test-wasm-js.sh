@@ -44,7 +44,7 @@ echo "== the Node package's suite on the wasm backend"
 # Not its networked-store suites (Redis, PostgreSQL, SQLite, the conversation vectors: they drive the
 # core's call machines through the napi addon's call boundary, which this build does not carry), nor
 # load.test.mjs (it loads the `ratewindow` package by name: the napi addon).
-NODE_SUITE=(vectors.test.mjs kit.test.mjs kit-fails.test.mjs unit.test.mjs panic.test.mjs)
+NODE_SUITE=(vectors.test.mjs rates-vectors.test.mjs kit.test.mjs kit-fails.test.mjs unit.test.mjs panic.test.mjs)
 (cd "$ROOT/bindings-node" && npm run -s build:ts)
 for f in "${NODE_SUITE[@]}"; do
   [ -f "$ROOT/bindings-node/test/$f" ] || { echo "bindings-node/test/$f is gone: update NODE_SUITE" >&2; exit 1; }

@@ -253,8 +253,8 @@ impl JsStore {
             };
             let cost = whole(RateField::Cost, cost, at)?;
             let checked = match rule {
-                Rule::Sliding(_) if cost == 1 => Ok(1),
-                Rule::Sliding(_) => Err(RateError::new(RateField::Cost, cost)),
+                // The log's weights (1 to uses), as the core's batch takes them.
+                Rule::Sliding(l) => ratewindow_core::check_cost(cost, l).map(u64::from),
                 Rule::Gcra(g) => g.check_cost(cost).map(u64::from),
                 Rule::Counter(c) => c.check_cost(cost).map(u64::from),
             };

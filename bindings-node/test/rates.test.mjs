@@ -64,7 +64,7 @@ describe('GCRA and counter limits', { skip: !supported && 'the wasm-bindgen buil
     assert.equal(store.consume('llm:alice', api.counterLimit(1, 1000)).allowed, true);
   });
 
-  it('mixes algorithms in one all-or-nothing batch; release gives back the sliding-log call', () => {
+  it('mixes algorithms in one all-or-nothing batch; release gives the whole call back; a weighted sliding call', () => {
     const clock = clockAt(0);
     const store = new api.MemoryStore({ clock });
     const perUser = api.gcraLimit(2, 1000);
@@ -76,7 +76,11 @@ describe('GCRA and counter limits', { skip: !supported && 'the wasm-bindgen buil
     assert.equal(store.peek('u:b', perUser).remaining, 2, 'nothing was recorded for the refused batch');
     first.release();
     assert.equal(store.consumeMany([{ key: 'u:b', limit: perUser, cost: 2 }, { key: 'all', limit: global }]).allowed, true);
-    assert.equal(store.peek('u:a', perUser).remaining, 1, 'the GCRA use is not given back');
+    assert.equal(store.peek('u:a', perUser).remaining, 2, 'the release gave the GCRA use back too');
+    const weighted = store.consume('w', { uses: 5, windowMs: 1000 }, { cost: 3 });
+    assert.deepEqual([weighted.allowed, weighted.remaining], [true, 2]);
+    assert.equal(store.peek('w', { uses: 5, windowMs: 1000 }, { cost: 3 }).allowed, false);
+    assert.throws(() => store.consume('w', { uses: 5, windowMs: 1000 }, { cost: 6 }), (e) => e instanceof api.InvalidArgumentError && e.field === 'cost');
     assert.throws(
       () => store.peekMany([{ key: 'x', limit: perUser }, { key: 'y', limit: api.counterLimit(5, 1000), cost: 6 }]),
       (e) => e instanceof api.InvalidArgumentError && e.field === 'entries[1].cost' && e.message.startsWith('invalid entries[1].cost: 6 ('),

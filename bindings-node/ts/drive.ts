@@ -410,6 +410,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
       checkKey(key);
       if (rateKind(limit) !== 0) return this.rate(0, key, limit, options);
       checkLimitShape(limit);
+      if (options !== undefined && costOf(options) !== 1) throw new UnsupportedError('weighted sliding', 'weighted calls on the sliding log: the memory store only in this binding, for now');
       first = this.calls.consumeOne(key, limit.uses, limit.windowMs, this.now());
     } catch (e) {
       return this.startFailed(e, [{ key, limit }]);
@@ -499,6 +500,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
       () => {
         checkKey(key);
         checkLimitShape(limit);
+        if (options !== undefined && costOf(options) !== 1) throw new UnsupportedError('weighted sliding', 'weighted calls on the sliding log: the memory store only in this binding, for now');
         return this.calls.peek([key], [limit.uses], [limit.windowMs], this.now());
       },
       single,

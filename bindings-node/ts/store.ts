@@ -205,6 +205,7 @@ export class MemoryStore extends CooldownStore {
     const kind = rateKind(limit);
     if (kind !== 0) return this.rate(true, key, kind, limit as GcraLimit, costOf(options));
     checkLimitShape(limit);
+    if (options !== undefined && costOf(options) !== 1) return this.weighted(true, key, limit, costOf(options));
     const now = this.now();
     let result: number;
     try {
@@ -221,6 +222,7 @@ export class MemoryStore extends CooldownStore {
     const kind = rateKind(limit);
     if (kind !== 0) return this.rate(false, key, kind, limit as GcraLimit, costOf(options));
     checkLimitShape(limit);
+    if (options !== undefined && costOf(options) !== 1) return this.weighted(false, key, limit, costOf(options));
     const now = this.now();
     let result: number;
     try {
@@ -251,6 +253,30 @@ export class MemoryStore extends CooldownStore {
       throw fromBackend(e, limit.uses, limit.windowMs, limit.burst, cost);
     }
     return verdictOf(result, now, this.record);
+  }
+
+  /** A sliding-log call costing `cost` uses: the engine's batch of one (its release handle dropped). */
+  private weighted(record: boolean, key: string, limit: CooldownLimit, cost: number): Verdict {
+    const native = this.rates('weighted sliding');
+    try {
+      native.mixedPush(key, 0, limit.uses, limit.windowMs, 0, cost);
+    } catch (e) {
+      native.mixedClear();
+      // A batch of one: its refusal named as a single call's (`cost`, not `entries[0].cost`).
+      const error = e as { message?: unknown };
+      if (typeof error?.message === 'string') error.message = error.message.replace(/^invalid entries\[0\]\./, 'invalid ');
+      throw fromBackend(e, limit.uses, limit.windowMs, undefined, cost);
+    }
+    const now = this.now();
+    let result: number;
+    try {
+      result = record ? native.mixedConsume(now) : native.mixedPeek(now);
+    } catch (e) {
+      native.mixedClear();
+      throw fromBackend(e);
+    }
+    if (result > 0) native.dropRelease(result);
+    return verdictOf(result < 0 ? -result : 0, now, this.record);
   }
 
   /**

@@ -229,8 +229,7 @@ pub(crate) fn cost_arg(cost: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
     Ok(cost.extract::<u64>().unwrap_or(0))
 }
 
-/// Checks `cost` against `rule` (1 for the sliding log, until the log takes weights), a refusal naming
-/// `name` and carrying `given`.
+/// Checks `cost` against `rule` (1 to the burst or uses), a refusal naming `name` and carrying `given`.
 pub(crate) fn checked_cost(
     rule: Rule,
     cost: u64,
@@ -239,8 +238,8 @@ pub(crate) fn checked_cost(
     py: Python<'_>,
 ) -> PyResult<u64> {
     let checked = match rule {
-        Rule::Sliding(_) if cost == 1 => Ok(1),
-        Rule::Sliding(_) => Err(RateError::new(RateField::Cost, cost)),
+        // The log's weights: 1 to uses, as the core's weighted calls take them.
+        Rule::Sliding(l) => ratewindow_core::check_cost(cost, l),
         Rule::Gcra(g) => g.check_cost(cost),
         Rule::Counter(c) => c.check_cost(cost),
     };
@@ -398,11 +397,8 @@ pub(crate) fn rate_call(
                 cost: n,
             },
             (Rule::Counter(_), "reset") => RateOp::CounterReset { key },
-            (Rule::Sliding(_), _) => {
-                return Err(PyTypeError::new_err(
-                    "rate_call takes a GcraLimit or a CounterLimit",
-                ))
-            }
+            // Weighted calls on the networked sliding log: not carried by this binding yet.
+            (Rule::Sliding(_), _) => return Err(unsupported(py, "weighted sliding")),
             _ => {
                 return Err(PyTypeError::new_err(
                     "op must be 'consume', 'peek' or 'reset'",

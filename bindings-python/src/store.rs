@@ -88,8 +88,7 @@ pub(crate) fn entries(items: &Bound<'_, PyAny>) -> PyResult<Vec<Entry>> {
 }
 
 impl MemoryStore {
-    /// A GCRA or counter consume (`record`) or peek; a `Limit` with a cost other than 1 is refused
-    /// naming `cost` (weights on the sliding log are separate work).
+    /// A GCRA or counter consume (`record`) or peek, or a weighted one on the sliding log.
     fn rate(
         &self,
         py: Python<'_>,
@@ -109,8 +108,8 @@ impl MemoryStore {
         let now = self.shared.now(py)?;
         let store = &self.shared.store;
         let verdict = match rule {
-            Rule::Sliding(l) if record => Ok(store.consume(key, l, now)),
-            Rule::Sliding(l) => Ok(store.peek(key, l, now)),
+            Rule::Sliding(l) if record => store.consume_cost(key, l, n, now),
+            Rule::Sliding(l) => store.peek_cost(key, l, n, now),
             Rule::Gcra(g) if record => store.gcra_consume(key, g, n, now),
             Rule::Gcra(g) => store.gcra_peek(key, g, n, now),
             Rule::Counter(c) if record => store.counter_consume(key, c, n, now),

@@ -199,7 +199,7 @@ def test_costs_are_typed_errors_that_record_nothing() -> None:
         with pytest.raises(TypeError):
             store.consume("k", CounterLimit(2, 1000), cost=bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError) as caught:
-        store.consume("k", Limit(5, 1000), cost=2)
+        store.consume("k", Limit(5, 1000), cost=6)
     assert caught.value.field == "cost"
     with pytest.raises(InvalidArgumentError) as caught:
         store.peek_many([Entry("a", GcraLimit(2, 1000)), Entry("b", CounterLimit(5, 1000), 6)])
@@ -229,7 +229,10 @@ def test_a_weighted_gcra_and_a_mixed_batch() -> None:
     assert store.peek("u:b", per_user).remaining == 2
     first.release()
     assert store.consume_many([Entry("u:b", per_user, 2), Entry("all", everyone)]).allowed
-    assert store.peek("u:a", per_user).remaining == 1, "the GCRA use is not given back"
+    assert store.peek("u:a", per_user).remaining == 2, "the release gave the GCRA use back too"
+    weighted = store.consume("w", Limit(5, 1000), cost=3)
+    assert (weighted.allowed, weighted.remaining) == (True, 2)
+    assert not store.peek("w", Limit(5, 1000), cost=3).allowed
     assert Entry("k", per_user, 2) == Entry("k", GcraLimit(2, 1000), 2) != Entry("k", per_user)
     assert repr(Entry("k", per_user, 2)) == "Entry(key='k', limit=GcraLimit(uses=2, window_ms=1000, burst=2), cost=2)"
 
