@@ -96,6 +96,7 @@ impl CallLog {
     ///
     /// Galloping from the oldest call (1, 2, 4 … calls) before the binary search: the calls that left
     /// since the last one are usually few, so a long log is not searched whole on every call.
+    #[inline(always)]
     fn partition_point(&self, before: impl Fn(u64) -> bool) -> usize {
         let len = self.len();
         let (mut lo, mut step) = (0, 1);
@@ -123,14 +124,34 @@ impl CallLog {
     /// of the newest `uses` calls leaves it, so a lowered limit waits on the right call.
     #[inline]
     pub fn wait_until(&self, limit: Limit, now: u64) -> Option<u64> {
-        self.wait_until_cost(limit, 1, now)
+        let uses = limit.uses() as usize;
+        if self.len() < uses {
+            return None; // not even the whole log reaches the limit
+        }
+        // The calls inside the window are a suffix.
+        let first = self.partition_point(|t| !in_window(t, now, limit.window_ms()));
+        if self.len() - first < uses {
+            return None;
+        }
+        Some(
+            self.get(self.len() - uses)
+                .saturating_add(limit.window_ms()),
+        )
     }
 
     /// [`wait_until`](Self::wait_until) for a call costing `cost` uses (clamped to `1..=uses`): refused
     /// when more than `uses - cost` calls are inside the window; the wait runs until enough have left
     /// that `cost` more fit, i.e. until the oldest of the newest `uses - cost + 1` calls leaves.
-    #[inline]
+    /// (A cost of 1 takes `wait_until` itself: the hot path as it was before weights.)
+    #[inline(always)]
     pub fn wait_until_cost(&self, limit: Limit, cost: u32, now: u64) -> Option<u64> {
+        if cost <= 1 {
+            return self.wait_until(limit, now);
+        }
+        self.wait_until_weighted(limit, cost, now)
+    }
+
+    fn wait_until_weighted(&self, limit: Limit, cost: u32, now: u64) -> Option<u64> {
         let uses = limit.uses() as usize;
         let cost = (cost as usize).clamp(1, uses);
         if self.len() + cost <= uses {
@@ -198,7 +219,7 @@ impl CallLog {
     /// remain (a heavy call may be refused while lighter ones would pass), a use comes back when the
     /// oldest call holding one leaves (for a cost of 1, the wait), and the window is empty when the
     /// newest call leaves.
-    #[inline]
+    #[inline(always)]
     pub fn refused_quota_cost(
         &self,
         limit: Limit,
@@ -209,6 +230,10 @@ impl CallLog {
         if cost <= 1 {
             return self.refused_quota(limit, now, retry_after_ms);
         }
+        self.refused_quota_weighted(limit, now, retry_after_ms)
+    }
+
+    fn refused_quota_weighted(&self, limit: Limit, now: u64, retry_after_ms: u64) -> Quota {
         let window_ms = limit.window_ms();
         let uses = limit.uses() as usize;
         let inside = self.len() - self.first_inside(now, window_ms);
@@ -265,7 +290,18 @@ impl CallLog {
     #[inline]
     pub fn record_cost(&mut self, now: u64, cost: u32) -> u64 {
         let at = self.record(now);
-        for _ in 1..cost {
+        if cost > 1 {
+            self.repeat(at, cost - 1);
+        }
+        at
+    }
+
+    /// Records `n` more times at `at` (the newest): the rest of a weighted call, out of the hot path
+    /// of a call costing 1.
+    #[cold]
+    #[inline(never)]
+    fn repeat(&mut self, at: u64, n: u32) {
+        for _ in 0..n {
             if self.len() == self.capacity() {
                 self.grow();
             }
@@ -273,7 +309,6 @@ impl CallLog {
             self.buf[slot] = at;
             self.len += 1;
         }
-        at
     }
 
     #[cold]
