@@ -169,7 +169,7 @@ impl Shard {
     /// the clock stepped back; returns the log's life and the recorded time. The key lives until the
     /// call leaves its window, counted from the horizon if the clock is behind it, so a call recorded
     /// while the clock lags is not dead on arrival. Also returns the log's index.
-    #[inline]
+    #[cfg_attr(feature = "weights", inline)]
     fn record(
         &mut self,
         key: Key<'_>,
@@ -207,7 +207,8 @@ impl Shard {
 
     /// [`record`](Self::record) for batches, kept out of line: inlined into a batch's loop it made
     /// the loop's collect an out-of-line call (+8 % instructions a two-entry batch, callgrind).
-    #[inline(never)]
+    #[cfg_attr(feature = "weights", inline(never))]
+    #[cfg_attr(not(feature = "weights"), inline(always))]
     fn record_in_batch(
         &mut self,
         key: Key<'_>,
@@ -630,8 +631,10 @@ impl MemoryStore {
         Ok(self.peek_uses(key, limit, cost, now))
     }
 
-    // Always inlined: `consume` / `peek` get a copy for a cost of 1, the code before weights.
-    #[inline(always)]
+    // With weights, always inlined: `consume` / `peek` get a copy for a cost of 1, the code before
+    // weights (without them there is one caller).
+    #[cfg_attr(feature = "weights", inline(always))]
+    #[cfg_attr(not(feature = "weights"), inline)]
     fn consume_uses(&self, key: &str, limit: Limit, cost: u32, now: u64) -> Verdict {
         let horizon = self.advance(now);
         let (shard, key) = self.key(key);
@@ -671,8 +674,10 @@ impl MemoryStore {
         self.peek_uses(key, limit, 1, now)
     }
 
-    // Always inlined: `consume` / `peek` get a copy for a cost of 1, the code before weights.
-    #[inline(always)]
+    // With weights, always inlined: `consume` / `peek` get a copy for a cost of 1, the code before
+    // weights (without them there is one caller).
+    #[cfg_attr(feature = "weights", inline(always))]
+    #[cfg_attr(not(feature = "weights"), inline)]
     fn peek_uses(&self, key: &str, limit: Limit, cost: u32, now: u64) -> Verdict {
         let horizon = self.horizon_at(now);
         let (shard, key) = self.key(key);

@@ -96,7 +96,7 @@ impl CallLog {
     ///
     /// Galloping from the oldest call (1, 2, 4 … calls) before the binary search: the calls that left
     /// since the last one are usually few, so a long log is not searched whole on every call.
-    #[inline(always)]
+    #[cfg_attr(feature = "weights", inline(always))]
     fn partition_point(&self, before: impl Fn(u64) -> bool) -> usize {
         let len = self.len();
         let (mut lo, mut step) = (0, 1);
