@@ -207,8 +207,8 @@ impl Shard {
 
     /// [`record`](Self::record) for batches, kept out of line: inlined into a batch's loop it made
     /// the loop's collect an out-of-line call (+8 % instructions a two-entry batch, callgrind).
-    #[cfg_attr(feature = "weights", inline(never))]
-    #[cfg_attr(not(feature = "weights"), inline(always))]
+    #[cfg(feature = "weights")]
+    #[inline(never)]
     fn record_in_batch(
         &mut self,
         key: Key<'_>,
@@ -631,10 +631,9 @@ impl MemoryStore {
         Ok(self.peek_uses(key, limit, cost, now))
     }
 
-    // With weights, always inlined: `consume` / `peek` get a copy for a cost of 1, the code before
-    // weights (without them there is one caller).
-    #[cfg_attr(feature = "weights", inline(always))]
-    #[cfg_attr(not(feature = "weights"), inline)]
+    // Always inlined: `consume` / `peek` get a copy for a cost of 1, the code before weights (and
+    // without the weights feature, the only caller).
+    #[inline(always)]
     fn consume_uses(&self, key: &str, limit: Limit, cost: u32, now: u64) -> Verdict {
         let horizon = self.advance(now);
         let (shard, key) = self.key(key);
@@ -674,10 +673,9 @@ impl MemoryStore {
         self.peek_uses(key, limit, 1, now)
     }
 
-    // With weights, always inlined: `consume` / `peek` get a copy for a cost of 1, the code before
-    // weights (without them there is one caller).
-    #[cfg_attr(feature = "weights", inline(always))]
-    #[cfg_attr(not(feature = "weights"), inline)]
+    // Always inlined: `consume` / `peek` get a copy for a cost of 1, the code before weights (and
+    // without the weights feature, the only caller).
+    #[inline(always)]
     fn peek_uses(&self, key: &str, limit: Limit, cost: u32, now: u64) -> Verdict {
         let horizon = self.horizon_at(now);
         let (shard, key) = self.key(key);
@@ -796,6 +794,10 @@ impl MemoryStore {
                         }
                     }
                     let cost = key_cost(i);
+                    #[cfg(not(feature = "weights"))]
+                    let (instance, at, index) =
+                        shard.record(key(i), found(i), entries[i].limit, window_ms, cost, moment);
+                    #[cfg(feature = "weights")]
                     let (instance, at, index) = shard.record_in_batch(
                         key(i),
                         found(i),

@@ -122,6 +122,14 @@ impl CallLog {
     ///
     /// Refused when `uses` or more calls are inside the window; the wait runs to the moment the oldest
     /// of the newest `uses` calls leaves it, so a lowered limit waits on the right call.
+    #[cfg(not(feature = "weights"))]
+    #[inline]
+    pub fn wait_until(&self, limit: Limit, now: u64) -> Option<u64> {
+        self.wait_until_weighted(limit, 1, now)
+    }
+
+    /// See above (with the weights feature: the body a cost of 1 takes, as before weights).
+    #[cfg(feature = "weights")]
     #[inline]
     pub fn wait_until(&self, limit: Limit, now: u64) -> Option<u64> {
         let uses = limit.uses() as usize;
@@ -145,12 +153,13 @@ impl CallLog {
     /// (A cost of 1 takes `wait_until` itself: the hot path as it was before weights.)
     #[inline(always)]
     pub fn wait_until_cost(&self, limit: Limit, cost: u32, now: u64) -> Option<u64> {
-        if cost <= 1 {
+        if cfg!(feature = "weights") && cost <= 1 {
             return self.wait_until(limit, now);
         }
         self.wait_until_weighted(limit, cost, now)
     }
 
+    #[cfg_attr(not(feature = "weights"), inline)]
     fn wait_until_weighted(&self, limit: Limit, cost: u32, now: u64) -> Option<u64> {
         let uses = limit.uses() as usize;
         let cost = (cost as usize).clamp(1, uses);
@@ -233,6 +242,7 @@ impl CallLog {
         self.refused_quota_weighted(limit, now, retry_after_ms)
     }
 
+    #[cfg_attr(not(feature = "weights"), inline)]
     fn refused_quota_weighted(&self, limit: Limit, now: u64, retry_after_ms: u64) -> Quota {
         let window_ms = limit.window_ms();
         let uses = limit.uses() as usize;
@@ -290,7 +300,7 @@ impl CallLog {
     #[inline]
     pub fn record_cost(&mut self, now: u64, cost: u32) -> u64 {
         let at = self.record(now);
-        if cost > 1 {
+        if cfg!(feature = "weights") && cost > 1 {
             self.repeat(at, cost - 1);
         }
         at
