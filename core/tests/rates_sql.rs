@@ -476,7 +476,7 @@ fn an_earlier_sqlite_file_gains_the_rates_tables() {
     let lite = Lite::open(&path, false);
     let schema = Sqlite::default().schema();
     let earlier = &schema[..schema
-        .find("-- GCRA and the sliding-window counter")
+        .find("CREATE TABLE IF NOT EXISTS ratewindow_gcra")
         .unwrap()];
     lite.db.execute_batch(earlier).unwrap();
     let op = RateOp::CounterConsume {

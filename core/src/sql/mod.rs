@@ -243,3 +243,92 @@ fn window_state(hits: i64, ms_left: i64) -> Option<WindowState> {
         ms_left: ms_left as u64,
     })
 }
+
+/// The length of `sql` without its comment lines (a line whose first non-blank characters are `--`,
+/// its newline included): see [`strip_comment_lines`].
+#[cfg(feature = "sql")]
+pub(crate) const fn stripped_len(sql: &str) -> usize {
+    let bytes = sql.as_bytes();
+    let (mut i, mut len) = (0, 0);
+    while i < bytes.len() {
+        let end = line_end(bytes, i);
+        if !is_comment_line(bytes, i, end) {
+            len += end - i;
+        }
+        i = end;
+    }
+    len
+}
+
+/// `sql` without its comment lines, at compile time: the schema texts keep their comments in the
+/// source and ship without them (7 KB of the PostgreSQL schema, which every build carrying the SQL
+/// stores holds, the wasm-bindgen package's included). `N` is [`stripped_len`]`(sql)`.
+#[cfg(feature = "sql")]
+pub(crate) const fn strip_comment_lines<const N: usize>(sql: &str) -> [u8; N] {
+    let bytes = sql.as_bytes();
+    let mut out = [0u8; N];
+    let (mut i, mut o) = (0, 0);
+    while i < bytes.len() {
+        let end = line_end(bytes, i);
+        if !is_comment_line(bytes, i, end) {
+            let mut j = i;
+            while j < end {
+                out[o] = bytes[j];
+                o += 1;
+                j += 1;
+            }
+        }
+        i = end;
+    }
+    out
+}
+
+/// The end of the line starting at `i`: after its newline, or the end of the text.
+#[cfg(feature = "sql")]
+const fn line_end(bytes: &[u8], mut i: usize) -> usize {
+    while i < bytes.len() {
+        i += 1;
+        if bytes[i - 1] == b'\n' {
+            break;
+        }
+    }
+    i
+}
+
+#[cfg(feature = "sql")]
+const fn is_comment_line(bytes: &[u8], mut i: usize, end: usize) -> bool {
+    while i < end && (bytes[i] == b' ' || bytes[i] == b'\t') {
+        i += 1;
+    }
+    i + 1 < end && bytes[i] == b'-' && bytes[i + 1] == b'-'
+}
+
+/// `schema_text!(NAME = "text")`: a `&'static str` constant of the text without its comment lines.
+#[cfg(feature = "sql")]
+macro_rules! schema_text {
+    ($name:ident = $text:expr) => {
+        const $name: &str = {
+            const RAW: &str = $text;
+            const BYTES: [u8; $crate::sql::stripped_len(RAW)] =
+                $crate::sql::strip_comment_lines::<{ $crate::sql::stripped_len(RAW) }>(RAW);
+            match ::core::str::from_utf8(&BYTES) {
+                Ok(text) => text,
+                Err(_) => panic!("a schema text is not UTF-8 after its comment lines went"),
+            }
+        };
+    };
+}
+#[cfg(feature = "sql")]
+pub(crate) use schema_text;
+
+#[cfg(all(test, feature = "sql"))]
+mod strip_tests {
+    schema_text!(STRIPPED = "-- a\nSELECT 1; -- kept\n  -- indented\n\t--tab\nSELECT '--';\n--");
+    schema_text!(NOTHING = "");
+
+    #[test]
+    fn comment_lines_go_and_the_rest_stays_byte_for_byte() {
+        assert_eq!(STRIPPED, "SELECT 1; -- kept\nSELECT '--';\n");
+        assert_eq!(NOTHING, "");
+    }
+}

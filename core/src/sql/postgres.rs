@@ -6,7 +6,19 @@ use crate::sql::{
 };
 use crate::{BatchVerdict, Entry, Quota, Window};
 
-const SCHEMA: &str = include_str!("postgres_schema.sql");
+// The schema, and with the `rates` feature GCRA's and the counter's tables and functions (a build
+// without them, such as the wasm-bindgen package's, does not carry their text), in one transaction,
+// without the sources' comment lines.
+#[cfg(not(feature = "rates"))]
+crate::sql::schema_text!(SCHEMA = concat!(include_str!("postgres_schema.sql"), "COMMIT;\n"));
+#[cfg(feature = "rates")]
+crate::sql::schema_text!(
+    SCHEMA = concat!(
+        include_str!("postgres_schema.sql"),
+        include_str!("postgres_rates.sql"),
+        "COMMIT;\n"
+    )
+);
 /// The server's clock in ms, as the functions read it.
 const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 

@@ -10,7 +10,16 @@ use crate::sql::{
 };
 use crate::{BatchVerdict, Entry, Limit, Quota, Window};
 
-const SCHEMA: &str = include_str!("sqlite_schema.sql");
+// The schema, and with the `rates` feature GCRA's and the counter's tables, without comment lines.
+#[cfg(not(feature = "rates"))]
+crate::sql::schema_text!(SCHEMA = include_str!("sqlite_schema.sql"));
+#[cfg(feature = "rates")]
+crate::sql::schema_text!(
+    SCHEMA = concat!(
+        include_str!("sqlite_schema.sql"),
+        include_str!("sqlite_rates.sql")
+    )
+);
 
 /// Plans and decoders for SQLite (better-sqlite3, node:sqlite, Python's sqlite3), under one name
 /// prefix. Run [`schema`](Self::schema) once per file, and [`CONNECTION_SETUP`](Self::CONNECTION_SETUP)
