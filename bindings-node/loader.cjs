@@ -846,6 +846,7 @@ module.exports.__panicForTest = nativeBinding.__panicForTest
 module.exports.callRecordLayout = nativeBinding.callRecordLayout
 module.exports.checkLimit = nativeBinding.checkLimit
 module.exports.checkLock = nativeBinding.checkLock
+module.exports.checkRate = nativeBinding.checkRate
 module.exports.guardIsFailure = nativeBinding.guardIsFailure
 module.exports.guardRecordLayout = nativeBinding.guardRecordLayout
 module.exports.guardStatsLayout = nativeBinding.guardStatsLayout
