@@ -42,7 +42,7 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
             return Err(gen::text(u).unwrap_or_default());
         }
         Ok(match command {
-            Command::Script { .. } => {
+            Command::Script { .. } | Command::Plain { .. } => {
                 Fed::Reply(gen::reply(u, 3).unwrap_or(ratewindow_core::redis::Reply::Nil))
             }
             Command::Sql { .. } => Fed::Rows(gen::rows(u).unwrap_or_default()),
