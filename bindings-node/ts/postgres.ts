@@ -199,8 +199,9 @@ export class PostgresStore extends CallStore<false> {
   }
 
   /**
-   * Deletes every row whose calls have left their windows, every ended fixed window and every lock
-   * whose TTL ended (not counted), by the server's clock, in one statement. Never needed for
+   * Deletes every row whose calls have left their windows, every ended fixed window, every lock
+   * whose TTL ended, every GCRA bucket full again and every counter whose counts weigh nothing (those
+   * not counted), by the server's clock, in one statement. Never needed for
    * correctness (rows leave as their keys are used); it bounds the tables for keys that are never used
    * again. Schedule it, e.g. hourly:
    * `setInterval(() => store.purge().catch(log), 3_600_000).unref()`, or with pg_cron.

@@ -174,8 +174,9 @@ export class SqliteStore extends CallStore<true> {
   }
 
   /**
-   * Deletes every row whose calls have left their windows, every ended fixed window and every lock
-   * whose TTL ended (by the store's clock; the locks are not counted). Never needed for correctness
+   * Deletes every row whose calls have left their windows, every ended fixed window, every lock
+   * whose TTL ended, every GCRA bucket full again and every counter whose counts weigh nothing (by the
+   * store's clock; those are not counted). Never needed for correctness
    * (rows leave as their keys are used); it bounds the
    * file for keys that are never used again. Schedule it, e.g. hourly:
    * `setInterval(() => store.purge(), 3_600_000).unref()`.
@@ -185,7 +186,7 @@ export class SqliteStore extends CallStore<true> {
     try {
       const changes = (s: SqlStatement) => Number((this.exec(s) as { changes?: number | bigint }).changes ?? 0);
       const counts = { calls: changes(calls!), windows: changes(windows!) };
-      for (const s of rest) changes(s); // expired locks
+      for (const s of rest) changes(s); // expired locks, full GCRA buckets, spent counters
       return counts;
     } catch (e) {
       throw storeError(e, 'purge');

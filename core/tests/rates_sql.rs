@@ -551,6 +551,25 @@ fn the_purge_removes_full_buckets_and_spent_counters_only() {
         .unwrap()
         .get(0);
     assert_eq!(left, 3, "probe's bucket, new's bucket and counter");
+    // The store's own purge (the one the bindings run) deletes them too.
+    for op in ops("old again") {
+        assert!(verdict(pg_drive(&mut client, pg.plans.rate_at(op, hour_ago))).allowed);
+    }
+    let rows = pg_run(&mut client, &pg.plans.plan_purge()).unwrap();
+    assert!(Postgres::decode_purge(&rows).is_ok(), "{rows:?}");
+    let left: i64 = client
+        .query_one(
+            &format!(
+                "SELECT (SELECT count(*) FROM {p}_gcra) + (SELECT count(*) FROM {p}_counters)"
+            ),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        left, 3,
+        "the store's purge deleted the old bucket and counter"
+    );
 
     // SQLite, on the host's clock: at 10,000 ms, the bucket of 5 uses made at 9,600 is full at
     // 10,100; the counter of window 9 is spent at 11,000.
@@ -569,8 +588,19 @@ fn the_purge_removes_full_buckets_and_spent_counters_only() {
             )
             .unwrap()
     };
-    for (now, left) in [(10_099, 2), (10_100, 1), (10_999, 1), (11_000, 0)] {
-        for statement in plans.plan_rates_purge(now) {
+    // The rates purge alone, then the store's purge (which the bindings run, and which holds it).
+    for (now, left, whole) in [
+        (10_099, 2, false),
+        (10_100, 1, false),
+        (10_999, 1, true),
+        (11_000, 0, true),
+    ] {
+        let statements = if whole {
+            plans.plan_purge(now)
+        } else {
+            plans.plan_rates_purge(now)
+        };
+        for statement in statements {
             lite.run(&statement).unwrap();
         }
         assert_eq!(count(&lite), left, "at {now}");

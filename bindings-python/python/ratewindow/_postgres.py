@@ -260,8 +260,8 @@ class PostgresStore(CallStore):
         self._script(self._machine.schema())
 
     def purge(self) -> tuple[int, int]:
-        """Deletes every call that has left its windows, every ended window and every lock whose TTL
-        ended, by the server's clock; returns ``(calls deleted, windows deleted)``. Never needed for correctness (rows also leave as
+        """Deletes every call that has left its windows, every ended window, every lock whose TTL
+        ended and every GCRA bucket full again or counter whose counts weigh nothing, by the server's clock; returns ``(calls deleted, windows deleted)``. Never needed for correctness (rows also leave as
         their keys are used): schedule it, e.g. hourly, to drop keys that are never used again."""
         ((sql, params),) = self._machine.purge()
         try:

@@ -151,15 +151,15 @@ class SqliteStore(CallStore):
         return self._machine.now()
 
     def purge(self) -> tuple[int, int]:
-        """Deletes every call that has left its windows, every ended window and every lock whose TTL
-        ended, by the store's clock; returns ``(calls deleted, windows deleted)``. Never needed for correctness (rows also leave as
+        """Deletes every call that has left its windows, every ended window, every lock whose TTL
+        ended and every GCRA bucket full again or counter whose counts weigh nothing, by the store's clock; returns ``(calls deleted, windows deleted)``. Never needed for correctness (rows also leave as
         their keys are used): schedule it to drop keys that are never used again, e.g. from cron, an
         APScheduler job, or a thread of your service with its own connection."""
         if self._connection is None:
             raise StoreError("purge() needs a sqlite3.Connection")
         with self._lock:
             try:
-                # calls, windows, then expired locks (not counted)
+                # calls, windows, then expired locks, full GCRA buckets and spent counters (not counted)
                 calls, windows, *_ = [self._connection.execute(sql, params).rowcount for sql, params in self._machine.purge()]
             except sqlite3.Error as error:
                 raise _failed(error) from error

@@ -842,7 +842,7 @@ impl Postgres {
     /// The purge of the GCRA and counter tables: rows that no longer count (a full bucket, counts
     /// that weigh nothing) on the server's clock, skipping rows a call holds. One statement; its
     /// one row is `(buckets deleted, counters deleted)` ([`decode_rates_purge`](Self::decode_rates_purge)).
-    /// Schedule it beside [`plan_purge`](Self::plan_purge).
+    /// [`plan_purge`](Self::plan_purge) holds it (with the `rates` feature).
     pub fn plan_rates_purge(&self) -> Statement {
         let now = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
         let sql = format!(
@@ -879,8 +879,7 @@ impl Postgres {
 #[cfg(feature = "sql")]
 impl Sqlite {
     /// The purge of the GCRA and counter tables at `now` (the host's clock): rows that no longer
-    /// count. Run the statements in order (no rows); schedule it beside
-    /// [`plan_purge`](Self::plan_purge).
+    /// count. Run the statements in order (no rows); [`plan_purge`](Self::plan_purge) holds them.
     pub fn plan_rates_purge(&self, now: u64) -> Vec<Statement> {
         let p = self.names().prefix();
         [

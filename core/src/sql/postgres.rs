@@ -62,6 +62,18 @@ impl Postgres {
 
     /// Statements for the objects named by `names`.
     pub fn new(names: SqlNames) -> Postgres {
+        // With the `rates` feature the purge also deletes GCRA buckets that are full again and counters
+        // whose counts weigh nothing (those tables exist wherever the schema holds the locks' table).
+        #[cfg(feature = "rates")]
+        let rates = format!(
+            ", gcra AS (DELETE FROM {{p}}_gcra WHERE key IN (SELECT key FROM {{p}}_gcra \
+             WHERE ms + (rem > 0)::int <= {NOW_MS} FOR UPDATE SKIP LOCKED) RETURNING 1), \
+             counters AS (DELETE FROM {{p}}_counters WHERE key IN (SELECT key FROM {{p}}_counters \
+             WHERE start_ms + window_ms * (CASE WHEN cur > 0 THEN 2 ELSE 1 END) <= {NOW_MS} \
+             FOR UPDATE SKIP LOCKED) RETURNING 1)"
+        );
+        #[cfg(not(feature = "rates"))]
+        let rates = "";
         Postgres {
             consume: names.apply(
                 "SELECT allowed, retry_after_ms, retry_timestamp, blocked, now_ms, \
@@ -99,7 +111,7 @@ impl Postgres {
                  RETURNING cardinality(ats) AS n), \
                  windows AS (DELETE FROM {{p}}_windows WHERE ends_at <= {NOW_MS} RETURNING 1), \
                  locks AS (DELETE FROM {{p}}_locks WHERE key IN (SELECT key FROM {{p}}_locks \
-                 WHERE expires_at <= clock_timestamp() FOR UPDATE SKIP LOCKED) RETURNING 1) \
+                 WHERE expires_at <= clock_timestamp() FOR UPDATE SKIP LOCKED) RETURNING 1){rates} \
                  SELECT (SELECT coalesce(sum(n), 0) FROM calls)::bigint AS calls, \
                  (SELECT count(*) FROM windows) AS windows"
             )),
@@ -267,8 +279,9 @@ impl Postgres {
     }
 
     /// Deletes every row whose calls have left their windows, every ended window and every lock whose
-    /// TTL ended, by the server's clock. Returns one row: (calls deleted, windows deleted); the locks
-    /// are not counted.
+    /// TTL ended, by the server's clock, and with the `rates` feature what
+    /// [`plan_rates_purge`](Self::plan_rates_purge) deletes. Returns one row: (calls deleted, windows
+    /// deleted); the rest is not counted.
     pub fn plan_purge(&self) -> Statement {
         Statement::new(self.purge.clone(), vec![])
     }

@@ -225,12 +225,16 @@ impl Sqlite {
         )
     }
 
-    /// Deletes every row whose calls have left their windows at `now`, every window ended by then and
-    /// every lock whose TTL ended: three statements, run in order (a host reports the first two's
-    /// counts as calls and windows).
+    /// Deletes every row whose calls have left their windows at `now`, every window ended by then,
+    /// every lock whose TTL ended and, with the `rates` feature, what
+    /// [`plan_rates_purge`](Self::plan_rates_purge) deletes: statements run in order (a host reports
+    /// the first two's counts as calls and windows).
     pub fn plan_purge(&self, now: u64) -> Vec<Statement> {
+        #[cfg(feature = "rates")]
+        let now_ms = now;
         let now = SqlValue::Int(now.min(i64::MAX as u64) as i64);
-        vec![
+        #[allow(unused_mut)]
+        let mut statements = vec![
             Statement::new(
                 self.names
                     .apply("DELETE FROM {p}_calls WHERE expires_at <= ?"),
@@ -247,7 +251,11 @@ impl Sqlite {
                     .apply("DELETE FROM {p}_locks WHERE expires_at <= ?"),
                 vec![now],
             ),
-        ]
+        ];
+        // GCRA buckets full again and counters that weigh nothing (with the `rates` feature).
+        #[cfg(feature = "rates")]
+        statements.extend(self.plan_rates_purge(now_ms));
+        statements
     }
 }
 
