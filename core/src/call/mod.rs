@@ -34,6 +34,8 @@ use serde::{Deserialize, Serialize};
 pub use self::ids::CallIds;
 #[cfg(feature = "lock")]
 pub use self::lock::LOCK;
+#[cfg(all(feature = "rates", feature = "sql"))]
+pub(crate) use self::rates::postgres_rates_purge_ctes;
 #[cfg(feature = "rates")]
 pub use self::rates::{RateOp, COUNTER, GCRA};
 pub use self::redis::Redis;

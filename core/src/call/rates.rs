@@ -837,6 +837,22 @@ impl Postgres {
     }
 }
 
+/// The PostgreSQL purge of the GCRA and counter tables as two data-modifying CTEs, `g` (buckets full
+/// again) and `c` (counters whose counts weigh nothing), on the server's clock, skipping rows a call
+/// holds; `{p}` left for the names. [`Postgres::plan_rates_purge`] and the store's purge
+/// ([`Postgres::plan_purge`]) both run them.
+#[cfg(feature = "sql")]
+pub(crate) fn postgres_rates_purge_ctes() -> String {
+    let now = crate::sql::NOW_MS;
+    format!(
+        "g AS (DELETE FROM {{p}}_gcra WHERE key IN (SELECT key FROM {{p}}_gcra \
+         WHERE ms + (rem > 0)::int <= {now} FOR UPDATE SKIP LOCKED) RETURNING 1), \
+         c AS (DELETE FROM {{p}}_counters WHERE key IN (SELECT key FROM {{p}}_counters \
+         WHERE start_ms + window_ms * (CASE WHEN cur > 0 THEN 2 ELSE 1 END) <= {now} \
+         FOR UPDATE SKIP LOCKED) RETURNING 1)"
+    )
+}
+
 #[cfg(feature = "sql")]
 impl Postgres {
     /// The purge of the GCRA and counter tables: rows that no longer count (a full bucket, counts
@@ -844,14 +860,9 @@ impl Postgres {
     /// one row is `(buckets deleted, counters deleted)` ([`decode_rates_purge`](Self::decode_rates_purge)).
     /// [`plan_purge`](Self::plan_purge) holds it (with the `rates` feature).
     pub fn plan_rates_purge(&self) -> Statement {
-        let now = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
         let sql = format!(
-            "WITH g AS (DELETE FROM {{p}}_gcra WHERE key IN (SELECT key FROM {{p}}_gcra \
-             WHERE ms + (rem > 0)::int <= {now} FOR UPDATE SKIP LOCKED) RETURNING 1), \
-             c AS (DELETE FROM {{p}}_counters WHERE key IN (SELECT key FROM {{p}}_counters \
-             WHERE start_ms + window_ms * (CASE WHEN cur > 0 THEN 2 ELSE 1 END) <= {now} \
-             FOR UPDATE SKIP LOCKED) RETURNING 1) \
-             SELECT (SELECT count(*) FROM g) AS buckets, (SELECT count(*) FROM c) AS counters"
+            "WITH {} SELECT (SELECT count(*) FROM g) AS buckets, (SELECT count(*) FROM c) AS counters",
+            postgres_rates_purge_ctes()
         );
         Statement {
             sql: sql.replace("{p}", self.names().prefix()),

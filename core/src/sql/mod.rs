@@ -32,6 +32,8 @@ mod sqlite;
 pub(crate) use call::SqlCall;
 #[cfg(feature = "sql")]
 pub use postgres::Postgres;
+#[cfg(all(feature = "sql", feature = "rates"))]
+pub(crate) use postgres::NOW_MS;
 #[cfg(feature = "sql")]
 pub use sqlite::{Decided, Sqlite, SqliteCall, SqliteWindowCall};
 

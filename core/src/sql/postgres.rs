@@ -20,7 +20,7 @@ crate::sql::schema_text!(
     )
 );
 /// The server's clock in ms, as the functions read it.
-const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+pub(crate) const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
 /// Plans and decoders for PostgreSQL (node-postgres, psycopg, …), under one name prefix.
 ///
@@ -65,13 +65,7 @@ impl Postgres {
         // With the `rates` feature the purge also deletes GCRA buckets that are full again and counters
         // whose counts weigh nothing (those tables exist wherever the schema holds the locks' table).
         #[cfg(feature = "rates")]
-        let rates = format!(
-            ", gcra AS (DELETE FROM {{p}}_gcra WHERE key IN (SELECT key FROM {{p}}_gcra \
-             WHERE ms + (rem > 0)::int <= {NOW_MS} FOR UPDATE SKIP LOCKED) RETURNING 1), \
-             counters AS (DELETE FROM {{p}}_counters WHERE key IN (SELECT key FROM {{p}}_counters \
-             WHERE start_ms + window_ms * (CASE WHEN cur > 0 THEN 2 ELSE 1 END) <= {NOW_MS} \
-             FOR UPDATE SKIP LOCKED) RETURNING 1)"
-        );
+        let rates = format!(", {}", crate::call::postgres_rates_purge_ctes());
         #[cfg(not(feature = "rates"))]
         let rates = "";
         Postgres {
