@@ -59,7 +59,7 @@
 //! multiplication that could leave the exact range.
 //!
 //! **Ranges.** A limit is accepted when `1 ≤ uses, burst ≤ 2^32 − 1`, `1 ≤ window_ms ≤
-//! 4.32·10^15` ([`MAX_WINDOW_MS`](crate::MAX_WINDOW_MS)), `burst · window_ms ≤ 2^53 − 1` and
+//! 4.32·10^15` ([`MAX_WINDOW_MS`]), `burst · window_ms ≤ 2^53 − 1` and
 //! `τ ≤ MAX_WINDOW_MS`; a cost must be `1 ≤ n ≤ burst` (a cost above the burst could never be
 //! allowed, so it is an error rather than a refusal with an endless wait). Then every product above
 //! is `≤ burst · window_ms ≤ 2^53 − 1`, and every time is `≤ now + 2τ + 1`: exact in a Lua double
