@@ -399,6 +399,82 @@ fn one_entry_calls_racing_on_one_key_let_exactly_the_limit_through() {
     }
 }
 
+/// The UNLOGGED opt-in the READMEs document (`ALTER TABLE {p}_log SET UNLOGGED`, and the windows'
+/// table): installing the schema again keeps the user's choice, and the tables count as before:
+/// racing one-entry calls and batches let exactly the limit through, a release gives back exactly
+/// its call, and a durable plan (the server's commit setting) runs on it too.
+#[test]
+fn an_unlogged_log_stays_unlogged_and_exact() {
+    let schema = Schema::install("unlogged");
+    let plans = schema.plans.clone();
+    let p = plans.names().prefix().to_owned();
+    let mut client = connect();
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE {p}_log SET UNLOGGED; ALTER TABLE {p}_windows SET UNLOGGED"
+        ))
+        .unwrap();
+    client.batch_execute(&plans.schema()).unwrap();
+    client.batch_execute(&plans.schema()).unwrap();
+    let persistence: Vec<String> = client
+        .query(
+            &format!(
+                "SELECT relpersistence::text FROM pg_class WHERE oid IN ('{p}_log'::regclass, '{p}_windows'::regclass)"
+            ),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        persistence,
+        ["u", "u"],
+        "the schema kept the tables unlogged"
+    );
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let plans = if t % 2 == 0 {
+                plans.clone()
+            } else {
+                plans.clone().durable(true)
+            };
+            std::thread::spawn(move || {
+                let mut client = connect();
+                let (mut one, mut many) = (0, 0);
+                for _ in 0..10 {
+                    one += usize::from(
+                        consume(&mut client, &plans, &[Entry::new("one", limit(9, 60_000))])
+                            .0
+                            .allowed,
+                    );
+                    let batch = [
+                        Entry::new("x", limit(6, 60_000)),
+                        Entry::new("y", limit(8, 60_000)),
+                    ];
+                    many += usize::from(consume(&mut client, &plans, &batch).0.allowed);
+                }
+                (one, many)
+            })
+        })
+        .collect();
+    let totals = handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    assert_eq!(totals, (9, 6), "exactly the limit, one entry and batches");
+    let one = [Entry::new("given", limit(1, 60_000))];
+    let (first, release) = consume(&mut client, &plans, &one);
+    assert!(first.allowed);
+    assert!(!consume(&mut client, &plans, &one).0.allowed);
+    run(&mut client, &plans.plan_release(&release));
+    assert!(consume(&mut client, &plans, &one).0.allowed, "given back");
+    assert!(
+        !consume(&mut client, &plans, &one).0.allowed,
+        "exactly once"
+    );
+}
+
 /// The largest limit a call can carry (u32::MAX uses) is counted like any other: the one-entry
 /// statement's refusal test never subscripts the log out of PostgreSQL's integer range.
 #[test]
