@@ -18,9 +18,9 @@
 //   - rlf-rel:   the same on a pool whose connections run with synchronous_commit = off
 //   - bare:      pool.query('SELECT 1') (the floor: one round trip)
 //   - batch3:    PostgresStore.consumeMany of 3 entries (still one statement), in tables of its own
-//   - prev:      before/after in the same run: the same PostgresStore and one-entry statement, on tables
-//                of its own whose functions are the previous schema's (PREV_SCHEMA below: {p}_take1's
-//                compare-and-set found the window by a sub-select over unnest)
+//   - ours-unl:  ours (relaxed) on tables of its own made UNLOGGED after installSchema (the opt-in the
+//                README documents: ALTER TABLE {p}_log SET UNLOGGED; no WAL for the counts, a crash
+//                empties them)
 //   Like for like: ours / rlf-rel (both relaxed) and ours-dur / rlf (both wait for the flush).
 //   Round trips per call are counted on the pool ours runs on (target: 1).
 //   SQLite (better-sqlite3, a file in a temp dir, WAL, one call at a time):
@@ -32,7 +32,7 @@
 //   BENCH_ROUNDS=9 BENCH_RUN_MS=400 BENCH_VARIANTS=allowed BENCH_SQLITE=0 node bench/node/sql.mjs
 //                                         rounds, ms per contender and round, which variants
 //                                         (refusals,allowed), and whether the SQLite part runs
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -57,9 +57,6 @@ const LIMIT = { uses: 5, windowMs: 10_000 };
 const FULL = { uses: 5, windowMs: 600_000 };
 const OPEN = { uses: 1000, windowMs: 10_000 };
 const tag = `${process.pid}_${Date.now().toString(36)}`;
-/** The schema before fa6d25c: its {p}_take1 found the window's first call by a sub-select over unnest. */
-const PREV_SCHEMA = readFileSync(join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'core', 'tests', 'data', 'postgres_schema_take1_subselect.sql'), 'utf8');
-  'SELECT v[1] = 1 AS allowed, v[2] AS retry_after_ms, v[3] AS retry_timestamp, v[4] AS blocked, v[5] AS now_ms, v[6] AS quota_limit, v[7] AS remaining, v[8] AS refill_after_ms, v[9] AS reset_after_ms FROM (SELECT CASE WHEN s.u > s.now - s.w THEN ARRAY[0, greatest(1, s.u + s.w - s.now), s.u + s.w, 0, s.now, s.uses, 0, greatest(1, s.u + s.w - s.now), s.ats[s.n] + s.w - s.now] ELSE {p}_take1($1, $2, $3, s.uses, s.w, $6::boolean, s.ats, s.ids, s.now) END AS v FROM (SELECT l.ats, l.ids, cardinality(l.ats) AS n, CASE WHEN cardinality(l.ats) >= $4::bigint THEN l.ats[cardinality(l.ats) - $4::bigint + 1] END AS u, greatest(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, l.ats[cardinality(l.ats)]) AS now, $4::bigint AS uses, $5::bigint AS w FROM (SELECT) AS o LEFT JOIN {p}_log AS l ON l.key = $3 OFFSET 0) AS s OFFSET 0) AS t';
 
 /** Runs `op(i)` with `inflight` calls in flight for `ms`; returns completed calls per second. */
 async function throughput(op, inflight, ms = RUN_MS) {
@@ -135,11 +132,11 @@ async function postgres() {
   await store.installSchema();
   await durable.installSchema();
   await batches.installSchema();
-  // The previous schema's functions under the same store code and statement (installed from its text,
-  // not by installSchema, which would install this one's).
-  const prevPrefix = `rw_benchp_${tag}`;
-  await pool.query(PREV_SCHEMA.replaceAll('{p}', prevPrefix));
-  const prev = PostgresStore.using(pool, { prefix: prevPrefix });
+  // The UNLOGGED opt-in: the same store and statements on tables that write no WAL.
+  const unlPrefix = `rw_benchu_${tag}`;
+  const unlogged = PostgresStore.using(pool, { prefix: unlPrefix });
+  await unlogged.installSchema();
+  await pool.query(`ALTER TABLE ${unlPrefix}_log SET UNLOGGED; ALTER TABLE ${unlPrefix}_windows SET UNLOGGED`);
   try {
     await Promise.all(Array.from({ length: 8 }, () => pool.query('SELECT 1'))); // connections open
     await Promise.all(Array.from({ length: 8 }, () => relaxedPool.query('SELECT 1')));
@@ -153,7 +150,7 @@ async function postgres() {
       if (variant === 'refusals') {
         // Every key at its limit: ours by five passes of batches (one call per key per pass), rlf by set().
         for (let pass = 0; pass < limit.uses; pass++) {
-          for (const s of [store, durable, prev]) {
+          for (const s of [store, durable, unlogged]) {
             for (let i = 0; i < N; i += 500) await s.consumeMany(KEYS.slice(i, i + 500).map((key) => ({ key, limit })));
           }
         }
@@ -168,7 +165,7 @@ async function postgres() {
       const contenders = {
         ours: (i) => (calls++, store.consume(KEYS[i % N], limit)),
         'ours-dur': (i) => durable.consume(KEYS[i % N], limit),
-        prev: (i) => prev.consume(KEYS[i % N], limit),
+        'ours-unl': (i) => unlogged.consume(KEYS[i % N], limit),
         rlf: (i) => ignoreRefusal(rlf.consume(KEYS[i % N])),
         'rlf-rel': (i) => ignoreRefusal(rlfRel.consume(KEYS[i % N])),
         bare: () => pool.query('SELECT 1'),
@@ -178,19 +175,19 @@ async function postgres() {
           { key: `c:${KEYS[i % N]}`, limit: LIMIT },
         ])),
       };
-      const pairs = [['ours', 'rlf-rel'], ['ours-dur', 'rlf'], ['ours', 'rlf'], ['ours', 'bare'], ['ours', 'prev'], ['batch3', 'ours']];
+      const pairs = [['ours', 'rlf-rel'], ['ours-dur', 'rlf'], ['ours', 'rlf'], ['ours', 'bare'], ['ours-unl', 'rlf-rel'], ['ours-unl', 'rlf'], ['ours-unl', 'bare'], ['batch3', 'ours']];
       console.log(`  ${variant}${variant === 'refusals' ? ' (every key full: 5 uses per 600 s)' : ' (1,000 uses per 10 s)'}`);
       for (const inflight of [1, 16]) {
         const { rates: m, ratios } = await interleaved(contenders, inflight, pairs);
         console.log(
-          `    in flight ${String(inflight).padStart(2)}: ours ${fmt(m.ours)}  ours-dur ${fmt(m['ours-dur'])}  rlf ${fmt(m.rlf)}  rlf-rel ${fmt(m['rlf-rel'])}  bare ${fmt(m.bare)}  prev ${fmt(m.prev)}  batch3 ${fmt(m.batch3)}`,
+          `    in flight ${String(inflight).padStart(2)}: ours ${fmt(m.ours)}  ours-dur ${fmt(m['ours-dur'])}  rlf ${fmt(m.rlf)}  rlf-rel ${fmt(m['rlf-rel'])}  bare ${fmt(m.bare)}  ours-unl ${fmt(m['ours-unl'])}  batch3 ${fmt(m.batch3)}`,
         );
         console.log(`                  ${Object.entries(ratios).map(([k, v]) => `${k} ${v.toFixed(2)}x`).join('  ')}`);
       }
       console.log(`    round trips per call (ours, consume and consumeMany): ${(roundTrips / calls).toFixed(3)}; load ${load()}`);
     }
   } finally {
-    for (const p of [prefix, durPrefix, prevPrefix, batchPrefix]) {
+    for (const p of [prefix, durPrefix, unlPrefix, batchPrefix]) {
       const { rows } = await pool.query(`SELECT oid::regprocedure::text AS f FROM pg_proc WHERE proname LIKE $1`, [`${p.replace(/_/g, '\\_')}\\_%`]);
       for (const { f } of rows) await pool.query(`DROP FUNCTION IF EXISTS ${f}`);
       await pool.query(`DROP TABLE IF EXISTS ${p}_log, ${p}_calls, ${p}_windows, ${p}_locks`);
