@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ratewindow_core::call::{Call, CallError, Command, Fed, Outcome, RateOp, Redis};
 use ratewindow_core::counter::Counter;
 use ratewindow_core::gcra::Gcra;
-use ratewindow_core::redis::RedisOptions;
+use ratewindow_core::redis::{RedisOptions, Reply};
 use ratewindow_core::{BatchVerdict, Limit, MemoryStore};
 use servers::{redis_connection as connection, to_reply};
 
@@ -192,6 +192,54 @@ fn the_server_clock_times_a_bucket_and_its_key_expires_when_full() {
     )
     .unwrap();
     assert!(verdict(drive(&mut con, redis.rate(take(4)))).allowed);
+    forget(&mut con, &options);
+}
+
+/// A limit whose times are whole ms sends no `uses`; a key holding a fraction (counted under a
+/// limit with fractions, the same `uses`) makes the script ask for them, and the call runs again.
+#[test]
+fn a_fraction_found_by_a_whole_limit_is_counted_exactly() {
+    let mut con = connection();
+    let options = options("fraction");
+    let redis = Redis::new(options.clone());
+    // 3 a second: T = 333 1/3 ms; then 3 in 3 s: T = 1,000 ms, tau 3,000 ms, no fractions.
+    let thirds = Gcra::new(3, 1_000, 3).unwrap();
+    let whole = Gcra::new(3, 3_000, 3).unwrap();
+    let take = |gcra, cost| RateOp::GcraConsume {
+        key: "k".into(),
+        gcra,
+        cost,
+    };
+    assert!(verdict(drive(&mut con, redis.rate(take(thirds, 1)))).allowed);
+    let key = options.gcra_key("k");
+    let text: String = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+    assert!(text.len() > 17 && text.ends_with(":1:3"), "{text}");
+    let mut sent = Vec::new();
+    let (result, _) = redis.rate(take(whole, 1)).drive(|command| {
+        if let Command::Script { args, .. } = &command {
+            sent.push(args.len());
+        }
+        run_on(&mut con, command)
+    });
+    assert_eq!(sent, [3, 6], "asked for uses once");
+    let v = verdict(result);
+    // 333 1/3 + 1,000 ms of debt, within tau: allowed, 1 use left (1 of the 3 comes back by
+    // 1,333 1/3 ms, reset when all are back).
+    assert!(v.allowed && v.quota.remaining == 1, "{v:?}");
+    assert!((1_200..=1_334).contains(&v.quota.reset_after_ms), "{v:?}");
+    let text: String = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+    assert!(text.len() > 17 && text.ends_with(":1:3"), "{text}");
+    // Under other uses the fraction rounds up: 4 in 4 s (T = 1,000) finds 1,334 ms of debt.
+    let other = Gcra::new(4, 4_000, 4).unwrap();
+    let v = verdict(drive(
+        &mut con,
+        redis.rate(RateOp::GcraPeek {
+            key: "k".into(),
+            gcra: other,
+            cost: 1,
+        }),
+    ));
+    assert!(v.allowed && v.quota.remaining == 2, "{v:?}");
     forget(&mut con, &options);
 }
 
@@ -378,13 +426,28 @@ fn a_walk_on_the_server_clock_answers_as_the_memory_store() {
             other => other,
         };
         let mut now = None;
+        let reset = matches!(op, RateOp::GcraReset { .. } | RateOp::CounterReset { .. });
         let (result, _) = redis.rate(op.clone()).drive(|command| {
             let fed = run_on(&mut con, command);
-            if let Ok(Fed::Reply(ratewindow_core::redis::Reply::Array(items))) = &fed {
-                if let Some(ratewindow_core::redis::Reply::Int(n)) = items.get(1) {
-                    now = Some(*n as u64);
+            now = match &fed {
+                _ if reset => None,
+                // GCRA: a full bucket's now, or 'allowed TAT sec usec'.
+                Ok(Fed::Reply(Reply::Int(n))) if *n >= 0 => Some(*n as u64),
+                Ok(Fed::Reply(Reply::Text(text))) => {
+                    let f: Vec<u64> = text
+                        .split(' ')
+                        .skip(2)
+                        .map(|x| x.parse().unwrap())
+                        .collect();
+                    Some(f[0] * 1_000 + f[1] / 1_000)
                 }
-            }
+                // The counter: {allowed, now, ...}.
+                Ok(Fed::Reply(Reply::Array(items))) => match items.get(1) {
+                    Some(Reply::Int(n)) => Some(*n as u64),
+                    _ => None,
+                },
+                _ => None,
+            };
             fed
         });
         let got = rates::spelled(result);

@@ -23,7 +23,7 @@ use crate::{BatchVerdict, Verdict};
 pub static GCRA: Script = Script {
     name: "gcra",
     source: include_str!("../redis/gcra.lua"),
-    sha1: "273715d36c49f1b91ea223719144ec45b5ef7e0f",
+    sha1: "770db92feff38960ccddd87de2b660d9f9a29b50",
 };
 
 /// The sliding-window counter script: consume, peek and reset on one key holding its two counts.
@@ -229,6 +229,11 @@ enum Step {
     Script {
         plan: Plan,
         by_sha1: bool,
+        /// The host's clock (`rate_at`), which the reply then leaves out.
+        at: Option<u64>,
+        /// GCRA's `uses`, `r` and `e`, sent again should the script ask for them (a key holding a
+        /// TAT with a fraction, under a limit whose times have none).
+        more: Option<[u64; 3]>,
     },
     /// PostgreSQL's one statement; its row answers as a script's reply does.
     #[cfg(feature = "sql")]
@@ -277,7 +282,7 @@ fn refused(e: RateError) -> Call {
 impl RateCall {
     pub(crate) fn command(&self) -> Command<'_> {
         match &self.step {
-            Step::Script { plan, by_sha1 } => Command::Script {
+            Step::Script { plan, by_sha1, .. } => Command::Script {
                 script: plan.script,
                 keys: &plan.keys,
                 args: &plan.args,
@@ -325,8 +330,15 @@ impl RateCall {
                 return;
             }
             (_, Err(message)) => Err(CallError::Store { message }),
-            (Step::Script { plan, .. }, Ok(Fed::Reply(reply))) => {
-                decode_reply(self.decide, plan.script, &reply)
+            (Step::Script { plan, more, .. }, Ok(Fed::Reply(Reply::Int(-1)))) if more.is_some() => {
+                // A TAT with a fraction, and the call sent no `uses`: the same call with them.
+                if let Some(more) = more.take() {
+                    plan.args.extend(more.map(|n| n.to_string()));
+                }
+                return;
+            }
+            (Step::Script { plan, at, .. }, Ok(Fed::Reply(reply))) => {
+                decode_reply(self.decide, plan.script, &reply, *at)
             }
             (Step::Script { .. }, Ok(Fed::Rows(_))) => Err(CallError::Protocol {
                 expected: "a Redis reply",
@@ -375,13 +387,18 @@ fn ints(reply: &Reply) -> Option<([u64; 6], usize)> {
     Some((out, items.len()))
 }
 
-const GCRA_REPLY: &str = "{allowed, now} or {allowed, now, ms, rem} with a TAT ahead of now, \
-                          consistent with the allowed flag";
+const GCRA_REPLY: &str = "now (a full bucket), or the text 'allowed TAT' (then 'sec usec' on the \
+                          server's clock) with a TAT ahead of now, consistent with the allowed flag";
 const COUNTER_REPLY: &str = "{allowed, now} or {allowed, now, start, window_ms, cur, prev}, \
                              consistent with the allowed flag";
 
 /// Reads a script's reply: the state found, then the verdict from it.
-fn decode_reply(decide: Decide, script: &Script, reply: &Reply) -> Result<Outcome, CallError> {
+fn decode_reply(
+    decide: Decide,
+    script: &Script,
+    reply: &Reply,
+    at: Option<u64>,
+) -> Result<Outcome, CallError> {
     let (expected, found) = match decide {
         Decide::Reset => {
             return match reply {
@@ -389,7 +406,7 @@ fn decode_reply(decide: Decide, script: &Script, reply: &Reply) -> Result<Outcom
                 _ => Err(ReplyError::new(script.name, "0 or 1 (keys deleted)", reply).into()),
             }
         }
-        Decide::Gcra { gcra, .. } => (GCRA_REPLY, gcra_found(gcra, reply)),
+        Decide::Gcra { gcra, .. } => (GCRA_REPLY, gcra_reply(gcra, reply, at)),
         Decide::Counter { .. } => (COUNTER_REPLY, counter_found(reply)),
     };
     found
@@ -409,6 +426,7 @@ fn flag(n: u64) -> Option<bool> {
     }
 }
 
+#[cfg(feature = "sql")]
 fn gcra_found(gcra: Gcra, reply: &Reply) -> Option<(bool, u64, Found)> {
     let (v, len) = ints(reply)?;
     let allowed = flag(v[0])?;
@@ -430,6 +448,68 @@ fn gcra_found(gcra: Gcra, reply: &Reply) -> Option<(bool, u64, Found)> {
         }
         _ => None,
     }
+}
+
+/// The GCRA script's reply: `now` for a full bucket, or `'allowed TAT'` (then `' sec usec'`, TIME's
+/// fields, on the server's clock; `at`, the host's clock, otherwise) with the TAT as the key holds
+/// it (`ms`, or `ms:rem:per`), ahead of now.
+fn gcra_reply(gcra: Gcra, reply: &Reply, at: Option<u64>) -> Option<(bool, u64, Found)> {
+    let text = match reply {
+        Reply::Int(now) => {
+            let now = u64::try_from(*now).ok()?;
+            // On the host's clock the script answers the `now` it was given.
+            return (at.unwrap_or(now) == now).then_some((true, now, Found::Gcra(None)));
+        }
+        Reply::Text(text) => text,
+        _ => return None,
+    };
+    let mut fields = text.split(' ');
+    let allowed = match fields.next()? {
+        "1" => true,
+        "0" => false,
+        _ => return None,
+    };
+    let tat = tat_text(fields.next()?, gcra.uses())?;
+    let now = match at {
+        Some(now) => now,
+        None => {
+            let sec: u64 = digits(fields.next()?)?;
+            let usec: u64 = digits(fields.next()?)?;
+            if usec >= 1_000_000 {
+                return None;
+            }
+            sec.checked_mul(1_000)?.checked_add(usec / 1_000)?
+        }
+    };
+    // The script answers a TAT ahead of now only (else the bucket is full: `now`).
+    if fields.next().is_some() || tat.expires_at() <= now {
+        return None;
+    }
+    Some((allowed, now, Found::Gcra(Some(tat))))
+}
+
+/// A whole number written in ASCII digits only (zero-padded allowed).
+fn digits(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// A GCRA key's text: `ms` (whole ms, counted in the limit's `uses`) or `ms:rem:per`.
+fn tat_text(s: &str, uses: u32) -> Option<Tat> {
+    let mut parts = s.split(':');
+    let ms = digits(parts.next()?)?;
+    let Some(rem) = parts.next() else {
+        return Some(Tat {
+            ms,
+            rem: 0,
+            per: uses,
+        });
+    };
+    let rem = u32::try_from(digits(rem)?).ok()?;
+    let per = u32::try_from(digits(parts.next()?)?).ok()?;
+    (parts.next().is_none() && rem < per).then_some(Tat { ms, rem, per })
 }
 
 fn counter_found(reply: &Reply) -> Option<(bool, u64, Found)> {
@@ -483,14 +563,27 @@ impl Redis {
             RateOp::GcraPeek { .. } | RateOp::CounterPeek { .. } => "p",
             RateOp::GcraReset { .. } | RateOp::CounterReset { .. } => "r",
         };
+        let mut more = None;
         let (script, key, mut args) = match op {
             RateOp::GcraConsume { key, gcra, cost } | RateOp::GcraPeek { key, gcra, cost } => {
                 let [uses, q, r, d, e, ceil_tau] = gcra_args(gcra, cost);
-                let mut args = vec![mode.to_owned()];
-                args.extend([uses, q, r, d, e, ceil_tau].map(|n| n.to_string()));
+                let first = if mode == "c" {
+                    ceil_tau.to_string()
+                } else {
+                    mode.to_owned()
+                };
+                let mut args = Vec::with_capacity(7);
+                args.extend([first, q.to_string(), d.to_string()]);
+                // `uses` and the fractions only when the times have some (or with a host's clock,
+                // after them); else on the script's asking.
+                if r != 0 || e != 0 || now.is_some() {
+                    args.extend([uses, r, e].map(|n| n.to_string()));
+                } else {
+                    more = Some([uses, r, e]);
+                }
                 (&GCRA, o.gcra_key(&key), args)
             }
-            RateOp::GcraReset { key } => (&GCRA, o.gcra_key(&key), vec![mode.to_owned()]),
+            RateOp::GcraReset { key } => (&GCRA, o.gcra_key(&key), Vec::new()),
             RateOp::CounterConsume { key, counter, cost }
             | RateOp::CounterPeek { key, counter, cost } => {
                 let limit = counter.limit();
@@ -514,7 +607,16 @@ impl Redis {
             args,
         };
         let by_sha1 = self.runs_by_sha1();
-        start(Step::Script { plan, by_sha1 }, decide)
+        let at = now.filter(|_| !matches!(decide, Decide::Reset));
+        start(
+            Step::Script {
+                plan,
+                by_sha1,
+                at,
+                more,
+            },
+            decide,
+        )
     }
 }
 
@@ -1007,18 +1109,66 @@ mod tests {
         assert_eq!((script.name, by_sha1), ("gcra", true));
         assert_eq!(keys, ["p:gcr:k"]);
         // 2 uses = 666 2/3 ms; tau = 2 · 333 1/3 = 666 2/3 ms: tau − 2 uses = 0; ceil(tau) = 667.
-        assert_eq!(args, ["c", "3", "666", "2", "0", "0", "667"]);
+        // (The expiry, n·T, τ − n·T in whole ms; then uses and the fractions, as n·T has one.)
+        assert_eq!(args, ["667", "666", "0", "3", "2", "0"]);
         call.fail("NOSCRIPT No matching script");
         let Next::Run(Command::Script { by_sha1: false, .. }) = call.next() else {
             panic!("the source")
         };
-        call.feed(Fed::Reply(Reply::Array(vec![Reply::Int(1), Reply::Int(0)])));
+        // A full bucket: the reply is the server's now.
+        call.feed(Fed::Reply(Reply::Int(0)));
         let Next::Done(Ok(Outcome::Verdict { verdict, release })) = call.next() else {
             panic!("a verdict")
         };
         assert!(verdict.allowed && release.is_none());
         assert_eq!(verdict.quota.remaining, 0);
         assert_eq!(verdict.quota.reset_after_ms, 667);
+    }
+
+    #[test]
+    fn a_whole_limit_sends_uses_only_when_the_script_finds_a_fraction() {
+        let redis = Redis::new(RedisOptions::default());
+        // 10 a second, a burst of 5: T = 100 ms, tau = 500 ms, no fractions.
+        let gcra = Gcra::new(10, 1_000, 5).unwrap();
+        let mut call = redis.rate(RateOp::GcraPeek {
+            key: "k".into(),
+            gcra,
+            cost: 1,
+        });
+        let Next::Run(Command::Script { args, .. }) = call.next() else {
+            panic!("a script")
+        };
+        assert_eq!(args, ["p", "100", "400"]);
+        // The key holds 1,050 1/3 ms counted in thirds (another limit's): asked for `uses`.
+        call.feed(Fed::Reply(Reply::Int(-1)));
+        let Next::Run(Command::Script { args, .. }) = call.next() else {
+            panic!("the script again")
+        };
+        assert_eq!(args, ["p", "100", "400", "10", "0", "0"]);
+        call.feed(Fed::Reply(Reply::Text(
+            "1 000000000000001050:1:3 1 0".to_owned(),
+        )));
+        let Next::Done(Ok(Outcome::Verdict { verdict, .. })) = call.next() else {
+            panic!("a verdict")
+        };
+        // Rounded up to 1,051: 51 ms of debt at 1,000, so 4 of 5 left.
+        assert!(verdict.allowed);
+        assert_eq!(verdict.quota.remaining, 4);
+        assert_eq!(verdict.quota.reset_after_ms, 51);
+        // Asked twice: no answer.
+        let mut call = redis.rate(RateOp::GcraPeek {
+            key: "k".into(),
+            gcra,
+            cost: 1,
+        });
+        let _ = call.next();
+        call.feed(Fed::Reply(Reply::Int(-1)));
+        let _ = call.next();
+        call.feed(Fed::Reply(Reply::Int(-1)));
+        let Next::Done(Err(e)) = call.next() else {
+            panic!("an error")
+        };
+        assert_eq!(e.kind(), "reply");
     }
 
     #[test]
@@ -1036,14 +1186,21 @@ mod tests {
                 .0
         };
         let arr = |v: &[i64]| Reply::Array(v.iter().copied().map(Reply::Int).collect());
-        // A full bucket allows: a refusal of it is no answer.
-        assert_eq!(run(arr(&[0, 100])).unwrap_err().kind(), "reply");
-        // A TAT behind now is never sent; a fraction past `uses` neither.
-        assert_eq!(run(arr(&[1, 100, 50, 0])).unwrap_err().kind(), "reply");
-        assert_eq!(run(arr(&[1, 100, 500, 3])).unwrap_err().kind(), "reply");
-        assert_eq!(run(Reply::Int(1)).unwrap_err().kind(), "reply");
+        let text = |s: &str| Reply::Text(s.to_owned());
+        // A TAT not ahead of now (100 ms: 0 s and 100,000 µs) is never sent (a full bucket answers
+        // its now); a fraction past its `uses`, a flag other than 0 or 1, a field more, neither.
+        assert_eq!(run(text("1 50 0 100000")).unwrap_err().kind(), "reply");
+        assert_eq!(run(text("1 100 0 100000")).unwrap_err().kind(), "reply");
+        assert_eq!(run(text("1 500:3:3 0 100000")).unwrap_err().kind(), "reply");
+        assert_eq!(run(text("2 500 0 100000")).unwrap_err().kind(), "reply");
+        assert_eq!(run(text("1 500 0 100000 7")).unwrap_err().kind(), "reply");
+        assert_eq!(run(text("1 500 0 1000000")).unwrap_err().kind(), "reply");
+        assert_eq!(run(text("1 +500 0 100000")).unwrap_err().kind(), "reply");
+        // A request for `uses` comes only from a call that did not send them (this one did).
+        assert_eq!(run(Reply::Int(-1)).unwrap_err().kind(), "reply");
+        assert_eq!(run(arr(&[1, 0])).unwrap_err().kind(), "reply");
         // The TAT 666 2/3 ahead of now = 0 leaves room for no use of 333 1/3 within 666 2/3.
-        let Ok(Outcome::Verdict { verdict, .. }) = run(arr(&[0, 0, 666, 2])) else {
+        let Ok(Outcome::Verdict { verdict, .. }) = run(text("0 666:2:3 0 0")) else {
             panic!()
         };
         assert_eq!(

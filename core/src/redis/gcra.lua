@@ -1,72 +1,84 @@
--- ratewindow: GCRA (a token bucket kept as one time per key) on one key, on the server's clock.
+-- ratewindow: GCRA (a token bucket kept as one time per key) on one key.
 --
--- KEYS[1] the bucket: its TAT (theoretical arrival time, when the bucket is full again) as 'ms', or
---         'ms:rem:per' for ms + rem/per (per: the uses the fraction is counted in)
--- ARGV[1] mode: 'c' consume, 'p' peek (writes nothing), 'r' reset (deletes the key)
--- ARGV[2] uses; ARGV[3], ARGV[4] the call's cost as time, n*T = q + r/uses (0 <= r < uses);
--- ARGV[5], ARGV[6] tau - n*T = d + e/uses: the call is allowed iff TAT <= now + tau - n*T;
--- ARGV[7] ceil(tau), the key's expiry (a bucket is full by then); ARGV[8] (optional) now in ms, for
---         TIME (a host's clock; the expiry is then stretched by how far it lags the server's)
+-- KEYS[1] the bucket: its TAT (theoretical arrival time, when the bucket is full again) in whole ms
+--         as 'ms' (at most 17 digits), or 'ms:rem:per' (ms zero-padded to 18 digits) for ms + rem/per,
+--         per the uses the fraction is counted in; so a fraction shows in the text's length
+-- No ARGV: reset (deletes the key). Otherwise:
+-- ARGV[1] ceil(tau), the key's expiry, for a consume; 'p' for a peek (writes nothing)
+-- ARGV[2] n*T in whole ms (q); ARGV[3] tau - n*T in whole ms (d): the call is allowed iff
+--         TAT <= now + tau - n*T
+-- ARGV[4] uses, ARGV[5], ARGV[6] the fractions of q and d in 1/uses: sent when the limit's times
+--         have fractions (or with ARGV[7]); without ARGV[4] a TAT with a fraction answers -1, and
+--         the engine sends the call again with them
+-- ARGV[7] (optional) now in ms: the host's clock instead of TIME
 --
--- Reply: {allowed (1|0), now} when the bucket was full (no key, or a TAT behind now),
---        {allowed, now, ms, rem} otherwise: the TAT the call found, in units of 1/uses. The engine
---        derives every verdict field from it (core/src/gcra.rs), and checks `allowed` against it.
--- Arguments arrive as text and are used as text where they can be: a full bucket decides with no
--- arithmetic, and one number is formatted (the new TAT).
-local key, mode = KEYS[1], ARGV[1]
-if mode == 'r' then return redis.call('DEL', key) end
-local time, now, lag = redis.call('TIME'), ARGV[8], nil
+-- Reply: now (an integer) when the bucket was full (no key, or a TAT not ahead of now): allowed;
+--        otherwise the text 'allowed TAT' (allowed 1 or 0, the TAT as stored), followed on the
+--        server's clock by ' sec usec' (TIME's two fields). The engine derives every verdict field
+--        from it (core/src/gcra.rs), and checks `allowed` against it.
+local key, px = KEYS[1], ARGV[1]
+if not px then return redis.call('DEL', key) end
+local now, t = ARGV[7], nil
 if now then
   now = now + 0
-  lag = math.max(0, time[1] * 1000 + math.floor(time[2] / 1000) - now)
 else
-  now = time[1] * 1000 + math.floor(time[2] / 1000)
+  t = redis.call('TIME')
+  now = t[1] * 1000 + t[2] / 1000
+  now = now - now % 1
 end
-local ms, rem, plain = now, 0, true
 local v = redis.call('GET', key)
+local ms, rem, uses, plain = now, 0, ARGV[4], false
 if v then
-  if string.find(v, ':', 1, true) then
-    plain = false
+  if #v > 17 then
+    if not uses then return -1 end
     local m, r, per = string.match(v, '^(%d+):(%d+):(%d+)$')
     m, r = m + 0, r + 0
     -- Counted under other uses: rounded up to the next whole ms (never more uses).
-    if per ~= ARGV[2] then
+    if per ~= uses then
       if r > 0 then m = m + 1 end
       r = 0
     end
     if m > now or (m == now and r > 0) then ms, rem = m, r end
   else
     local m = v + 0
-    if m > now then ms = m end
+    if m > now then ms, plain = m, true end
   end
 end
-local ok = 1
-if ms > now or rem > 0 then
+local full = ms == now and rem == 0
+local ok = '1 '
+if not full then
   -- A full bucket takes any cost up to the burst; otherwise TAT <= now + tau - n*T.
-  local top = now + ARGV[5]
-  if ms > top or (ms == top and rem > ARGV[6] + 0) then ok = 0 end
+  local top = now + ARGV[3]
+  if ms > top or (ms == top and rem > (ARGV[6] or 0) + 0) then ok = '0 ' end
 end
-if ok == 1 and mode == 'c' and plain and ms > now and rem == 0 and ARGV[4] == '0' and not lag then
-  -- The key's whole-ms TAT moves on by n*T on the server: INCRBY formats integers cheaply, where a
-  -- Lua number sent as an argument is formatted by snprintf (51k -> 47k instructions a call).
-  redis.call('INCRBY', key, ARGV[3])
-  redis.call('PEXPIRE', key, ARGV[7])
-elseif ok == 1 and mode == 'c' then
-  local nms, nrem = ms + ARGV[3], rem
-  if ARGV[4] ~= '0' then
-    nrem = rem + ARGV[4]
-    local uses = ARGV[2] + 0
-    if nrem >= uses then nms, nrem = nms + 1, nrem - uses end
+if ok == '1 ' and px ~= 'p' then
+  local r = ARGV[5]
+  if ARGV[7] then
+    -- A host's clock: the key must not expire on the server's clock before the host's reaches its
+    -- TAT, so the expiry is stretched by how far the host's clock lags the server's.
+    local s = redis.call('TIME')
+    local lag = s[1] * 1000 + s[2] / 1000 - now
+    if lag >= 1 then px = string.format('%d', px + lag) end
+    plain = false
   end
-  -- Integer text: Lua's %.14g rounds 15 digits and more.
-  if nms >= 1e14 then nms = string.format('%.0f', nms) end
-  if nrem > 0 then nms = nms .. ':' .. nrem .. ':' .. ARGV[2] end
-  local px = ARGV[7]
-  if lag then
-    px = px + lag
-    if px >= 1e14 then px = string.format('%.0f', px) end
+  if rem == 0 and (not r or r == '0') then
+    if plain then
+      -- The key's TAT moves on by n*T on the server (INCRBY formats an integer cheaply).
+      redis.call('INCRBY', key, ARGV[2])
+      redis.call('PEXPIRE', key, px)
+    else
+      redis.call('PSETEX', key, px, string.format('%d', ms + ARGV[2]))
+    end
+  else
+    local nms, nrem, n = ms + ARGV[2], rem + (r or 0), uses + 0
+    if nrem >= n then nms, nrem = nms + 1, nrem - n end
+    if nrem > 0 then
+      redis.call('PSETEX', key, px, string.format('%018d:%d:%s', nms, nrem, uses))
+    else
+      redis.call('PSETEX', key, px, string.format('%d', nms))
+    end
   end
-  redis.call('SET', key, nms, 'PX', px)
 end
-if ms == now and rem == 0 then return {ok, now} end
-return {ok, now, ms, rem}
+if full then return now end
+if t then return ok .. v .. ' ' .. t[1] .. ' ' .. t[2] end
+return ok .. v
