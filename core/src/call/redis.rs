@@ -95,6 +95,17 @@ impl Redis {
                     return Call::done(Err(TOO_LARGE));
                 }
                 let limits = entries.iter().map(|e| e.limit).collect();
+                // A call with a cost above 1 runs the weighted script; its token names the cost.
+                #[cfg(feature = "weights")]
+                if weighted::is_weighted(&entries) {
+                    let plan = weighted::plan_weighted("c", &entries, o, &call_id, None);
+                    let call_id = weighted::token_id(&call_id, weighted::max_cost(&entries));
+                    return Call::redis(RedisCall::new(
+                        plan,
+                        self.evalsha,
+                        Kind::Consume { limits, call_id },
+                    ));
+                }
                 let plan = plan::sliding_plan("c", &entries, o, &call_id);
                 (plan, Kind::Consume { limits, call_id })
             }
@@ -109,6 +120,11 @@ impl Redis {
                     return Call::done(Err(TOO_LARGE));
                 }
                 let limits = entries.iter().map(|e| e.limit).collect();
+                #[cfg(feature = "weights")]
+                if weighted::is_weighted(&entries) {
+                    let plan = weighted::plan_weighted("p", &entries, o, "-", None);
+                    return Call::redis(RedisCall::new(plan, self.evalsha, Kind::Peek { limits }));
+                }
                 (
                     plan::sliding_plan("p", &entries, o, "-"),
                     Kind::Peek { limits },
@@ -118,6 +134,11 @@ impl Redis {
                 ReleaseToken::Redis(release) if release.keys.is_empty() => {
                     return Call::done(Ok(Outcome::Unit))
                 }
+                #[cfg(feature = "weights")]
+                ReleaseToken::Redis(release) if weighted::plan_release(&release).is_some() => (
+                    weighted::plan_release(&release).expect("checked"),
+                    Kind::Release,
+                ),
                 ReleaseToken::Redis(release) => (plan::plan_release(&release), Kind::Release),
                 ReleaseToken::Sql(_) => {
                     return Call::done(Err(CallError::Unsupported(
@@ -142,15 +163,28 @@ impl Redis {
             }
             Op::Clear { key } => (plan::plan_clear(&key, o), Kind::Fixed(Fixed::Unit)),
         };
-        Call::redis(RedisCall {
-            plan,
-            by_sha1: self.evalsha,
-            evalsha: self.evalsha,
-            kind,
-            apart: None,
-            done: None,
-        })
+        Call::redis(RedisCall::new(plan, self.evalsha, kind))
     }
+}
+
+/// Whether a plan runs the weighted script (never, without the weights feature).
+fn is_weighted(plan: &Plan) -> bool {
+    cfg!(feature = "weights") && plan.script.name == "weighted"
+}
+
+#[cfg(feature = "weights")]
+use crate::redis::weighted::{self, decode_weighted};
+#[cfg(not(feature = "weights"))]
+fn decode_weighted(
+    reply: &Reply,
+    _: &[Limit],
+    _: bool,
+) -> Result<(BatchVerdict, usize), ReplyError> {
+    Err(ReplyError::new(
+        "weighted",
+        "no reply (no weights feature)",
+        reply,
+    ))
 }
 
 /// A batch above [`plan::MAX_BATCH`] entries: more than the clients carry in one command.
@@ -198,6 +232,17 @@ pub(crate) struct RedisCall {
 }
 
 impl RedisCall {
+    fn new(plan: Plan, evalsha: bool, kind: Kind) -> RedisCall {
+        RedisCall {
+            plan,
+            by_sha1: evalsha,
+            evalsha,
+            kind,
+            apart: None,
+            done: None,
+        }
+    }
+
     pub(crate) fn command(&self) -> Command<'_> {
         Command::Script {
             script: self.plan.script,
@@ -274,7 +319,11 @@ impl RedisCall {
         let reply = reply.map_err(|message| CallError::Store { message })?;
         match &mut self.kind {
             Kind::Consume { limits, call_id } => {
-                let (verdict, _) = plan::decode_consume(&reply, limits)?;
+                let (verdict, _) = if is_weighted(&self.plan) {
+                    decode_weighted(&reply, limits, true)?
+                } else {
+                    plan::decode_consume(&reply, limits)?
+                };
                 Ok(if verdict.allowed {
                     let keys = std::mem::take(&mut self.plan.keys);
                     allowed(verdict.quota, Some(keys), std::mem::take(call_id))
@@ -286,7 +335,11 @@ impl RedisCall {
                 })
             }
             Kind::Peek { limits } => Ok(Outcome::Verdict {
-                verdict: plan::decode_batch(&reply, limits)?.0,
+                verdict: if is_weighted(&self.plan) {
+                    decode_weighted(&reply, limits, false)?.0
+                } else {
+                    plan::decode_batch(&reply, limits)?.0
+                },
                 release: None,
             }),
             Kind::Release => plan::decode_release_of(&reply, self.plan.keys.len())
@@ -300,6 +353,25 @@ impl RedisCall {
     fn go_apart(&mut self) {
         let call_id = self.plan.args.get(1).cloned().unwrap_or_default();
         let groups = Group::of(&self.plan);
+        // A weighted call: each entry's cost, and the largest (its release removes that many).
+        #[cfg(feature = "weights")]
+        let (costs, max_cost) = if is_weighted(&self.plan) {
+            let costs: Vec<u32> = self
+                .plan
+                .args
+                .get(3..)
+                .unwrap_or(&[])
+                .chunks(4)
+                .map(|c| c.get(3).and_then(|c| c.parse().ok()).unwrap_or(1))
+                .collect();
+            let max = match self.kind {
+                Kind::Release => self.plan.args.get(2).and_then(|c| c.parse().ok()),
+                _ => costs.iter().copied().max(),
+            };
+            (costs, max)
+        } else {
+            (Vec::new(), None)
+        };
         let mode = match &self.kind {
             Kind::Consume { .. } => Mode::Consume,
             Kind::Peek { .. } => Mode::Peek,
@@ -313,6 +385,10 @@ impl RedisCall {
             mode,
             limits,
             call_id,
+            #[cfg(feature = "weights")]
+            costs,
+            #[cfg(feature = "weights")]
+            max_cost,
             keys: std::mem::take(&mut self.plan.keys),
             groups,
             next: 0,
@@ -391,16 +467,24 @@ struct Group {
 }
 
 impl Group {
-    /// The groups of a sliding plan (`mode, id, (key index, uses, window)*`), in order of keys.
+    /// The groups of a sliding plan (`mode, id, (key index, uses, window)*`; weighted: `mode, id,
+    /// now, (key index, uses, window, cost)*`), in order of keys.
     fn of(plan: &Plan) -> Vec<Group> {
+        let (from, width) = if is_weighted(plan) { (3, 4) } else { (2, 3) };
         let mut groups: Vec<Group> = (0..plan.keys.len())
             .map(|key| Group {
                 key,
                 entries: Vec::new(),
             })
             .collect();
-        for (i, triple) in plan.args.get(2..).unwrap_or(&[]).chunks(3).enumerate() {
-            let [k, _, _] = triple else { continue };
+        for (i, triple) in plan
+            .args
+            .get(from..)
+            .unwrap_or(&[])
+            .chunks(width)
+            .enumerate()
+        {
+            let Some(k) = triple.first() else { continue };
             let Some(group) = k
                 .parse::<usize>()
                 .ok()
@@ -438,6 +522,12 @@ enum Phase {
 struct Apart {
     mode: Mode,
     call_id: String,
+    /// A weighted call's cost of each entry (empty for a call costing 1).
+    #[cfg(feature = "weights")]
+    costs: Vec<u32>,
+    /// A weighted call's largest cost (`None` for a call costing 1).
+    #[cfg(feature = "weights")]
+    max_cost: Option<u32>,
     keys: Vec<String>,
     limits: Vec<Limit>,
     groups: Vec<Group>,
@@ -468,6 +558,17 @@ impl Apart {
                     "-"
                 };
                 let limits = self.group_limits(self.next);
+                #[cfg(feature = "weights")]
+                if self.weighted() {
+                    let group = &self.groups[self.next];
+                    let entries = group.entries.iter().map(|&i| {
+                        let limit = self.limits.get(i).copied();
+                        (0, limit, self.costs.get(i).copied().unwrap_or(1))
+                    });
+                    let entries = entries.filter_map(|(k, l, c)| Some((k, l?, c)));
+                    let key = vec![self.keys[group.key].clone()];
+                    return weighted::plan_of(mode, key, entries, id, None);
+                }
                 let mut args = Vec::with_capacity(2 + 3 * limits.len());
                 args.push(mode.to_owned());
                 args.push(id.to_owned());
@@ -488,10 +589,32 @@ impl Apart {
     }
 
     fn release_plan(&self, key: usize) -> Plan {
-        plan::plan_release(&RedisRelease {
+        let release = RedisRelease {
             keys: vec![self.keys[key].clone()],
-            call_id: self.call_id.clone(),
-        })
+            call_id: self.token_id(),
+        };
+        #[cfg(feature = "weights")]
+        if let Some(plan) = weighted::plan_release(&release) {
+            return plan;
+        }
+        plan::plan_release(&release)
+    }
+
+    /// The id a release token carries: a weighted call's names its largest cost.
+    fn token_id(&self) -> String {
+        #[cfg(feature = "weights")]
+        if let Some(cost) = self.max_cost {
+            return weighted::token_id(&self.call_id, cost);
+        }
+        self.call_id.clone()
+    }
+
+    /// Whether the call is weighted (never, without the weights feature).
+    fn weighted(&self) -> bool {
+        #[cfg(feature = "weights")]
+        return self.max_cost.is_some();
+        #[cfg(not(feature = "weights"))]
+        false
     }
 
     fn group_limits(&self, g: usize) -> Vec<Limit> {
@@ -511,10 +634,11 @@ impl Apart {
     ) -> Result<(BatchVerdict, u64), CallError> {
         let reply = reply.map_err(|message| CallError::Store { message })?;
         let limits = self.group_limits(g);
-        let (mut verdict, tight) = if self.phase == Phase::Count {
-            plan::decode_consume(&reply, &limits)?
-        } else {
-            plan::decode_batch(&reply, &limits)?
+        let count = self.phase == Phase::Count;
+        let (mut verdict, tight) = match (self.weighted(), count) {
+            (true, _) => decode_weighted(&reply, &limits, count)?,
+            (false, true) => plan::decode_consume(&reply, &limits)?,
+            (false, false) => plan::decode_batch(&reply, &limits)?,
         };
         verdict.blocked = verdict.blocked.map(|b| self.groups[g].entries[b]);
         Ok((verdict, limits[tight].window_ms()))
@@ -570,7 +694,7 @@ impl Apart {
                 if let Some(message) = failed {
                     self.failures.push(GiveBackFailure {
                         keys: vec![self.keys[key].clone()],
-                        call_id: self.call_id.clone(),
+                        call_id: self.token_id(),
                         message,
                     });
                 }
@@ -646,7 +770,7 @@ impl Apart {
         allowed(
             Quota::tightest(self.allowed_quotas.iter().copied()),
             Some(std::mem::take(&mut self.keys)),
-            std::mem::take(&mut self.call_id),
+            self.token_id(),
         )
     }
 }

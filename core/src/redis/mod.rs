@@ -35,6 +35,8 @@
 mod plan;
 mod reply;
 mod slot;
+#[cfg(feature = "weights")]
+pub mod weighted;
 
 pub(crate) use plan::sliding_plan;
 pub use plan::{
