@@ -30,7 +30,7 @@ pub static GCRA: Script = Script {
 pub static COUNTER: Script = Script {
     name: "counter",
     source: include_str!("../redis/counter.lua"),
-    sha1: "f6c629fb9bceff909265cf57f862324d388de077",
+    sha1: "45324a317eae9b6410b4fb33b661565899dad3a0",
 };
 
 /// A GCRA or sliding-window counter operation on one key, the same on every networked store as on
@@ -369,6 +369,7 @@ fn start(step: Step, decide: Decide) -> Call {
 }
 
 /// The integers of an array reply, up to 6.
+#[cfg(feature = "sql")]
 fn ints(reply: &Reply) -> Option<([u64; 6], usize)> {
     let Reply::Array(items) = reply else {
         return None;
@@ -389,7 +390,9 @@ fn ints(reply: &Reply) -> Option<([u64; 6], usize)> {
 
 const GCRA_REPLY: &str = "now (a full bucket), or the text 'allowed TAT' (then 'sec usec' on the \
                           server's clock) with a TAT ahead of now, consistent with the allowed flag";
-const COUNTER_REPLY: &str = "{allowed, now} or {allowed, now, start, window_ms, cur, prev}, \
+const COUNTER_REPLY: &str =
+    "now (no counts), or the text 'allowed start:window_ms:cur:prev' (then \
+                             'sec usec' on the server's clock) with counts that weigh at now, \
                              consistent with the allowed flag";
 
 /// Reads a script's reply: the state found, then the verdict from it.
@@ -407,7 +410,7 @@ fn decode_reply(
             }
         }
         Decide::Gcra { gcra, .. } => (GCRA_REPLY, gcra_reply(gcra, reply, at)),
-        Decide::Counter { .. } => (COUNTER_REPLY, counter_found(reply)),
+        Decide::Counter { .. } => (COUNTER_REPLY, counter_reply(reply, at)),
     };
     found
         .and_then(|(allowed, now, found)| decide.verdict(found, now, allowed))
@@ -418,6 +421,7 @@ fn decode_reply(
         .ok_or_else(|| ReplyError::new(script.name, expected, reply).into())
 }
 
+#[cfg(feature = "sql")]
 fn flag(n: u64) -> Option<bool> {
     match n {
         0 => Some(false),
@@ -450,15 +454,16 @@ fn gcra_found(gcra: Gcra, reply: &Reply) -> Option<(bool, u64, Found)> {
     }
 }
 
-/// The GCRA script's reply: `now` for a full bucket, or `'allowed TAT'` (then `' sec usec'`, TIME's
-/// fields, on the server's clock; `at`, the host's clock, otherwise) with the TAT as the key holds
-/// it (`ms`, or `ms:rem:per`), ahead of now.
-fn gcra_reply(gcra: Gcra, reply: &Reply, at: Option<u64>) -> Option<(bool, u64, Found)> {
+/// A script's reply (GCRA's and the counter's): `now` (an integer) when the key held no state that
+/// counts (then the call is allowed), or the text `'allowed STATE'` (then `' sec usec'`, TIME's
+/// fields, on the server's clock; `at`, the host's clock, otherwise) with the key's text.
+/// `Err(now)`: no state; `Ok((allowed, state, now))` otherwise.
+fn script_reply(reply: &Reply, at: Option<u64>) -> Option<Result<(bool, &str, u64), u64>> {
     let text = match reply {
         Reply::Int(now) => {
             let now = u64::try_from(*now).ok()?;
             // On the host's clock the script answers the `now` it was given.
-            return (at.unwrap_or(now) == now).then_some((true, now, Found::Gcra(None)));
+            return (at.unwrap_or(now) == now).then_some(Err(now));
         }
         Reply::Text(text) => text,
         _ => return None,
@@ -469,7 +474,7 @@ fn gcra_reply(gcra: Gcra, reply: &Reply, at: Option<u64>) -> Option<(bool, u64, 
         "0" => false,
         _ => return None,
     };
-    let tat = tat_text(fields.next()?, gcra.uses())?;
+    let state = fields.next()?;
     let now = match at {
         Some(now) => now,
         None => {
@@ -481,11 +486,44 @@ fn gcra_reply(gcra: Gcra, reply: &Reply, at: Option<u64>) -> Option<(bool, u64, 
             sec.checked_mul(1_000)?.checked_add(usec / 1_000)?
         }
     };
-    // The script answers a TAT ahead of now only (else the bucket is full: `now`).
-    if fields.next().is_some() || tat.expires_at() <= now {
-        return None;
+    fields.next().is_none().then_some(Ok((allowed, state, now)))
+}
+
+/// The GCRA script's reply ([`script_reply`]): the TAT as the key holds it (`ms`, or
+/// `ms:rem:per`), ahead of now (else the bucket is full: `now`).
+fn gcra_reply(gcra: Gcra, reply: &Reply, at: Option<u64>) -> Option<(bool, u64, Found)> {
+    match script_reply(reply, at)? {
+        Err(now) => Some((true, now, Found::Gcra(None))),
+        Ok((allowed, state, now)) => {
+            let tat = tat_text(state, gcra.uses())?;
+            (tat.expires_at() > now).then_some((allowed, now, Found::Gcra(Some(tat))))
+        }
     }
-    Some((allowed, now, Found::Gcra(Some(tat))))
+}
+
+/// The counter script's reply ([`script_reply`]): `start:window_ms:cur:prev` as the key holds it,
+/// counts that still weigh at now (else no key: `now`).
+fn counter_reply(reply: &Reply, at: Option<u64>) -> Option<(bool, u64, Found)> {
+    match script_reply(reply, at)? {
+        Err(now) => Some((true, now, Found::Counter(None))),
+        Ok((allowed, state, now)) => {
+            let mut parts = state.split(':');
+            let mut next = || digits(parts.next()?);
+            let (start, window_ms) = (next()?, next()?);
+            let (cur, prev) = (u32::try_from(next()?).ok()?, u32::try_from(next()?).ok()?);
+            let state = CounterState {
+                start,
+                window_ms,
+                cur,
+                prev,
+            };
+            (parts.next().is_none() && window_ms > 0 && state.expires_at() > now).then_some((
+                allowed,
+                now,
+                Found::Counter(Some(state)),
+            ))
+        }
+    }
 }
 
 /// A whole number written in ASCII digits only (zero-padded allowed).
@@ -512,6 +550,7 @@ fn tat_text(s: &str, uses: u32) -> Option<Tat> {
     (parts.next().is_none() && rem < per).then_some(Tat { ms, rem, per })
 }
 
+#[cfg(feature = "sql")]
 fn counter_found(reply: &Reply) -> Option<(bool, u64, Found)> {
     let (v, len) = ints(reply)?;
     let allowed = flag(v[0])?;
@@ -587,16 +626,21 @@ impl Redis {
             RateOp::CounterConsume { key, counter, cost }
             | RateOp::CounterPeek { key, counter, cost } => {
                 let limit = counter.limit();
-                let args = vec![
-                    mode.to_owned(),
+                let first = if mode == "c" {
+                    (2 * limit.window_ms()).to_string()
+                } else {
+                    mode.to_owned()
+                };
+                let mut args = Vec::with_capacity(5);
+                args.extend([
+                    first,
                     limit.uses().to_string(),
                     limit.window_ms().to_string(),
                     cost.to_string(),
-                    (2 * limit.window_ms()).to_string(),
-                ];
+                ]);
                 (&COUNTER, o.counter_key(&key), args)
             }
-            RateOp::CounterReset { key } => (&COUNTER, o.counter_key(&key), vec![mode.to_owned()]),
+            RateOp::CounterReset { key } => (&COUNTER, o.counter_key(&key), Vec::new()),
         };
         if let (Some(now), false) = (now, matches!(decide, Decide::Reset)) {
             args.push(now.to_string());
@@ -1214,7 +1258,16 @@ mod tests {
                 counter,
                 cost: 1,
             })
-            .drive(|_| Ok(Fed::Reply(arr(&[1, 150, 100, 100, 2, 0]))));
+            .drive(|_| Ok(Fed::Reply(text("1 100:100:2:0 0 150000"))));
+        assert_eq!(result.unwrap_err().kind(), "reply");
+        // Counts that weigh nothing at now are never sent (no key answers now).
+        let (result, _) = redis
+            .rate(RateOp::CounterPeek {
+                key: "k".into(),
+                counter,
+                cost: 1,
+            })
+            .drive(|_| Ok(Fed::Reply(text("1 0:100:0:2 0 100000"))));
         assert_eq!(result.unwrap_err().kind(), "reply");
         let huge = Counter::new(Limit::new(1, 4_000_000_000_000_000).unwrap()).unwrap();
         let (result, _) = redis
@@ -1224,8 +1277,8 @@ mod tests {
                 cost: 1,
             })
             .drive(|_| {
-                let state = [0, 0, 0, 4_000_000_000_000_000, 0, u32::MAX as i64];
-                Ok(Fed::Reply(arr(&state)))
+                let state = format!("0 0:4000000000000000:0:{} 0 0", u32::MAX);
+                Ok(Fed::Reply(text(&state)))
             });
         assert_eq!(result.unwrap_err().kind(), "reply");
         let (result, _) = redis
