@@ -18,9 +18,11 @@ use crate::sql::{Postgres, RowError, SqlValue, Sqlite, Statement};
 /// The lock script: acquire (`SET NX PX`), release (compare and delete), force release, owner.
 pub static LOCK: Script = Script {
     name: "lock",
-    source: include_str!("../redis/lock.lua"),
-    sha1: "7913aec43bb3729b2b0768bdb8e5e1ff0f9758d2",
+    source: LOCK_SOURCE,
+    sha1: "f3bc3c2899ae52ca78e6ea399bf434e498c46a66",
 };
+// Without its comment lines (the SHA1 is of this text): see `redis::SLIDING`.
+crate::sql::schema_text!(LOCK_SOURCE = include_str!("../redis/lock.lua"));
 
 /// What the answer means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,15 +22,18 @@ use crate::{BatchVerdict, Verdict};
 /// The GCRA script: consume, peek and reset on one key holding its TAT.
 pub static GCRA: Script = Script {
     name: "gcra",
-    source: include_str!("../redis/gcra.lua"),
-    sha1: "770db92feff38960ccddd87de2b660d9f9a29b50",
+    source: GCRA_SOURCE,
+    sha1: "b48f61298fb224b01b2bab1a64f2b69d813c1eda",
 };
+// Without their comment lines (the SHA1s are of this text): see `redis::SLIDING`.
+crate::sql::schema_text!(GCRA_SOURCE = include_str!("../redis/gcra.lua"));
+crate::sql::schema_text!(COUNTER_SOURCE = include_str!("../redis/counter.lua"));
 
 /// The sliding-window counter script: consume, peek and reset on one key holding its two counts.
 pub static COUNTER: Script = Script {
     name: "counter",
-    source: include_str!("../redis/counter.lua"),
-    sha1: "45324a317eae9b6410b4fb33b661565899dad3a0",
+    source: COUNTER_SOURCE,
+    sha1: "473536f8b58f275403cbda71a4a1c6639487c24c",
 };
 
 /// A GCRA or sliding-window counter operation on one key, the same on every networked store as on

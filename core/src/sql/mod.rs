@@ -248,7 +248,6 @@ fn window_state(hits: i64, ms_left: i64) -> Option<WindowState> {
 
 /// The length of `sql` without its comment lines (a line whose first non-blank characters are `--`,
 /// its newline included): see [`strip_comment_lines`].
-#[cfg(feature = "sql")]
 pub(crate) const fn stripped_len(sql: &str) -> usize {
     let bytes = sql.as_bytes();
     let (mut i, mut len) = (0, 0);
@@ -264,8 +263,8 @@ pub(crate) const fn stripped_len(sql: &str) -> usize {
 
 /// `sql` without its comment lines, at compile time: the schema texts keep their comments in the
 /// source and ship without them (7 KB of the PostgreSQL schema, which every build carrying the SQL
-/// stores holds, the wasm-bindgen package's included). `N` is [`stripped_len`]`(sql)`.
-#[cfg(feature = "sql")]
+/// stores holds, the wasm-bindgen package's included), and so do the Redis Lua scripts (`--` starts
+/// a Lua comment too; every build, the component's included, holds them). `N` is [`stripped_len`]`(sql)`.
 pub(crate) const fn strip_comment_lines<const N: usize>(sql: &str) -> [u8; N] {
     let bytes = sql.as_bytes();
     let mut out = [0u8; N];
@@ -286,7 +285,6 @@ pub(crate) const fn strip_comment_lines<const N: usize>(sql: &str) -> [u8; N] {
 }
 
 /// The end of the line starting at `i`: after its newline, or the end of the text.
-#[cfg(feature = "sql")]
 const fn line_end(bytes: &[u8], mut i: usize) -> usize {
     while i < bytes.len() {
         i += 1;
@@ -297,7 +295,6 @@ const fn line_end(bytes: &[u8], mut i: usize) -> usize {
     i
 }
 
-#[cfg(feature = "sql")]
 const fn is_comment_line(bytes: &[u8], mut i: usize, end: usize) -> bool {
     while i < end && (bytes[i] == b' ' || bytes[i] == b'\t') {
         i += 1;
@@ -306,7 +303,6 @@ const fn is_comment_line(bytes: &[u8], mut i: usize, end: usize) -> bool {
 }
 
 /// `schema_text!(NAME = "text")`: a `&'static str` constant of the text without its comment lines.
-#[cfg(feature = "sql")]
 macro_rules! schema_text {
     ($name:ident = $text:expr) => {
         const $name: &str = {
@@ -320,10 +316,9 @@ macro_rules! schema_text {
         };
     };
 }
-#[cfg(feature = "sql")]
 pub(crate) use schema_text;
 
-#[cfg(all(test, feature = "sql"))]
+#[cfg(test)]
 mod strip_tests {
     schema_text!(STRIPPED = "-- a\nSELECT 1; -- kept\n  -- indented\n\t--tab\nSELECT '--';\n--");
     schema_text!(NOTHING = "");
