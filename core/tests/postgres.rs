@@ -139,7 +139,7 @@ fn the_schema_installs_twice_and_from_two_connections_at_once() {
 /// their ids), the functions earlier processes call count in the new log, and installing again
 /// changes nothing. `first` is 0.1's first schema (`{p}_consume` without the commit parameter),
 /// `main` the one before the per-key log, `log` the per-key log before the one-entry statement read
-/// the row itself (its `{p}_sliding1` in PL/pgSQL).
+/// the row itself (its `{p}_sliding1` in PL/pgSQL), `take1` and `returning` two earlier `{p}_take1`s.
 #[test]
 fn an_earlier_schema_upgrades_in_place_with_its_calls() {
     for (version, old_schema, old_call) in [
@@ -163,6 +163,21 @@ fn an_earlier_schema_upgrades_in_place_with_its_calls() {
         (
             "take1",
             include_str!("data/postgres_schema_take1_subselect.sql"),
+            "SELECT (verdict::bigint[])[1] = 1 FROM (SELECT (CASE WHEN s.u > s.now - 60000 \
+             THEN ARRAY[0, greatest(1, s.u + 60000 - s.now), s.u + 60000, 0, s.now, 2, 0, \
+             greatest(1, s.u + 60000 - s.now), s.ats[s.n] + 60000 - s.now] \
+             ELSE {p}_take1('c', $1::text, $2::text, 2::bigint, 60000::bigint, true, s.ats, s.ids, s.now) \
+             END)::text AS verdict \
+             FROM (SELECT l.ats, l.ids, cardinality(l.ats) AS n, \
+             CASE WHEN cardinality(l.ats) >= 2 THEN l.ats[cardinality(l.ats) - 2 + 1] END AS u, \
+             greatest(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, l.ats[cardinality(l.ats)]) AS now \
+             FROM (SELECT) AS o LEFT JOIN {p}_log AS l ON l.key = $2::text OFFSET 0) AS s) AS t",
+        ),
+        // {p}_take1 whose compare-and-set UPDATE built the verdict in its RETURNING; the one-entry
+        // statement is the one this version sends (five parameters, one text column).
+        (
+            "returning",
+            include_str!("data/postgres_schema_take1_returning.sql"),
             "SELECT (verdict::bigint[])[1] = 1 FROM (SELECT (CASE WHEN s.u > s.now - 60000 \
              THEN ARRAY[0, greatest(1, s.u + 60000 - s.now), s.u + 60000, 0, s.now, 2, 0, \
              greatest(1, s.u + 60000 - s.now), s.ats[s.n] + 60000 - s.now] \

@@ -84,8 +84,11 @@ DECLARE
   v_setting text;
   v bigint[];
 BEGIN
-  -- The statement's consume it did not refuse: one write by compare-and-set, in one SQL statement (a
-  -- PL/pgSQL expression costs its set-up again in every transaction, so the usual call runs few).
+  -- The statement's consume it did not refuse: one write by compare-and-set, in one SQL statement.
+  -- Every expression here, the UPDATE's included, is set up again in every transaction (PostgreSQL
+  -- builds an executor's expressions per execution), so the usual call carries as few as it can:
+  -- the window's first call found once, the verdict built after the UPDATE rather than in its
+  -- RETURNING (callgrind, an allowed call: 289,095 -> 275,108 server instructions).
   -- The statement read p_now after the row and no earlier than its newest call, and found fewer than
   -- p_uses calls inside the window: the calls that left it go, this one is recorded at p_now.
   IF p_now IS NOT NULL AND p_mode = 'c' THEN
@@ -98,15 +101,15 @@ BEGIN
         RETURNING ARRAY[1, 0, -1, -1, p_now, p_uses, p_uses - 1, p_window, p_window] INTO v;
     ELSE
       -- The times are ascending, so the calls still inside the window (at > now - window) are the
-      -- suffix after the width_bucket(now - window, ats) times at or before the cut (a binary search,
-      -- in the UPDATE's own expressions: the plan is the key's index scan alone, no sub-select).
-      UPDATE {p}_log l SET ats = p_ats[width_bucket(p_now - p_window, p_ats) + 1:] || p_now,
-        ids = p_ids[width_bucket(p_now - p_window, p_ats) + 1:] || p_id,
+      -- suffix after the width_bucket(now - window, ats) times at or before the cut (a binary search).
+      v_first := width_bucket(p_now - p_window, p_ats) + 1;
+      UPDATE {p}_log l SET ats = p_ats[v_first:] || p_now, ids = p_ids[v_first:] || p_id,
         expires_at = greatest(l.expires_at, p_now + p_window)
-        WHERE l.key = p_key AND l.ats = p_ats AND l.ids = p_ids
-        RETURNING ARRAY[1, 0, -1, -1, p_now, p_uses,
-          p_uses - (cardinality(p_ats) - width_bucket(p_now - p_window, p_ats)) - 1,
-          coalesce(p_ats[width_bucket(p_now - p_window, p_ats) + 1], p_now) + p_window - p_now, p_window] INTO v;
+        WHERE l.key = p_key AND l.ats = p_ats AND l.ids = p_ids;
+      IF FOUND THEN
+        RETURN ARRAY[1, 0, -1, -1, p_now, p_uses, p_uses - cardinality(p_ats) + v_first - 2,
+          coalesce(p_ats[v_first], p_now) + p_window - p_now, p_window];
+      END IF;
     END IF;
     IF v IS NOT NULL THEN
       RETURN v;
