@@ -131,11 +131,22 @@ impl Sqlite {
         ));
         SqliteCall {
             entries: entries.iter().map(|e| (e.key.clone(), e.limit)).collect(),
+            #[cfg(feature = "weights")]
+            costs: if entries.iter().any(|e| e.cost() > 1) {
+                entries.iter().map(Entry::cost).collect()
+            } else {
+                Vec::new()
+            },
             now,
             call_id: call_id.map(str::to_owned),
             insert: self
                 .names
                 .apply("INSERT INTO {p}_calls (key, at, id, expires_at) VALUES (?, ?, ?, ?)"),
+            #[cfg(feature = "weights")]
+            insert_cost: self.names.apply(
+                "INSERT INTO {p}_calls (key, at, id, expires_at) WITH RECURSIVE n(i) AS \
+                 (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) SELECT ?, ?, ?, ? FROM n",
+            ),
             insert_json: self.names.apply(
                 "INSERT INTO {p}_calls (key, at, id, expires_at) SELECT json_extract(value, '$[0]'), \
                  json_extract(value, '$[1]'), ?, json_extract(value, '$[2]') FROM json_each(?)",
@@ -337,10 +348,16 @@ fn json_string(out: &mut String, text: &str) {
 #[must_use = "a call does nothing until the host runs its statements"]
 pub struct SqliteCall {
     entries: Vec<(String, Limit)>,
+    /// Each entry's cost when one costs more than 1 (cargo feature `weights`), else empty.
+    #[cfg(feature = "weights")]
+    costs: Vec<u32>,
     now: u64,
     /// `Some` for a consume, `None` for a peek.
     call_id: Option<String>,
     insert: String,
+    /// The insert of a call costing n: n rows (cargo feature `weights`).
+    #[cfg(feature = "weights")]
+    insert_cost: String,
     /// The insert of every key's row from one JSON list (a batch above [`Sqlite::BOUND_KEYS`]).
     insert_json: String,
     statements: Vec<Statement>,
@@ -401,10 +418,28 @@ impl SqliteCall {
                 .and_then(|&i| times.get(i))
                 .map_or(&[], Vec::as_slice)
         };
+        // Entries naming one key are one call costing the largest cost they give (the memory
+        // store's rule): recorded as that many rows at one time, one row a use.
+        #[cfg(feature = "weights")]
+        let key_costs: Vec<u32> = {
+            let mut costs = vec![1u32; keys.len()];
+            for ((key, _), &cost) in self.entries.iter().zip(&self.costs) {
+                if let Some(&i) = index.get(key.as_str()) {
+                    costs[i] = costs[i].max(cost);
+                }
+            }
+            costs
+        };
+        #[cfg(feature = "weights")]
+        let cost_of = |key: &str| index.get(key).map_or(1, |&i| key_costs[i]);
 
         let mut blocked: Option<(usize, u64)> = None;
         for (i, (key, limit)) in self.entries.iter().enumerate() {
-            if let Some(until) = wait_until(times_of(key), *limit, self.now) {
+            #[cfg(feature = "weights")]
+            let wait = wait_until_cost(times_of(key), *limit, cost_of(key), self.now);
+            #[cfg(not(feature = "weights"))]
+            let wait = wait_until(times_of(key), *limit, self.now);
+            if let Some(until) = wait {
                 if blocked.is_none_or(|(_, longest)| until > longest) {
                     blocked = Some((i, until));
                 }
@@ -422,6 +457,10 @@ impl SqliteCall {
             Some((i, _)) => {
                 let retry_after = BatchVerdict::at(self.now, blocked).retry_after_ms;
                 self.entries.get(i).map_or(Quota::NONE, |(key, limit)| {
+                    #[cfg(feature = "weights")]
+                    if cost_of(key) > 1 {
+                        return refused_quota_cost(times_of(key), *limit, self.now, retry_after);
+                    }
                     let seen = EntryWindow::of(times_of(key), *limit, self.now, None);
                     Quota {
                         limit: limit.uses(),
@@ -433,7 +472,13 @@ impl SqliteCall {
             }
             None => tightest(self.entries.iter().map(|(key, limit)| {
                 let at = record.then(|| recorded_at(key));
-                EntryWindow::of(times_of(key), *limit, self.now, at)
+                #[allow(unused_mut)]
+                let mut window = EntryWindow::of(times_of(key), *limit, self.now, at);
+                #[cfg(feature = "weights")]
+                if at.is_some() {
+                    window.inside += u64::from(cost_of(key)) - 1;
+                }
+                window
             })),
         };
         let verdict = BatchVerdict::at(self.now, blocked).with_quota(quota);
@@ -457,6 +502,10 @@ impl SqliteCall {
             for (key, longest) in &keys {
                 let at = recorded_at(key);
                 let expires_at = at.saturating_add(*longest).min(i64::MAX as u64);
+                #[cfg(feature = "weights")]
+                for _ in 1..cost_of(key) {
+                    json.row(key, &[at.min(i64::MAX as u64) as i64, expires_at as i64]);
+                }
                 json.row(key, &[at.min(i64::MAX as u64) as i64, expires_at as i64]);
             }
             let insert = self.insert_json.clone();
@@ -485,6 +534,20 @@ impl SqliteCall {
             .map(|(key, longest)| {
                 let at = recorded_at(key);
                 let expires_at = at.saturating_add(*longest).min(i64::MAX as u64);
+                #[cfg(feature = "weights")]
+                if cost_of(key) > 1 {
+                    // One row a use, from one statement.
+                    return Statement::new(
+                        self.insert_cost.clone(),
+                        vec![
+                            SqlValue::Int(i64::from(cost_of(key))),
+                            SqlValue::Text(key.clone()),
+                            SqlValue::Int(at.min(i64::MAX as u64) as i64),
+                            SqlValue::Text(call_id.clone()),
+                            SqlValue::Int(expires_at as i64),
+                        ],
+                    );
+                }
                 Statement::new(
                     self.insert.clone(),
                     vec![
@@ -588,6 +651,7 @@ fn distinct_keys_owned(entries: &[(String, Limit)]) -> Vec<(String, u64)> {
 }
 
 /// The sliding-log rule over sorted times (as the memory store applies it).
+#[cfg(not(feature = "weights"))]
 fn wait_until(times: &[u64], limit: Limit, now: u64) -> Option<u64> {
     let uses = limit.uses() as usize;
     let inside = times
@@ -595,6 +659,41 @@ fn wait_until(times: &[u64], limit: Limit, now: u64) -> Option<u64> {
         .filter(|&&t| in_window(t, now, limit.window_ms()))
         .count();
     (inside >= uses).then(|| times[times.len() - uses].saturating_add(limit.window_ms()))
+}
+
+/// [`wait_until`] for a call costing `cost` (clamped to `1..=uses`): refused when more than
+/// `uses - cost` calls are inside the window, until the oldest of the newest `uses - cost + 1` leaves
+/// (the memory store's `wait_until_cost`).
+#[cfg(feature = "weights")]
+fn wait_until_cost(times: &[u64], limit: Limit, cost: u32, now: u64) -> Option<u64> {
+    let uses = limit.uses() as usize;
+    let cost = (cost as usize).clamp(1, uses);
+    let inside = times
+        .iter()
+        .filter(|&&t| in_window(t, now, limit.window_ms()))
+        .count();
+    (inside + cost > uses)
+        .then(|| times[times.len() + cost - 1 - uses].saturating_add(limit.window_ms()))
+}
+
+/// The quota of a refused call costing more than 1 (the memory store's `refused_quota_cost`): the
+/// uses that do remain, a use back when the oldest call holding one leaves, empty when the newest
+/// leaves.
+#[cfg(feature = "weights")]
+fn refused_quota_cost(times: &[u64], limit: Limit, now: u64, retry_after_ms: u64) -> Quota {
+    let (uses, w) = (limit.uses() as usize, limit.window_ms());
+    let inside = times.iter().filter(|&&t| in_window(t, now, w)).count();
+    let leaves = |t: u64| t.saturating_add(w).saturating_sub(now);
+    let refill = match inside.min(uses) {
+        0 => retry_after_ms,
+        held => leaves(times[times.len() - held]),
+    };
+    Quota {
+        limit: limit.uses(),
+        remaining: uses.saturating_sub(inside) as u32,
+        refill_after_ms: refill,
+        reset_after_ms: times.last().map_or(0, |&t| leaves(t)).max(retry_after_ms),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
