@@ -8,8 +8,10 @@
 //   - allowed: 1,000,000 per 1,000,000 ms (a use a ms, burst 1,000,000): every timed call allowed.
 // Contenders interleaved, 5 rounds; each ratio is the median of the per-round ratios.
 //   - gcra:    RedisStore.consume(key, gcraLimit(...))          target: >= 0.9x of bare
-//   - bare:    client.evalSha of `return 1`, one key and the GCRA call's 7 arguments
+//   - bare:    client.evalSha of `return 1`, one key and as many arguments as the GCRA call sends
+//              (3 for these whole-ms limits since bc35248; 7 before)
 //   - bare0:   client.evalSha of `return 1`, one key, no arguments (the bare floor)
+//   - bare7:   client.evalSha of `return 1`, one key and 7 arguments (the GCRA call's before bc35248)
 //   - script:  the GCRA script by EVALSHA, keys and args as the store sends them (the store's layer)
 //   - counter: RedisStore.consume(key, counterLimit(...))
 //   - rlf:     RateLimiterRedis.consume (points = uses, duration = window)
@@ -123,11 +125,13 @@ for (const c of (await clients()).filter((c) => clientNames.includes(c.name))) {
     const spy = RedisStore.using(c.run, { evalsha: (sha1, keys, args) => ((seen = { sha1, args }), c.evalsha(sha1, keys, args)), prefix: `${tag}spy:` });
     await spy.consume('a', gcra);
     const bareArgs = seen.args.map(() => '1');
+    const bare7Args = Array.from({ length: 7 }, () => '1');
     const rlf = new RateLimiterRedis({ ...c.rlfOptions, points: L.uses, duration: L.windowMs / 1000, keyPrefix: `${tag}rlf` });
     const contenders = {
       gcra: (i) => store.consume(KEYS[i % N], gcra).then(count),
       bare: (i) => c.evalsha(bareSha, [`${tag}bare:${KEYS[i % N]}`], bareArgs),
       bare0: (i) => c.evalsha(bareSha, [`${tag}bare:${KEYS[i % N]}`], []),
+      bare7: (i) => c.evalsha(bareSha, [`${tag}bare:${KEYS[i % N]}`], bare7Args),
       script: (i) => c.evalsha(seen.sha1, [`${tag}script:${KEYS[i % N]}`], seen.args),
       counter: (i) => store.consume(KEYS[i % N], counter).then(count),
       rlf: (i) => rlf.consume(KEYS[i % N]).then(() => answers.allowed++, refusedRlf),
@@ -154,7 +158,7 @@ for (const c of (await clients()).filter((c) => clientNames.includes(c.name))) {
         variant,
         inflight,
         m: Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, median(xs)])),
-        ratios: [ratio('gcra', 'bare'), ratio('gcra', 'bare0'), ratio('gcra', 'script'), ratio('gcra', 'rlf'), ratio('counter', 'rlf')],
+        ratios: [ratio('gcra', 'bare'), ratio('gcra', 'bare0'), ratio('gcra', 'bare7'), ratio('gcra', 'script'), ratio('gcra', 'rlf'), ratio('counter', 'rlf')],
         cpu: Object.fromEntries(Object.entries(cpu).map(([k, xs]) => [k, median(xs)])),
         server: Object.fromEntries(Object.entries(server).map(([k, xs]) => [k, median(xs)])),
       });
@@ -163,10 +167,10 @@ for (const c of (await clients()).filter((c) => clientNames.includes(c.name))) {
   await c.close();
 }
 
-const names = ['gcra', 'bare', 'bare0', 'script', 'counter', 'rlf'];
+const names = ['gcra', 'bare', 'bare0', 'bare7', 'script', 'counter', 'rlf'];
 const fmt = (x) => Math.round(x).toLocaleString('en-US').padStart(8);
 console.log(`GCRA / counter on RedisStore: ${N} keys round-robin on 127.0.0.1:${REDIS_PORT}, median of ${ROUNDS} interleaved rounds (calls/s); load average at the end ${loadavg().map((x) => x.toFixed(2)).join(' ')}`);
-console.log(`client      variant in flight ${names.map((n) => n.padStart(8)).join(' ')} | gcra/bare gcra/bare0 gcra/script gcra/rlf counter/rlf`);
+console.log(`client      variant in flight ${names.map((n) => n.padStart(8)).join(' ')} | gcra/bare gcra/bare0 gcra/bare7 gcra/script gcra/rlf counter/rlf`);
 for (const r of results) {
   const x = (v) => `${v.toFixed(2)}x`.padStart(10);
   console.log(`${r.client.padEnd(11)} ${r.variant.padEnd(7)} ${String(r.inflight).padStart(9)} ${names.map((n) => fmt(r.m[n])).join(' ')} |${r.ratios.map(x).join('')}`);
