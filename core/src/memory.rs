@@ -989,6 +989,49 @@ impl MemoryStore {
         answer
     }
 
+    /// [`attempt`](Self::attempt) costing `cost` hits (cargo feature `weights`): counted only when the
+    /// window's count plus `cost` is at most `max` (a window opens with `cost` hits when `cost <=
+    /// max`), else nothing: `(counted, count after, ms until the window ends)`. A cost of 0 is an
+    /// error naming `cost` and changes nothing.
+    #[cfg(feature = "weights")]
+    pub fn attempt_cost(
+        &self,
+        key: &str,
+        max: i64,
+        cost: u32,
+        decay: Window,
+        now: u64,
+    ) -> Result<(bool, i64, u64), crate::gcra::RateError> {
+        if cost == 0 {
+            return Err(crate::gcra::RateError::new(crate::gcra::RateField::Cost, 0));
+        }
+        let cost = i64::from(cost);
+        let horizon = self.advance(now);
+        let (shard, key) = self.key(key);
+        let mut shard = self.lock(shard);
+        let answer = match shard.live_window(key, horizon) {
+            Some(window) => {
+                let counted = window.count <= max.saturating_sub(cost);
+                if counted {
+                    window.count += cost; // at most max after: cannot overflow
+                }
+                (counted, window.count, window.available_in_ms(now))
+            }
+            None if cost <= max => {
+                let mut window = FixedWindow::open(now.max(horizon), decay);
+                window.count = cost;
+                shard.windows.insert(key.text.into(), window);
+                (true, cost, window.available_in_ms(now))
+            }
+            None => (false, 0, 0),
+        };
+        if shard.sweep(horizon) {
+            drop(shard);
+            self.sweep_foreign(horizon);
+        }
+        Ok(answer)
+    }
+
     /// `key`'s live window at `now`, if any.
     pub fn window(&self, key: &str, now: u64) -> Option<FixedWindow> {
         let horizon = self.horizon_at(now);

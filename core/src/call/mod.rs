@@ -82,6 +82,20 @@ pub enum Op {
         /// The window a first hit opens.
         decay: Window,
     },
+    /// Fixed window, atomically: `cost` hits if the key's count plus `cost` is at most `max`, else
+    /// nothing (a window opens with `cost` hits when `cost <= max`). Cargo feature `weights`; Redis
+    /// and SQLite (PostgreSQL answers `Unsupported`).
+    #[cfg(feature = "weights")]
+    AttemptCost {
+        /// The key.
+        key: String,
+        /// Hits allowed in a window.
+        max: i64,
+        /// The window a first hit opens.
+        decay: Window,
+        /// Hits the attempt takes, at least 1.
+        cost: u32,
+    },
     /// Fixed window: reads the key's window and answers `query`.
     Read {
         /// The key.

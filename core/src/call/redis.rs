@@ -154,6 +154,20 @@ impl Redis {
                 plan::plan_attempt(&key, decay, max, o),
                 Kind::Fixed(Fixed::Attempt(max)),
             ),
+            #[cfg(feature = "weights")]
+            Op::AttemptCost { cost: 0, .. } => {
+                return Call::done(Err(CallError::Unsupported(ZERO_COST)));
+            }
+            #[cfg(feature = "weights")]
+            Op::AttemptCost {
+                key,
+                max,
+                decay,
+                cost,
+            } => (
+                weighted::plan_attempt_cost(&key, decay, max, cost, o),
+                Kind::Fixed(Fixed::AttemptCost(max, cost)),
+            ),
             Op::Read { key, query } => (
                 plan::plan_get_window(&key, o),
                 Kind::Fixed(Fixed::Read(query)),
@@ -187,6 +201,10 @@ fn decode_weighted(
     ))
 }
 
+/// An attempt costing nothing: a cost is at least 1.
+#[cfg(feature = "weights")]
+pub(crate) const ZERO_COST: &str = "an attempt's cost must be at least 1";
+
 /// A batch above [`plan::MAX_BATCH`] entries: more than the clients carry in one command.
 const TOO_LARGE: CallError = CallError::Unsupported(
     "a Redis call carries at most 10000 entries (ratewindow_core::redis::MAX_BATCH): \
@@ -212,6 +230,9 @@ enum Kind {
 enum Fixed {
     Hit,
     Attempt(i64),
+    /// An attempt costing more than one hit: max, cost.
+    #[cfg(feature = "weights")]
+    AttemptCost(i64, u32),
     Read(WindowQuery),
     Unit,
 }
@@ -442,6 +463,16 @@ fn decide_fixed(fixed: Fixed, reply: &Reply) -> Result<Outcome, CallError> {
         },
         Fixed::Attempt(max) => {
             let (allowed, window) = plan::decode_attempt_max(reply, max)?;
+            let (count, reset_after_ms) = window.map_or((0, 0), |w| (w.count, w.ms_left));
+            Outcome::Attempt {
+                allowed,
+                count,
+                reset_after_ms,
+            }
+        }
+        #[cfg(feature = "weights")]
+        Fixed::AttemptCost(max, cost) => {
+            let (allowed, window) = weighted::decode_attempt_cost(reply, max, cost)?;
             let (count, reset_after_ms) = window.map_or((0, 0), |w| (w.count, w.ms_left));
             Outcome::Attempt {
                 allowed,

@@ -8,7 +8,7 @@
 //! Its release token names the largest cost (`id \u{1} n`), and [`plan_release`] removes exactly those
 //! members.
 
-use super::plan::{Plan, RedisOptions, RedisRelease, Script, CLOCK_STEP_MS};
+use super::plan::{Plan, RedisOptions, RedisRelease, Script, WindowState, CLOCK_STEP_MS};
 use super::reply::{ints, Reply, ReplyError};
 use crate::{BatchVerdict, Entry, Limit, Quota};
 
@@ -18,6 +18,56 @@ pub static WEIGHTED: Script = Script {
     source: include_str!("weighted.lua"),
     sha1: "ae8148229a0d9af8b30404df426c6fc9bf6591ba",
 };
+
+/// The fixed window's attempt costing more than one hit.
+pub static WEIGHTED_ATTEMPT: Script = Script {
+    name: "weighted_attempt",
+    source: include_str!("weighted_attempt.lua"),
+    sha1: "c6522baefd29dd216798db2e56dd7a2089bb7483",
+};
+
+/// Counts `cost` hits on `key`'s fixed window only if its count plus `cost` is at most `max` (opening
+/// a window of `decay` with `cost` hits if none runs and `cost <= max`), atomically.
+pub fn plan_attempt_cost(
+    key: &str,
+    decay: crate::Window,
+    max: i64,
+    cost: u32,
+    options: &RedisOptions,
+) -> Plan {
+    Plan {
+        script: &WEIGHTED_ATTEMPT,
+        keys: vec![options.window_key(key)],
+        args: vec![decay.as_ms().to_string(), max.to_string(), cost.to_string()],
+    }
+}
+
+/// Decodes a reply of [`plan_attempt_cost`]: whether the hits were counted and the window after the
+/// call, believed only when consistent with `max` and `cost` (counted: at most `max` after; refused:
+/// the count plus `cost` above `max`, or no window when `cost > max`).
+pub fn decode_attempt_cost(
+    reply: &Reply,
+    max: i64,
+    cost: u32,
+) -> Result<(bool, Option<WindowState>), ReplyError> {
+    let decoded = super::decode_attempt(reply)?;
+    let cost = i64::from(cost);
+    let consistent = match decoded {
+        (false, None) => cost > max,
+        (true, Some(w)) => w.count <= max,
+        (false, Some(w)) => w.count > max.saturating_sub(cost),
+        (true, None) => false,
+    };
+    if consistent {
+        Ok(decoded)
+    } else {
+        Err(ReplyError::new(
+            "weighted_attempt",
+            "[counted 0|1, count, ms until the window ends], consistent with the maximum and cost",
+            reply,
+        ))
+    }
+}
 
 /// The byte between a weighted call's id and a member's (or its token's) number.
 const SEP: char = '\u{1}';
@@ -181,11 +231,11 @@ pub fn decode_release_of(reply: &Reply, keys: usize) -> Result<u64, ReplyError> 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_sha1_is_the_sha1_of_the_source() {
-        let computed = sha1_smol::Sha1::from(super::WEIGHTED.source)
-            .digest()
-            .to_string();
-        assert_eq!(super::WEIGHTED.sha1, computed, "update the weighted sha1");
+    fn each_sha1_is_the_sha1_of_its_source() {
+        for script in [&super::WEIGHTED, &super::WEIGHTED_ATTEMPT] {
+            let computed = sha1_smol::Sha1::from(script.source).digest().to_string();
+            assert_eq!(script.sha1, computed, "update the {} sha1", script.name);
+        }
     }
 
     #[test]

@@ -363,6 +363,12 @@ impl Postgres {
             Op::Attempt { key, max, decay } => {
                 (self.plan_attempt(&key, max, decay), PgRows::Attempt { max })
             }
+            #[cfg(feature = "weights")]
+            Op::AttemptCost { .. } => {
+                return Call::done(Err(CallError::Unsupported(
+                    "a fixed-window attempt costing more than 1: not on PostgreSQL yet",
+                )))
+            }
             Op::Read { key, query } => (
                 self.plan_get_window(&key),
                 PgRows::Window(FixedOutcome::Read(query)),
@@ -426,6 +432,20 @@ impl Sqlite {
             }
             Op::Attempt { key, max, decay } => self.window(
                 self.begin_attempt(&key, max, decay, now),
+                FixedOutcome::Attempt,
+            ),
+            #[cfg(feature = "weights")]
+            Op::AttemptCost { cost: 0, .. } => Call::done(Err(CallError::Unsupported(
+                "an attempt's cost must be at least 1",
+            ))),
+            #[cfg(feature = "weights")]
+            Op::AttemptCost {
+                key,
+                max,
+                decay,
+                cost,
+            } => self.window(
+                self.begin_attempt_cost(&key, max, cost, decay, now),
                 FixedOutcome::Attempt,
             ),
             Op::Read { key, query } => {

@@ -218,6 +218,22 @@ impl Sqlite {
         self.begin_window(WindowOp::Attempt { max, decay }, key, now)
     }
 
+    /// Starts `cost` hits on `key`'s fixed window at `now` only if its count plus `cost` is at most
+    /// `max` (opening a window of `decay` with `cost` hits if none runs and `cost <= max`), inside
+    /// the `BEGIN IMMEDIATE` transaction: atomic. Cargo feature `weights`.
+    #[cfg(feature = "weights")]
+    pub fn begin_attempt_cost(
+        &self,
+        key: &str,
+        max: i64,
+        cost: u32,
+        decay: Window,
+        now: u64,
+    ) -> SqliteWindowCall {
+        let cost = i64::from(cost);
+        self.begin_window(WindowOp::AttemptCost { max, cost, decay }, key, now)
+    }
+
     /// Starts reading `key`'s fixed window at `now`.
     pub fn begin_get_window(&self, key: &str, now: u64) -> SqliteWindowCall {
         self.begin_window(WindowOp::Get, key, now)
@@ -698,8 +714,20 @@ fn refused_quota_cost(times: &[u64], limit: Limit, now: u64, retry_after_ms: u64
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum WindowOp {
-    Hit { decay: Window, amount: i64 },
-    Attempt { max: i64, decay: Window },
+    Hit {
+        decay: Window,
+        amount: i64,
+    },
+    Attempt {
+        max: i64,
+        decay: Window,
+    },
+    #[cfg(feature = "weights")]
+    AttemptCost {
+        max: i64,
+        cost: i64,
+        decay: Window,
+    },
     Get,
     Reset,
 }
@@ -824,6 +852,30 @@ impl SqliteWindowCall {
             (WindowOp::Attempt { max, .. }, None) if max < 1 => settled(None, false, vec![commit]),
             (WindowOp::Attempt { decay, .. }, None) => {
                 let (window, upsert) = open(1, decay, key);
+                settled(window, true, vec![upsert, commit])
+            }
+            #[cfg(feature = "weights")]
+            (WindowOp::AttemptCost { max, cost, .. }, Some((hits, ends_at)))
+                if hits > max.saturating_sub(cost) =>
+            {
+                settled(window_state(hits, ms_left(ends_at)), false, vec![commit])
+            }
+            #[cfg(feature = "weights")]
+            (WindowOp::AttemptCost { cost, .. }, Some((hits, ends_at))) => {
+                let hits = hits.saturating_add(cost);
+                settled(
+                    window_state(hits, ms_left(ends_at)),
+                    true,
+                    vec![update(hits, key), commit],
+                )
+            }
+            #[cfg(feature = "weights")]
+            (WindowOp::AttemptCost { max, cost, .. }, None) if cost > max => {
+                settled(None, false, vec![commit])
+            }
+            #[cfg(feature = "weights")]
+            (WindowOp::AttemptCost { cost, decay, .. }, None) => {
+                let (window, upsert) = open(cost, decay, key);
                 settled(window, true, vec![upsert, commit])
             }
         })
