@@ -16,11 +16,13 @@ read for the ``Sync`` messages the client sent (one per round trip outside pipel
   answered by one read of the key's row (no lock, no write).
 - ``consume`` through a schema installed with ``durable=True`` (each commit waits for the WAL flush;
   by default the functions commit with ``synchronous_commit = off``).
-- ``consume`` under 1,000 uses per 10 s: every timed call is allowed and recorded.
+- ``consume`` under 1,000 uses per 10 s: every timed call is allowed and recorded; and the same on a
+  log made ``UNLOGGED`` after ``install_schema`` (the opt-in the README documents: no WAL for the counts,
+  a crash empties them).
 - before/after in the same run: ``consume``, allowed calls and refusals through the same store code and
   one-entry statement, once on this schema and once on tables whose functions are the previous
-  schema's (``core/tests/data/postgres_schema_take1_subselect.sql``: its ``{p}_take1`` found the
-  window by a sub-select over unnest): the ratio of the two is printed.
+  schema's (``core/tests/data/postgres_schema_take1_returning.sql``: its ``{p}_take1`` built the
+  allowed verdict in the compare-and-set ``UPDATE``'s ``RETURNING``): the ratio of the two is printed.
 - server CPU per call: the CPU time of the connection's backend process (``/proc/<pid>/stat``, when the
   server runs on this machine), load-independent where wall-clock ratios are not; the load average is
   printed with the tables.
@@ -101,7 +103,7 @@ def refusals(store: PostgresStore, keys: list[str]) -> Runner:
     return run
 
 
-PREVIOUS_SCHEMA = Path(__file__).resolve().parents[2] / "core" / "tests" / "data" / "postgres_schema_take1_subselect.sql"
+PREVIOUS_SCHEMA = Path(__file__).resolve().parents[2] / "core" / "tests" / "data" / "postgres_schema_take1_returning.sql"
 
 
 def previous(conn: psycopg.Connection[Any], prefix: str) -> PostgresStore:
@@ -261,6 +263,9 @@ def main() -> None:
         durable.install_schema()
         PostgresStore.using(conn, prefix=f"{prefix}_f").install_schema()
         PostgresStore.using(conn, prefix=f"{prefix}_a").install_schema()
+        # The UNLOGGED opt-in (the READMEs' ALTER TABLE): the same statements, no WAL for the counts.
+        PostgresStore.using(conn, prefix=f"{prefix}_ua").install_schema()
+        conn.execute(f"ALTER TABLE {prefix}_ua_log SET UNLOGGED".encode())
         try:
             runners = {
                 "bare SELECT 1": bare(conn),
@@ -271,6 +276,9 @@ def main() -> None:
                 "PostgresStore.consume (durable=True)": consume(durable),
                 "PostgresStore.consume (allowed: 1,000 uses per 10 s)": allowed(
                     PostgresStore.using(conn, prefix=f"{prefix}_a")
+                ),
+                "PostgresStore.consume (allowed, UNLOGGED log)": allowed(
+                    PostgresStore.using(conn, prefix=f"{prefix}_ua")
                 ),
                 "PostgresStore.consume (refusals: every key full)": refusals(
                     PostgresStore.using(conn, prefix=f"{prefix}_f"), keys[: args.ops]  # the keys the rounds use
@@ -293,7 +301,7 @@ def main() -> None:
             load = (*load_before, *os.getloadavg())
             many = asyncio.run(in_flight(prefix, keys, args.rounds, args.ops))
         finally:
-            for p in (prefix, *(f"{prefix}_{s}" for s in ("d", "f", "a", "n", "p", "na", "pa", "nf", "pf"))):
+            for p in (prefix, *(f"{prefix}_{s}" for s in ("d", "f", "a", "ua", "n", "p", "na", "pa", "nf", "pf"))):
                 conn.execute(f"DROP TABLE IF EXISTS {p}_log, {p}_windows, {p}_locks".encode())
                 for (function,) in conn.execute(
                     "SELECT oid::regprocedure::text FROM pg_proc WHERE proname LIKE %s", [f"{p}\\_%"]

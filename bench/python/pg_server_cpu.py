@@ -29,7 +29,7 @@ import psycopg
 from ratewindow import Entry, Limit, PostgresStore
 
 DSN = os.environ.get("RATEWINDOW_TEST_PG", "host=/var/run/postgresql user=postgres dbname=test")
-PREVIOUS_SCHEMA = Path(__file__).resolve().parents[2] / "core" / "tests" / "data" / "postgres_schema_take1_subselect.sql"
+PREVIOUS_SCHEMA = Path(__file__).resolve().parents[2] / "core" / "tests" / "data" / "postgres_schema_take1_returning.sql"
 KEYS = 10_000
 
 
