@@ -303,9 +303,21 @@ impl SqlCall {
     }
 }
 
+/// A weighted sliding-log call on PostgreSQL (not carried yet).
+#[cfg(feature = "weights")]
+const PG_WEIGHTED: CallError =
+    CallError::Unsupported("weighted calls on the sliding log: not on PostgreSQL yet");
+
 impl Postgres {
     /// Starts `op`: one statement, one round trip, one transaction, on the server's clock.
     pub fn start(&self, op: Op) -> Call {
+        // A sliding-log call costing more than 1 is not counted here yet: refused, never counted as 1.
+        #[cfg(feature = "weights")]
+        if let Op::Consume { entries, .. } | Op::Peek { entries } = &op {
+            if entries.iter().any(|e| e.cost() > 1) {
+                return Call::done(Err(PG_WEIGHTED));
+            }
+        }
         let (statement, rows) = match op {
             Op::Consume { entries, call_id } => {
                 if call_id.is_empty() {
