@@ -628,6 +628,15 @@ impl Calls {
         }
     }
 
+    /// The Redis planner, on a Redis store's calls (the lock's commands planned once, `crate::lock`).
+    #[cfg(feature = "lock-commands")]
+    pub(crate) fn redis_planner(&self) -> Option<&Redis> {
+        match &self.planner {
+            Planner::Redis(r) => Some(r),
+            _ => None,
+        }
+    }
+
     /// Starts a lock operation (`crate::lock`); `now`: SQLite's clock (ms).
     pub(crate) fn start_lock(
         &mut self,

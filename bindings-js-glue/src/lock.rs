@@ -123,6 +123,70 @@ impl Calls {
     }
 }
 
+#[cfg(feature = "lock-commands")]
+impl Calls {
+    /// A lock's commands on a Redis store with plain commands, planned once (the core's
+    /// `Redis::lock_commands`; its owner and TTL checked, code `invalid_argument:<field>`): the
+    /// acquire's `SET` arguments, then the release script's keys and arguments, as one string whose
+    /// pieces' JS lengths are in `out` from `PIECES`; `out[VALUE]` the acquire's piece count, `out[KEYS]`
+    /// and `out[ARGS]` the release's key and argument counts, `out[BY_SHA1]` whether the release runs
+    /// by SHA1. `None` on any other store (or one without plain commands): every operation is a call.
+    pub fn lock_commands(
+        &self,
+        out: &mut CallRecord,
+        key: &str,
+        owner: &str,
+        ttl: f64,
+    ) -> Res<Option<String>> {
+        use crate::calls::{ARGS, BY_SHA1, KEYS, LEN, PIECES, VALUE};
+        let ttl = LockTtl::from_secs(ttl).map_err(|e| failure(&e))?;
+        check_owner(owner).map_err(|e| failure(&e))?;
+        let Some(redis) = self.redis_planner() else {
+            return Ok(None);
+        };
+        let Some(plan) = redis
+            .lock_commands(key, owner, ttl)
+            .map_err(|e| failure(&e))?
+        else {
+            return Ok(None);
+        };
+        let pieces = || {
+            plan.acquire
+                .iter()
+                .chain(&plan.release_keys)
+                .chain(&plan.release_args)
+        };
+        if pieces().count() > LEN - PIECES {
+            return Ok(None);
+        }
+        out[VALUE] = plan.acquire.len() as f64;
+        out[KEYS] = plan.release_keys.len() as f64;
+        out[ARGS] = plan.release_args.len() as f64;
+        out[BY_SHA1] = if redis.runs_by_sha1() { 1.0 } else { 0.0 };
+        let mut s = String::with_capacity(pieces().map(String::len).sum());
+        for (i, piece) in pieces().enumerate() {
+            out[PIECES + i] = if piece.is_ascii() {
+                piece.len()
+            } else {
+                piece.chars().map(char::len_utf16).sum()
+            } as f64;
+            s.push_str(piece);
+        }
+        Ok(Some(s))
+    }
+}
+
+/// The answer in a reply to a lock's planned command (`acquire`: its `SET … NX`; else the release
+/// script): 1 (taken, freed), 0 (not), or -1: no answer (drive the operation as a call, fed this reply).
+#[cfg(feature = "lock-commands")]
+pub fn lock_answer(acquire: bool, reply: &ratewindow_core::redis::Reply) -> f64 {
+    match ratewindow_core::call::Redis::lock_answer(acquire, reply) {
+        Some(true) => 1.0,
+        Some(false) => 0.0,
+        None => -1.0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,7 @@ import { createClient } from 'redis';
 
 import { InvalidArgumentError, Lock, LockTimeoutError, MemoryStore, PostgresStore, RedisStore, SqliteStore, withLock } from '../dist/index.js';
 import { repo } from './backend.mjs';
-import { clusterUp, ioredisCluster, nodeRedisCluster } from './redis-servers.mjs';
+import { clusterUp, ioredisCluster, nodeRedisCluster, privateServer } from './redis-servers.mjs';
 import { dropPg, pgPool, runPrefix, tempDir } from './sql-helpers.mjs';
 
 const vectors = JSON.parse(readFileSync(join(repo, 'tests', 'vectors', 'lock', 'lock.json'), 'utf8'));
@@ -234,6 +234,99 @@ describe('Lock behaviour', () => {
     } finally {
       await client.quit();
     }
+  });
+});
+
+describe('a Redis lock with `command`: its commands planned once, sent again as they are', () => {
+  /** A store on `client` (node-redis) whose sends are logged: [what, ...arrays]. */
+  const logged = (client, sent, prefix) =>
+    RedisStore.using((s, keys, args) => (sent.push(['eval', keys, args]), client.sendCommand(['EVAL', s, String(keys.length), ...keys, ...args])), {
+      evalsha: (sha, keys, args) => (sent.push(['evalsha', keys, args]), client.sendCommand(['EVALSHA', sha, String(keys.length), ...keys, ...args])),
+      command: (args) => (sent.push(['command', args]), client.sendCommand(args)),
+      prefix,
+    });
+
+  it('acquire and release send the same frozen arrays every time, and hold no call (shared Redis)', async () => {
+    const client = createClient({ url: 'redis://127.0.0.1:6379' });
+    await client.connect();
+    try {
+      const sent = [];
+      const prefix = `rwtest:nodelock:${process.pid}:`;
+      const store = logged(client, sent, prefix);
+      const key = `planned:${Math.random().toString(36).slice(2)}`;
+      const lock = store.lock(key, 10);
+      const other = store.lock(key, 10);
+      assert.equal(await lock.acquire(), true);
+      assert.equal(await other.acquire(), false);
+      assert.equal(await lock.acquire(), false, 'not re-entrant');
+      assert.equal(await other.release(), false, "not the other's to release");
+      assert.equal(await lock.currentOwner(), lock.owner);
+      assert.equal(await lock.release(), true);
+      assert.equal(await lock.release(), false);
+      assert.equal(await lock.acquire(), true);
+      assert.equal(await lock.release(), true);
+      const mine = (what) => sent.filter((s) => s[0] === what && (s[1].includes(lock.owner) || s[2]?.includes(lock.owner)));
+      const acquires = mine('command');
+      assert.equal(acquires.length, 3);
+      assert.deepEqual(acquires[0][1], ['SET', `${prefix}lck:${key}`, lock.owner, 'NX', 'PX', '10000']);
+      for (const a of acquires) assert.equal(a[1], acquires[0][1], 'the same array');
+      assert.ok(Object.isFrozen(acquires[0][1]));
+      const releases = mine('evalsha');
+      assert.equal(releases.length, 3);
+      assert.deepEqual([releases[0][1], releases[0][2]], [[`${prefix}lck:${key}`], ['release', lock.owner]]);
+      for (const r of releases) assert.ok(r[1] === releases[0][1] && r[2] === releases[0][2], 'the same arrays');
+      assert.ok(Object.isFrozen(releases[0][1]) && Object.isFrozen(releases[0][2]));
+      assert.equal(sent.filter((s) => s[0] === 'eval').length, 0);
+      assert.equal(store.calls.inProgress(), 0);
+    } finally {
+      await client.quit();
+    }
+  });
+
+  it('a refused TTL or owner names its field, as on every store', () => {
+    const store = RedisStore.using(() => 1, { evalsha: () => 1, command: () => 'OK' });
+    assert.throws(() => store.lock('k', 0), (e) => e instanceof InvalidArgumentError && e.field === 'ttl');
+    assert.throws(() => store.lock('k', 1, ''), (e) => e instanceof InvalidArgumentError && e.field === 'owner');
+    assert.throws(() => store.lock('k', 1, 'x'.repeat(257)), (e) => e instanceof InvalidArgumentError && e.field === 'owner');
+  });
+
+  it('a release after SCRIPT FLUSH: NOSCRIPT, then the source (private redis-server on 6393)', async () => {
+    const server = await privateServer(6393);
+    const client = createClient({ url: 'redis://127.0.0.1:6393' });
+    await client.connect();
+    try {
+      const sent = [];
+      const store = logged(client, sent, 'rwtest:');
+      const lock = store.lock('flushed', 10);
+      assert.equal(await lock.acquire(), true);
+      assert.equal(server.cli('SCRIPT', 'FLUSH'), 'OK');
+      sent.length = 0;
+      assert.equal(await lock.release(), true);
+      assert.deepEqual(sent.map((s) => s[0]), ['evalsha', 'eval']);
+      assert.equal(await lock.currentOwner(), null);
+      // The script is loaded again: the next release runs by SHA1 alone.
+      assert.equal(await lock.acquire(), true);
+      sent.length = 0;
+      assert.equal(await lock.release(), true);
+      assert.deepEqual(sent.map((s) => s[0]), ['evalsha']);
+    } finally {
+      await client.quit();
+      await server.close();
+    }
+  });
+
+  it("a client's failure is a StoreError with its cause; the acquire is never sent again", async () => {
+    const boom = new Error('Connection lost');
+    let sends = 0;
+    const store = RedisStore.using(() => 1, {
+      evalsha: () => Promise.reject(boom),
+      command: () => (sends++, Promise.reject(boom)),
+    });
+    const lock = store.lock('k', 1);
+    await assert.rejects(lock.acquire(), (e) => e.code === 'ERR_RATEWINDOW_STORE' && e.cause === boom);
+    assert.equal(sends, 1);
+    await assert.rejects(lock.release(), (e) => e.code === 'ERR_RATEWINDOW_STORE' && e.cause === boom);
+    assert.equal(store.calls.inProgress(), 0);
   });
 });
 

@@ -13,7 +13,7 @@ import type { Backend } from './backend';
 import { checkEntries, checkInteger, checkKey, checkLimitShape, costOf, rateKind } from './check';
 import { fromBackend, InternalError, typeError, UnsupportedError } from './errors';
 import { CALL_RECORD_NUMBERS, CallSlot, StepKind, type BackendCalls, type BackendRelease, type CallErrorInfo, type WindowQuery } from './redis-backend';
-import { Lock, withLock, type LockBackend, type LockDriver, type WithLockOptions } from './lock';
+import { Lock, withLock, type LockBackend, type LockDriver, type PreparedLock, type WithLockOptions } from './lock';
 import { cooldownLimit, CooldownStore } from './store';
 import { GiveBackError, StoreError, StoreReplyError } from './store-errors';
 import type { AnyLimit, AttemptResult, Awaitable, BatchVerdict, CallOptions, CooldownLimit, CounterLimit, Entry, GcraLimit, HitResult, Verdict } from './types';
@@ -635,7 +635,33 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     checkedTtl: undefined,
     lockRun: (op, key, owner, ttl) => store.lockCall(op, key, owner ?? null, ttl, lockFlag),
     lockOwner: (key) => store.lockCall('owner', key, null, 0, store.lockHolder),
+    prepare: (key, owner, ttl) => store.prepareLock(key, owner, ttl),
   }))(this);
+
+  /**
+   * Plans a lock's acquire and release once (checking its TTL and owner), or undefined: each of its
+   * operations is then a call. The Redis store with plain commands plans them (`ts/redis-lock.ts`).
+   */
+  protected prepareLock(_key: string, _owner: string, _ttl: number): PreparedLock | undefined {
+    return undefined;
+  }
+
+  /**
+   * A prepared lock's operation whose command already ran and whose reply is no answer (or whose
+   * client failed: `failed`): started as a call and fed what came, so the engine decides it (the
+   * script's source after `NOSCRIPT`, else the typed error).
+   */
+  protected lockAnswered(op: 'acquire' | 'release', key: string, owner: string, ttl: number, answer: unknown, failed: boolean): Promise<boolean> {
+    const calls = this.calls;
+    try {
+      if (typeof calls.lock !== 'function') throw new TypeError('this engine build has no lock (rebuild the addon)');
+      calls.lock(op, key, owner, ttl, this.now());
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const r = this.record;
+    return driveRest(calls, r, this.runner, new Driven(r[CallSlot.Id]!), r[CallSlot.Kind]!, failed ? Promise.reject(answer) : answer, lockFlag);
+  }
 
   /** An `Owner` outcome: the holder's token, or null. */
   private readonly lockHolder = (_r: Float64Array, id: number): string | null => this.calls.lockOwner?.(id) ?? null;

@@ -29,6 +29,20 @@ export interface LockBackend {
   createLockWait?(seconds: number, retryMs: number, now: number): { afterRefusal(now: number): number };
   /** The memory store's locks. */
   createLocks?(): MemoryLocksLike;
+  /**
+   * The answer in a client's reply to a prepared lock's command (`acquire`: its `SET … NX`; else the
+   * release script): 1 taken or freed, 0 not, -1 no answer (see `ts/redis-lock.ts`).
+   */
+  lockAnswer?(acquire: boolean, reply: unknown): number;
+}
+
+/**
+ * A lock's acquire and release planned once by the engine (a Redis store with plain commands): each
+ * sends the same commands. See `ts/redis-lock.ts`.
+ */
+export interface PreparedLock {
+  acquire(): Promise<boolean>;
+  release(): Promise<boolean>;
 }
 
 /** The memory store's locks (the addon's `NativeLocks`). */
@@ -49,6 +63,11 @@ export interface LockDriver {
   lockRun(op: 'acquire' | 'release' | 'forceRelease', key: string, owner: string | undefined, ttl: number): Awaitable<boolean>;
   /** Who holds `key`: the owner token, or null. */
   lockOwner(key: string): Awaitable<string | null>;
+  /**
+   * Plans a lock's acquire and release once, checking its TTL and owner as `checkLock` does (throws
+   * code `invalid_argument:ttl` / `owner`): undefined when the store runs each operation as a call.
+   */
+  prepare?(key: string, owner: string, ttl: number): PreparedLock | undefined;
 }
 
 /** A lock argument refused by the engine, as the package's error naming the field. */
@@ -96,6 +115,8 @@ export class Lock {
   /** How long a taken lock is held unless released, in seconds. */
   readonly ttl: number;
   private readonly driver: LockDriver;
+  /** The acquire and release planned once (a Redis store with plain commands), else none. */
+  private readonly prepared: PreparedLock | undefined;
 
   /** @internal Use `store.lock(key, ttl, owner?)`. */
   constructor(driver: LockDriver, key: string, ttl: number, owner?: string) {
@@ -104,9 +125,19 @@ export class Lock {
     if (owner !== undefined && typeof owner !== 'string') throw new InvalidArgumentError('owner', owner, `invalid owner: ${String(owner)} (expected a string)`);
     // Web Crypto's global (Node >= 19, browsers, Deno, workers): the wasm package shares this file.
     const token = owner ?? globalThis.crypto.randomUUID();
-    // The engine checks the TTL and the owner. A TTL it passed with a generated token passes again
+    // A store that plans the lock's commands checks the TTL and the owner as it plans them.
+    let prepared: PreparedLock | undefined;
+    if (driver.prepare !== undefined) {
+      try {
+        prepared = driver.prepare(key, token, ttl);
+      } catch (e) {
+        throw lockArgumentError(e, { ttl, owner: token });
+      }
+    }
+    this.prepared = prepared;
+    // Else the engine checks the TTL and the owner. A TTL it passed with a generated token passes again
     // with any other (every token is a UUID of the same shape): that check is not repeated per lock.
-    if (owner !== undefined || ttl !== driver.checkedTtl) {
+    if (prepared === undefined && (owner !== undefined || ttl !== driver.checkedTtl)) {
       try {
         need(driver.backend, 'checkLock')(ttl, token);
       } catch (e) {
@@ -122,7 +153,8 @@ export class Lock {
 
   /** Tries once: true if this lock now holds the key (false while anyone holds it, this lock included). */
   acquire(): Promise<boolean> {
-    return this.run('acquire', this.owner);
+    const prepared = this.prepared;
+    return prepared !== undefined ? prepared.acquire() : this.run('acquire', this.owner);
   }
 
   /**
@@ -160,7 +192,8 @@ export class Lock {
 
   /** Frees the lock if this owner holds it (compare and delete, one step): whether it did. */
   release(): Promise<boolean> {
-    return this.run('release', this.owner);
+    const prepared = this.prepared;
+    return prepared !== undefined ? prepared.release() : this.run('release', this.owner);
   }
 
   /** Frees the lock whoever holds it: whether a held lock was freed. */

@@ -28,6 +28,7 @@ interface NativeModule {
   callRecordLayout(): string[];
   redisScripts(): string[];
   checkLock?(ttl: number, owner: string): void;
+  lockAnswer?(acquire: boolean, reply: unknown): number;
   NativeLocks?: new () => MemoryLocksLike;
   NativeLockWait?: new (seconds: number, retryMs: number, now: number) => { afterRefusal(now: number): number };
 }
@@ -56,6 +57,7 @@ export function nativeBackend(): Backend {
     createPostgres: (record: Float64Array, prefix: string, durable?: boolean) => native.NativeCalls.postgres(record, prefix, durable),
     createSqlite: (record: Float64Array, prefix: string) => native.NativeCalls.sqlite(record, prefix),
     checkLock: native.checkLock,
+    lockAnswer: native.lockAnswer,
     createLocks: native.NativeLocks && (() => new native.NativeLocks!()),
     createLockWait: native.NativeLockWait && ((seconds: number, retryMs: number, now: number) => new native.NativeLockWait!(seconds, retryMs, now)),
   } satisfies Backend & RedisBackend & SqlBackend & LockBackend);

@@ -153,6 +153,13 @@ export interface BackendCalls {
   lock?(op: string, key: string, owner: string | null, ttl: number, now?: number | null): string | null;
   /** A held lock `Owner` outcome: the holder's token. */
   lockOwner?(id: number): string | null | undefined;
+  /**
+   * A Redis lock's commands planned once (its owner and TTL checked, code `invalid_argument:*`): the
+   * acquire's `SET` arguments, then the release script's keys and arguments, joined; in the record
+   * `Value` the acquire's piece count, `Keys` / `Args` the release's, `BySha1`, the pieces' lengths from
+   * `Pieces`. Null when every lock operation is a call (see `ts/redis-lock.ts`).
+   */
+  lockCommands?(key: string, owner: string, ttl: number): string | null;
 
   /** A reply, as the client gave it. */
   feed(id: number, reply: unknown): string | null;

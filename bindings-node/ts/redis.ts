@@ -18,6 +18,8 @@ import { CallStore, engineError } from './drive';
 import { typeError } from './errors';
 import { CALL_RECORD_LENGTH, CallSlot, hasRedis, type BackendCalls, type StepKind } from './redis-backend';
 import { getDefaultBackend } from './store';
+import type { LockBackend, PreparedLock } from './lock';
+import { PreparedRedisLock, type PreparedLockHost } from './redis-lock';
 import type { GiveBackError } from './store-errors';
 
 /**
@@ -32,7 +34,9 @@ export type RedisEvalSha = (sha1: string, keys: string[], args: string[]) => Pro
 /**
  * Runs one plain command, `args` as is: its name, its one key (`args[1]`, what a Cluster client routes
  * by), its arguments — the lock's `['SET', key, owner, 'NX', 'PX', ttlMs]`, `['DEL', key]`, `['GET', key]`.
- * Resolves to the reply as the client decodes it (`'OK'`, `null`, a number, a string).
+ * Resolves to the reply as the client decodes it (`'OK'`, `null`, a number, a string). A lock sends
+ * the same frozen array for each of its acquires (and the same keys and arguments to `evalsha` / `run`
+ * for each release): read them, never change them.
  */
 export type RedisCommand = (args: string[]) => PromiseLike<unknown> | unknown;
 
@@ -208,6 +212,35 @@ export class RedisStore extends CallStore<false> {
       for (let i = 0; i < n; i++) args[i] = command.slice(at, (at += r[CallSlot.Pieces + i]!));
     }
     return this.command!(args);
+  }
+
+  /**
+   * With `command`, a lock's acquire and release are planned once by the engine and sent again for
+   * each operation (`ts/redis-lock.ts`); without it (or in a build without the plan) each is a call.
+   */
+  protected override prepareLock(key: string, owner: string, ttl: number): PreparedLock | undefined {
+    const calls = this.calls;
+    if (this.command === undefined || typeof calls.lockCommands !== 'function' || typeof (this.backend as LockBackend).lockAnswer !== 'function') return undefined;
+    // A refused owner or TTL throws code `invalid_argument:*`, which `Lock` names the field of.
+    const joined = calls.lockCommands(key, owner, ttl);
+    return PreparedRedisLock.of((this.lockHost ??= this.makeLockHost()), this.record, joined, key, owner, ttl);
+  }
+
+  /** What this store's prepared locks send with (made at the first lock). */
+  private lockHost: PreparedLockHost | undefined;
+
+  private makeLockHost(): PreparedLockHost {
+    const command = this.command!;
+    const evalsha = this.evalsha;
+    const run = this.run;
+    const script = this.lockScript;
+    const answer = (this.backend as LockBackend).lockAnswer!;
+    return {
+      sendAcquire: command,
+      sendRelease: (bySha1, keys, args) => (bySha1 && evalsha !== undefined ? evalsha(script.sha1, keys, args) : run(script.source, keys, args)),
+      answer,
+      answered: (op, key, owner, ttl, reply, failed) => this.lockAnswered(op, key, owner, ttl, reply, failed),
+    };
   }
 
   protected override giveBackFailed(error: GiveBackError): void {

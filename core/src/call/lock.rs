@@ -270,6 +270,66 @@ impl Redis {
         let by_sha1 = self.runs_by_sha1();
         start(Step::Script { plan, by_sha1 }, asked)
     }
+
+    /// A lock's two commands planned once, for a host that keeps them and sends them again for every
+    /// acquire and release of that lock (its key, owner and TTL do not change): the acquire's plain
+    /// `SET key owner NX PX ttl`, then the release's lock script (by SHA1 when the host runs scripts
+    /// by SHA1, [`Redis::runs_by_sha1`]) as its keys and arguments — the very commands [`Redis::lock`]
+    /// starts with. `None` for a store without plain commands (every step is then the script: run
+    /// [`Redis::lock`]); an owner or TTL refused as [`LockOp::check`] refuses it. The host reads each
+    /// reply with [`Redis::lock_answer`], and anything that is not an answer (a client's failure, a
+    /// `NOSCRIPT`, a reply of another shape) by starting that operation with [`Redis::lock`] and
+    /// feeding it what came: the call machine decides it, as for any lock call.
+    #[cfg(feature = "lock-commands")]
+    pub fn lock_commands(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: crate::lock::LockTtl,
+    ) -> Result<Option<LockCommands>, LockError> {
+        crate::lock::check_owner(owner)?;
+        if !self.runs_plain_commands() {
+            return Ok(None);
+        }
+        let key = self.options().lock_key(key);
+        Ok(Some(LockCommands {
+            acquire: vec![
+                "SET".to_owned(),
+                key.clone(),
+                owner.to_owned(),
+                "NX".to_owned(),
+                "PX".to_owned(),
+                ttl.ms().to_string(),
+            ],
+            release_keys: vec![key],
+            release_args: vec!["release".to_owned(), owner.to_owned()],
+        }))
+    }
+
+    /// The answer in a reply to a command of [`Redis::lock_commands`] (`acquire`: the `SET … NX`'s,
+    /// in each client's spelling; else the release script's 1 or 0): whether the lock was taken or
+    /// freed; `None` when the reply is no answer (then start the operation with [`Redis::lock`] and
+    /// feed it the reply: its error names what came).
+    #[cfg(feature = "lock-commands")]
+    pub fn lock_answer(acquire: bool, reply: &Reply) -> Option<bool> {
+        let asked = if acquire { Asked::Set } else { Asked::Bool };
+        match decode_reply(asked, reply) {
+            Ok(Outcome::Bool(b)) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+/// A lock's commands on Redis, planned once by [`Redis::lock_commands`].
+#[cfg(feature = "lock-commands")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockCommands {
+    /// The acquire: `SET key owner NX PX ttl_ms`, a plain command.
+    pub acquire: Vec<String>,
+    /// The release: the lock script's (`LOCK`) keys.
+    pub release_keys: Vec<String>,
+    /// The release: the lock script's arguments.
+    pub release_args: Vec<String>,
 }
 
 #[cfg(feature = "sql")]
@@ -458,6 +518,68 @@ mod tests {
             }),
             "script p:lck:job release me"
         );
+    }
+
+    #[test]
+    #[cfg(feature = "lock-commands")]
+    fn a_locks_commands_planned_once_are_the_ones_its_calls_start_with() {
+        let redis = Redis::new(RedisOptions::default().with_prefix("p:")).plain_commands(true);
+        let ttl = LockTtl::from_ms(5_000).unwrap();
+        let plan = redis.lock_commands("job", "me", ttl).unwrap().unwrap();
+        let mut call = redis.lock(acquire("me"));
+        let Next::Run(Command::Plain { args }) = call.next() else {
+            panic!("a plain command")
+        };
+        assert_eq!(plan.acquire, args);
+        let mut release = redis.lock(LockOp::Release {
+            key: "job".into(),
+            owner: "me".into(),
+        });
+        let Next::Run(Command::Script {
+            script,
+            keys,
+            args,
+            by_sha1: true,
+        }) = release.next()
+        else {
+            panic!("the script by sha1")
+        };
+        assert_eq!(script.name, "lock");
+        assert_eq!(
+            (plan.release_keys.as_slice(), plan.release_args.as_slice()),
+            (keys, args)
+        );
+        // Refused as a call refuses it; none without plain commands.
+        assert_eq!(
+            redis.lock_commands("job", "", ttl).unwrap_err().field,
+            crate::lock::LockField::Owner
+        );
+        let scripts_only = Redis::new(RedisOptions::default());
+        assert_eq!(scripts_only.lock_commands("job", "me", ttl), Ok(None));
+        // The answers; anything else is for the call machine.
+        for (acquire, reply, answer) in [
+            (true, Reply::Text("OK".into()), Some(true)),
+            (true, Reply::Nil, Some(false)),
+            (true, Reply::Int(1), Some(true)),
+            (true, Reply::Text("ok".into()), None),
+            (true, Reply::Array(vec![]), None),
+            (false, Reply::Int(1), Some(true)),
+            (false, Reply::Int(0), Some(false)),
+            (false, Reply::Text("1".into()), Some(true)),
+            (false, Reply::Nil, None),
+            (
+                false,
+                Reply::Text("NOSCRIPT No matching script".into()),
+                None,
+            ),
+            (false, Reply::Int(2), None),
+        ] {
+            assert_eq!(
+                Redis::lock_answer(acquire, &reply),
+                answer,
+                "{acquire} {reply:?}"
+            );
+        }
     }
 
     #[test]

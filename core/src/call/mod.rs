@@ -32,6 +32,8 @@ mod redis;
 use serde::{Deserialize, Serialize};
 
 pub use self::ids::CallIds;
+#[cfg(feature = "lock-commands")]
+pub use self::lock::LockCommands;
 #[cfg(feature = "lock")]
 pub use self::lock::LOCK;
 #[cfg(all(feature = "rates", feature = "sql"))]
