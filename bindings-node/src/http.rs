@@ -20,6 +20,24 @@ fn http_error(e: HttpError) -> Error<String> {
     Error::new(format!("http:{}", e.kind()), e.to_string())
 }
 
+/// A limiter name read as a [`Key`] (one napi call into a stack buffer, no allocation: the name
+/// crosses on every request): one that is not valid Unicode is an invalid name, as the core says of
+/// any name outside printable ASCII.
+fn name_of(name: &Key) -> Result<&str, String> {
+    name.get().map_err(|_| {
+        http_error(HttpError::InvalidName {
+            name: "\u{fffd}".to_owned(),
+            reason: "it holds a character outside printable ASCII",
+        })
+    })
+}
+
+/// A header value or peer read as a [`Key`]; one that is not valid Unicode (a lone surrogate, which
+/// no HTTP parser gives) reads as U+FFFD, as napi's lossy `String` read it: no address.
+fn text_of(value: &Key) -> &str {
+    value.get().unwrap_or("\u{fffd}")
+}
+
 /// The limits as the core reads them: `uses[i]` per `window_ms[i]`, validated as every limit is.
 fn limits(uses: &[f64], window_ms: &[f64]) -> Result<Vec<Limit>, String> {
     if uses.len() != window_ms.len() {
@@ -79,14 +97,14 @@ pub fn http_entries(
 /// [`http_entries`] for the common request: one limit, `uses` per `window_ms` under `key`. Answers its
 /// store key (no array crosses).
 #[napi]
-pub fn http_entry(name: String, key: Key, uses: f64, window_ms: f64) -> Result<String, String> {
+pub fn http_entry(name: Key, key: Key, uses: f64, window_ms: f64) -> Result<String, String> {
     guard(|| {
-        let given = [HttpLimit::new(
-            key.get().map_err(thrown)?,
-            limit(uses, window_ms)?,
-        )];
-        let mut plan = http::request_entries(&name, &given).map_err(http_error)?;
-        Ok(plan.entries.pop().map(|e| e.key).unwrap_or_default())
+        let name = name_of(&name)?;
+        // `request_entry`: the same key as `request_entries` of one limit, without its two lists.
+        let limit = limit(uses, window_ms)?;
+        let entry =
+            http::request_entry(name, key.get().map_err(thrown)?, limit).map_err(http_error)?;
+        Ok(entry.key)
     })
 }
 
@@ -173,7 +191,7 @@ pub fn http_headers(
 #[napi]
 #[allow(clippy::too_many_arguments)]
 pub fn http_headers1(
-    name: String,
+    name: Key,
     uses: f64,
     window_ms: f64,
     allowed: bool,
@@ -186,6 +204,7 @@ pub fn http_headers1(
     flags: u32,
 ) -> Result<String, String> {
     guard(|| {
+        let name = name_of(&name)?;
         let limits = [limit(uses, window_ms)?];
         let verdict = verdict(
             allowed,
@@ -194,18 +213,29 @@ pub fn http_headers1(
             [quota_limit, remaining, refill_after_ms, reset_after_ms],
         );
         let options = header_options(flags);
-        let mut out = String::with_capacity(96);
-        for (field, value) in
-            http::response_headers(&name, &limits, &verdict, whole(now_ms), options)
-        {
-            if !out.is_empty() {
-                out.push('\n');
-            }
-            out.push_str(field);
-            out.push_str(": ");
-            out.push_str(&value);
-        }
-        Ok(out)
+        // Each field written straight after the last (`write_response_headers` reuses one value
+        // buffer): two allocations a request, not one a field and a list.
+        let mut out = Vec::with_capacity(64 + 2 * name.len());
+        let value = Vec::with_capacity(32 + name.len());
+        http::write_response_headers(
+            name,
+            &limits,
+            &verdict,
+            whole(now_ms),
+            options,
+            value,
+            |field, value| {
+                if !out.is_empty() {
+                    out.push(b'\n');
+                }
+                out.extend_from_slice(field.as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(&value);
+                value
+            },
+        );
+        // ASCII field names and values (the core's): never the empty default.
+        Ok(String::from_utf8(out).unwrap_or_default())
     })
 }
 
@@ -285,18 +315,15 @@ impl HttpTrust {
     /// The client's address (`ratewindow_core::http::client_address`) from the peer and the value of
     /// the header [`HttpTrust::header`] names (`null` when absent).
     #[napi]
-    pub fn client_address(
-        &self,
-        peer: String,
-        forwarded: Option<String>,
-    ) -> Result<String, String> {
+    pub fn client_address(&self, peer: Key, forwarded: Option<Key>) -> Result<String, String> {
         guard(|| {
-            let value = forwarded.as_deref();
+            let peer = text_of(&peer);
+            let value = forwarded.as_ref().map(text_of);
             let (xff, fwd) = match self.trust.header() {
                 Some(ProxyHeader::Forwarded) => (None, value),
                 _ => (value, None),
             };
-            http::client_address(&peer, xff, fwd, &self.trust).map_err(http_error)
+            http::client_address(peer, xff, fwd, &self.trust).map_err(http_error)
         })
     }
 }

@@ -24,7 +24,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
-import { Guard, TOO_MANY_REQUESTS, type LimitSource, type ThrottleOptions } from './guard';
+import { Guard, TOO_MANY_REQUESTS, type LimitSource, type Outcome, type Refusal, type ThrottleOptions } from './guard';
 
 export { HttpInputError } from './native';
 export type { HeaderOptions, LimitCallback, LimitSource, Refusal, RequestInfo, ThrottleOptions } from './guard';
@@ -56,29 +56,72 @@ export type ThrottleHook = (request: any, reply: any) => Promise<unknown>;
 export function throttle(source: LimitSource, options: ThrottleOptions = {}): ThrottleHook {
   const guard = new Guard(source, options);
   return async (request: FastifyRequestLike, reply: FastifyReplyLike) => {
-    const outcome = await guard.check(
-      request,
-      request.raw.socket.remoteAddress,
-      (name) => join(request.headers[name]),
-      (name, value) => reply.header(name, value),
-    );
+    const outcome = await check(guard, request, reply);
     if (outcome.allowed) {
-      const finish = outcome.finish;
-      if (finish !== undefined) reply.raw.once('finish', () => void finish(reply));
+      allow(reply, outcome.finish);
       return undefined;
     }
-    const { refusal } = outcome;
-    reply.code(429);
-    let body: unknown = TOO_MANY_REQUESTS;
-    const callback = refusal.limit.responseCallback;
-    if (callback !== undefined) {
-      body = await callback(request, reply, refusal);
-      if (reply.sent) return reply;
-    }
-    if (body === TOO_MANY_REQUESTS) reply.header('Content-Type', 'text/plain; charset=utf-8');
-    reply.send(body);
-    return reply;
+    return refuse(request, reply, outcome.refusal);
   };
+}
+
+/** Counts `request` with `guard`, setting the fields on `reply`. */
+function check(guard: Guard, request: FastifyRequestLike, reply: FastifyReplyLike): Outcome | Promise<Outcome> {
+  return guard.check(
+    request,
+    request.raw.socket.remoteAddress,
+    (name) => join(request.headers[name]),
+    (name, value) => reply.header(name, value),
+  );
+}
+
+/** An allowed request: its `after()` hooks once the response is finished. */
+function allow(reply: FastifyReplyLike, finish: ((response: unknown) => Promise<void>) | undefined): void {
+  if (finish !== undefined) reply.raw.once('finish', () => void finish(reply));
+}
+
+/** Answers a refusal: the limit's `response()` callback, or 429 and a short text. Resolves to `reply`. */
+async function refuse(request: FastifyRequestLike, reply: FastifyReplyLike, refusal: Refusal): Promise<FastifyReplyLike> {
+  reply.code(429);
+  let body: unknown = TOO_MANY_REQUESTS;
+  const callback = refusal.limit.responseCallback;
+  if (callback !== undefined) {
+    body = await callback(request, reply, refusal);
+    if (reply.sent) return reply;
+  }
+  if (body === TOO_MANY_REQUESTS) reply.header('Content-Type', 'text/plain; charset=utf-8');
+  reply.send(body);
+  return reply;
+}
+
+/**
+ * The plugin's hook: {@link throttle}'s in Fastify's callback style (`done`), so an allowed request
+ * costs no async frame nor the promise Fastify would wait on besides the store's own (a `MemoryStore`:
+ * none at all). A refusal is sent and `done` not called (Fastify stops there); an error goes to
+ * `done(error)`, Fastify's error handler.
+ */
+function pluginHook(guard: Guard): (request: FastifyRequestLike, reply: FastifyReplyLike, done: (error?: unknown) => void) => void {
+  return (request, reply, done) => {
+    let outcome: Outcome | Promise<Outcome>;
+    try {
+      outcome = check(guard, request, reply);
+    } catch (e) {
+      done(e);
+      return;
+    }
+    if (outcome instanceof Promise) outcome.then((got) => settle(request, reply, done, got), done);
+    else settle(request, reply, done, outcome);
+  };
+}
+
+/** {@link pluginHook} once the outcome is known. */
+function settle(request: FastifyRequestLike, reply: FastifyReplyLike, done: (error?: unknown) => void, outcome: Outcome): void {
+  if (outcome.allowed) {
+    allow(reply, outcome.finish);
+    done();
+    return;
+  }
+  refuse(request, reply, outcome.refusal).catch(done);
 }
 
 /** Options of the {@link ratewindow} plugin. */
@@ -113,12 +156,12 @@ export function ratewindow(fastify: FastifyLike, options: RatewindowPluginOption
     return;
   }
   // Checked now, so a misconfiguration fails at registration and not at the first route.
-  if (global !== undefined) throttle(global, throttleOptions);
+  if (global !== undefined) new Guard(global, throttleOptions);
   fastify.addHook('onRoute', (route) => {
     const own = route.config?.throttle;
     const source = own === undefined ? global : own;
     if (source === undefined || source === false) return;
-    const guard = throttle(source, throttleOptions);
+    const guard = pluginHook(new Guard(source, throttleOptions));
     const existing = route[hook];
     // First, so that a refused request runs none of the route's own hooks.
     route[hook] = existing === undefined ? [guard] : [guard, ...(Array.isArray(existing) ? existing : [existing])];
