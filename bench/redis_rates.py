@@ -27,6 +27,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from typing import Any, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,11 +40,11 @@ class Resp:
         self.buf = b""
 
     @staticmethod
-    def encode(args) -> bytes:
+    def encode(args: Sequence[object]) -> bytes:
         out = [b"*%d\r\n" % len(args)]
         for a in args:
-            a = a if isinstance(a, bytes) else str(a).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+            b = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
         return b"".join(out)
 
     def _line(self) -> bytes:
@@ -58,7 +59,7 @@ class Resp:
         data, self.buf = self.buf[:n], self.buf[n + 2:]
         return data
 
-    def read(self):
+    def read(self) -> Any:
         line = self._line()
         kind, rest = line[:1], line[1:]
         if kind == b"+":
@@ -75,12 +76,12 @@ class Resp:
             return None if n < 0 else [self.read() for _ in range(n)]
         raise ValueError(line)
 
-    def call(self, *args):
+    def call(self, *args: object) -> Any:
         self.sock.sendall(self.encode(args))
         return self.read()
 
-    def pipe(self, commands, batch: int = 1000):
-        out = []
+    def pipe(self, commands: Sequence[Sequence[object]], batch: int = 1000) -> list[Any]:
+        out: list[Any] = []
         for i in range(0, len(commands), batch):
             part = commands[i:i + batch]
             self.sock.sendall(b"".join(self.encode(c) for c in part))
@@ -131,7 +132,7 @@ def main() -> None:
                 time.sleep(0.05)
             raise RuntimeError("callgrind wrote no dump")
 
-        def timed(commands) -> tuple[float, list]:
+        def timed(commands: Sequence[Sequence[object]]) -> tuple[float, list[Any]]:
             if args.callgrind:
                 dump()
                 control("--instr=on")
@@ -143,12 +144,14 @@ def main() -> None:
                 return dump() / len(commands), out
             info = r.call("INFO", "commandstats")
             m = re.search(r"cmdstat_evalsha:calls=\d+,usec=\d+,usec_per_call=([\d.]+)", info)
+            if m is None:
+                raise RuntimeError("no cmdstat_evalsha in INFO commandstats")
             return float(m.group(1)), out
 
         unit = "instructions a call" if args.callgrind else "usec_per_call"
         print(f"{'part':44s} {unit:>20s}   a reply")
 
-        def part(label: str, sha: str, prefix: str, argv, fill: int = 0) -> None:
+        def part(label: str, sha: str, prefix: str, argv: list[str], fill: int = 0) -> None:
             keys = [f"{prefix}:{i}" for i in range(args.keys)]
             for _ in range(fill):
                 r.pipe([["EVALSHA", sha, 1, k, *argv] for k in keys])
@@ -166,7 +169,7 @@ def main() -> None:
             sha = r.call("SCRIPT", "LOAD", open(path).read())
             name = f"gcra {os.path.basename(path)}"
 
-            def a(consume: bool, uses: str, q: str, d: str, tau: str):
+            def a(consume: bool, uses: str, q: str, d: str, tau: str) -> list[str]:
                 if style == "old":
                     return ["c" if consume else "p", uses, q, "0", d, "0", tau]
                 return [tau if consume else "p", q, d]
@@ -183,7 +186,7 @@ def main() -> None:
             sha = r.call("SCRIPT", "LOAD", open(path).read())
             name = f"counter {os.path.basename(path)}"
 
-            def c(consume: bool, uses: str, w: str, cost: str = "1"):
+            def c(consume: bool, uses: str, w: str, cost: str = "1") -> list[str]:
                 if style == "old":
                     return ["c" if consume else "p", uses, w, cost, str(2 * int(w))]
                 return [str(2 * int(w)) if consume else "p", uses, w, cost]
