@@ -116,6 +116,24 @@ bad("a marker's refusal with a field too many is not believed", cons, sc, mark(1
 bad("a marker's refusal with a signed field is not believed", cons, sc, mark(1400, 1900, secs="+1"))
 bad("a marker's refusal to a call of two entries is not believed", {"op": "consume_many", "entries": [one, E("k2", 3, 1000)]},
     lambda r: slide("c", [one, E("k2", 3, 1000)], reply=r), mark(1400, 1900))
+# A one-entry consume allowed is one text (sliding.lua's header): the calls in the window after it,
+# the times of its oldest and newest call, the server time (ms); the same verdict as the nine numbers
+# give, checked as the nine.
+case("a one-entry consume allowed is one text: count, oldest, newest, server time", [
+  {"op": cons, "steps": [sc("1 1000 1000 1000")], "outcome": {"verdict": V(True, limit=3, rem=2, refill=1000, reset=1000), "release": True}},
+  {"op": cons, "steps": [sc("3 500 900 1000")], "outcome": {"verdict": V(True, limit=3, rem=0, refill=500, reset=900), "release": True}},
+  {"op": {"op": "consume", "key": "k", "limit": one["limit"]}, "steps": [sc("2 600 1300 1000")],
+   "outcome": {"verdict": V(True, limit=3, rem=1, refill=600, reset=1300, single=True), "release": True}}])
+bad("an allowed text counting more calls than the limit's uses is not believed", cons, sc, "4 500 900 1000")
+bad("an allowed text of a consume that took no use is not believed", cons, sc, "0 1000 1000 1000")
+bad("an allowed text whose newest call comes before its oldest is not believed", cons, sc, "2 900 500 1000")
+bad("an allowed text whose oldest call has left the window is not believed", cons, sc, "2 0 900 1000")
+bad("an allowed text reaching past its window and a clock step is not believed", cons, sc, "1 70000 70000 1000")
+bad("an allowed text past 2^53 ms is not believed", cons, sc, "1 %d %d %d" % (2**54, 2**54, 2**54))
+bad("an allowed text with a field too many is not believed", cons, sc, "1 1000 1000 1000 5")
+bad("an allowed text with a signed field is not believed", cons, sc, "+1 1000 1000 1000")
+bad("an allowed text to a call of two entries is not believed", {"op": "consume_many", "entries": [one, E("k2", 3, 1000)]},
+    lambda r: slide("c", [one, E("k2", 3, 1000)], reply=r), "1 1000 1000 1000")
 bad("a four-number refusal whose reset comes before its wait is not believed", cons, sc, [0, 400, 1000, 300])
 bad("a four-number refusal without a wait is not believed", cons, sc, [0, 0, 1000, 900])
 bad("a four-number refusal past 2^53 ms is not believed", cons, sc, [0, 400, 2**54, 900])

@@ -657,15 +657,19 @@ fn run_plan(con: &mut redis::Connection, plan: &rw::Plan) -> Reply {
     to_reply(cmd.query::<redis::Value>(con).expect("the script"))
 }
 
-/// The server's clock in a sliding reply: the fifth integer of the nine (and of a one-entry call's
-/// five when allowed), the third of a one-entry call's four when refused, TIME's seconds and
-/// microseconds after the marker in a refusal by the marker ('marker seconds microseconds').
+/// The server's clock in a sliding reply: the fifth integer of the nine (and of a one-entry peek's
+/// five when allowed), the third of a one-entry call's four when refused, the last of a one-entry
+/// consume's allowed text ('count oldest newest now'), TIME's seconds and microseconds after the
+/// marker in a refusal by the marker ('marker seconds microseconds').
 fn server_now(reply: &Reply) -> u64 {
     if let Reply::Text(text) = reply {
-        let [_, secs, micros] = text.split(' ').collect::<Vec<_>>()[..] else {
-            panic!("{reply:?}")
+        return match text.split(' ').collect::<Vec<_>>()[..] {
+            [_, secs, micros] => {
+                secs.parse::<u64>().unwrap() * 1000 + micros.parse::<u64>().unwrap() / 1000
+            }
+            [_, _, _, now] => now.parse().unwrap(),
+            _ => panic!("{reply:?}"),
         };
-        return secs.parse::<u64>().unwrap() * 1000 + micros.parse::<u64>().unwrap() / 1000;
     }
     let Reply::Array(items) = reply else {
         panic!("{reply:?}")

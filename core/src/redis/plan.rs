@@ -24,7 +24,7 @@ pub struct Script {
 pub static SLIDING: Script = Script {
     name: "sliding",
     source: SLIDING_SOURCE,
-    sha1: "f414b0a715b9e0553b7c0b7de521eb899a367b6f",
+    sha1: "2e4c4926a37c835367e1c9251efe5cd3543acebf",
 };
 // The scripts ship without their comment lines (as the SQL schemas do): 4.8 KB of sliding.lua, 0.9 KB
 // of fixed.lua; the SHA1s are of the stripped text, which is what `SCRIPT LOAD` and `EVAL` see.
@@ -382,9 +382,9 @@ fn decode(
 ) -> Result<(BatchVerdict, usize), ReplyError> {
     const EXPECTED: &str = "[allowed 0|1, retry_after_ms, retry_timestamp, blocked, server time, \
          tightest entry, remaining, refill_after_ms, reset_after_ms] (one entry: [1, remaining, \
-         refill_after_ms, reset_after_ms, server time] or [0, retry_after_ms, server time, \
-         reset_after_ms] or its refusal marker as 'marker seconds microseconds'), consistent with \
-         the call";
+         refill_after_ms, reset_after_ms, server time] or 'count oldest newest now' when allowed, \
+         [0, retry_after_ms, server time, reset_after_ms] or its refusal marker as 'marker seconds \
+         microseconds' when refused), consistent with the call";
     let err = || ReplyError::new("sliding", EXPECTED, reply);
     let [allowed, retry_after, retry_ts, blocked, now, tight, remaining, refill, reset] =
         match ints::<9>(reply) {
@@ -398,12 +398,27 @@ fn decode(
                 (_, Some([0, wait, now, reset])) => {
                     [0, wait, now.saturating_add(wait), 0, now, 0, 0, wait, reset]
                 }
-                _ => match marker_refusal(reply, limits[0]) {
-                    Some([until, now, end]) => {
+                _ => match (allowed_text(reply), marker_refusal(reply, limits[0])) {
+                    (Some([count, oldest, newest, now]), _) => {
+                        let (uses, window) =
+                            (limits[0].uses() as i64, limits[0].window_ms() as i64);
+                        [
+                            1,
+                            0,
+                            -1,
+                            -1,
+                            now,
+                            0,
+                            uses - count,
+                            oldest + window - now,
+                            newest + window - now,
+                        ]
+                    }
+                    (_, Some([until, now, end])) => {
                         let wait = until - now;
                         [0, wait, until, 0, now, 0, 0, wait, end - now]
                     }
-                    None => return Err(err()),
+                    _ => return Err(err()),
                 },
             },
             None => return Err(err()),
@@ -461,6 +476,32 @@ fn decode(
     }
 }
 
+/// Up to 16 ASCII digits (every time and count a reply carries is below 2^53), as a number.
+fn digits(s: &str) -> Option<i64> {
+    if s.is_empty() || s.len() > 16 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// A one-entry consume allowed, as the script sends it: one text, `'<count> <oldest> <newest> <now>'`
+/// (the calls in the window after the call, the times of its oldest and newest call, the server
+/// time; all in ms). Gives them as numbers, or `None` for any other text; [`decode`] checks them as
+/// the nine numbers they stand for.
+fn allowed_text(reply: &Reply) -> Option<[i64; 4]> {
+    let Reply::Text(text) = reply else {
+        return None;
+    };
+    let mut parts = text.split(' ');
+    let out = [
+        digits(parts.next()?)?,
+        digits(parts.next()?)?,
+        digits(parts.next()?)?,
+        digits(parts.next()?)?,
+    ];
+    parts.next().is_none().then_some(out)
+}
+
 /// A one-entry refusal answered by the log's refusal marker, as the script sends it: one text,
 /// `'<until><end><uses>:<window> <seconds> <microseconds>'` (until and end in 16 digits each, then the
 /// limit the marker was written for; TIME's two fields). Gives `[until, server time, end]` in ms, or
@@ -468,12 +509,6 @@ fn decode(
 fn marker_refusal(reply: &Reply, limit: Limit) -> Option<[i64; 3]> {
     let Reply::Text(text) = reply else {
         return None;
-    };
-    let digits = |s: &str| -> Option<i64> {
-        if s.is_empty() || s.len() > 16 || !s.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        s.parse().ok()
     };
     let mut parts = text.split(' ');
     let (marker, secs, micros) = (parts.next()?, parts.next()?, parts.next()?);

@@ -13,9 +13,13 @@
 --   The tightest entry has the fewest uses left after the call (ties: the longer window, then the
 --   first); on a refusal it is the blocked one. refill: ms until its oldest call in the window leaves
 --   (the wait, on a refusal); reset: ms until its newest call leaves; both 0 for an empty window.
---   One entry, in fewer numbers (the rest implied): allowed {1, remaining, refill_after_ms,
---   reset_after_ms, server time}; refused {0, retry_after_ms, server time, reset_after_ms} or, by
---   a marker (below), the text 'marker seconds microseconds' (TIME's).
+--   One entry, in fewer numbers (the rest implied): a peek allowed {1, remaining, refill_after_ms,
+--   reset_after_ms, server time}; a consume allowed the text 'count oldest newest now' (the calls in
+--   the window after it, the times of its oldest and newest call and the server time, in ms: the
+--   texts the server gave or the script has, no number formatted and no table built; the core
+--   computes remaining = uses - count, refill = oldest + window - now, reset = newest + window -
+--   now); refused {0, retry_after_ms, server time, reset_after_ms} or, by a marker (below), the text
+--   'marker seconds microseconds' (TIME's).
 -- Reply (release): {members removed}
 if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
 local mode, id = ARGV[1], ARGV[2]
@@ -59,7 +63,9 @@ if #ARGV == 5 then
       oldest = first[2] + 0
     end
   end
-  now = time[1] * 1000 + math.floor(time[2] / 1000)
+  -- The server time in ms as text (for ZADD and the reply) and as a number from it: one coercion.
+  local now_s = time[1] .. string.sub('00000' .. time[2], -6, -4)
+  now = now_s + 0
   local uses, w = ARGV[4] + 0, ARGV[5] + 0
   if first[1] then
     if not oldest or oldest + w <= now then
@@ -79,7 +85,6 @@ if #ARGV == 5 then
   if oldest == nil then
     -- An empty log.
     if mode ~= 'c' then return {1, uses, 0, 0, now} end
-    local now_s = time[1] .. string.sub('00000' .. time[2], -6, -4)
     if uses == 1 and now + w < 9007199254740992 then
       -- This call fills the log: its marker in the same ZADD.
       redis.call('ZADD', key, now_s, id, '-inf', string.format(MK, now + w, now + w, ARGV[4], ARGV[5]))
@@ -87,7 +92,7 @@ if #ARGV == 5 then
       redis.call('ZADD', key, now_s, id)
     end
     redis.call('PEXPIRE', key, ARGV[5])
-    return {1, uses - 1, w, w, now}
+    return '1 ' .. now_s .. ' ' .. now_s .. ' ' .. now_s
   end
   if oldest then
     -- Every call in the log is inside the window (times are sorted; later ones, after a clock that
@@ -113,7 +118,7 @@ if #ARGV == 5 then
     end
     -- Allowed. A clock that stepped back records at the newest call, keeping the log in order: only a
     -- call later than now needs reading.
-    local at, now_s = now, time[1] .. string.sub('00000' .. time[2], -6, -4)
+    local at = now
     if n == 1 then
       if oldest > now then at = oldest end
     elseif redis.call('ZCOUNT', key, '(' .. now_s, '+inf') > 0 then
@@ -134,7 +139,8 @@ if #ARGV == 5 then
     elseif redis.call('PTTL', key) < ttl then
       redis.call('PEXPIRE', key, ttl_s)
     end
-    return {1, uses - n - 1, oldest + w - now, ttl, now}
+    -- The oldest call's score as the server gave it (integer ms: %.17g of a number below 2^53).
+    return (n + 1) .. ' ' .. first[2] .. ' ' .. at_s .. ' ' .. now_s
   end
   -- A peek of a log holding a marker or calls outside the window: the general path.
 end
