@@ -80,9 +80,8 @@ class Side:
 
 # The one-entry consume (core/src/sql/postgres.rs, `Postgres::one_entry`, mode 'c'), default prefix.
 STATEMENT = (
-    "SELECT (CASE WHEN s.u > s.now - $4::bigint THEN ARRAY[0, greatest(1, s.u + $4::bigint - s.now), "
-    "s.u + $4::bigint, 0, s.now, $3::bigint, 0, greatest(1, s.u + $4::bigint - s.now), "
-    "s.ats[s.n] + $4::bigint - s.now] ELSE ratewindow_take1('c', $2::text, $1::text, $3::bigint, "
+    "SELECT (CASE WHEN s.u > s.now - $4::bigint THEN ARRAY[0, s.u + $4::bigint, s.now, "
+    "s.ats[s.n] + $4::bigint, $3::bigint] ELSE ratewindow_take1('c', $2::text, $1::text, $3::bigint, "
     "$4::bigint, $5::boolean, s.ats, s.ids, s.now) END)::text AS verdict FROM (SELECT l.ats, l.ids, "
     "cardinality(l.ats) AS n, CASE WHEN cardinality(l.ats) >= $3::bigint THEN "
     "l.ats[cardinality(l.ats) - $3::bigint + 1] END AS u, greatest(floor(extract(epoch FROM "

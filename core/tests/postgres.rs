@@ -174,7 +174,7 @@ fn an_earlier_schema_upgrades_in_place_with_its_calls() {
              FROM (SELECT) AS o LEFT JOIN {p}_log AS l ON l.key = $2::text OFFSET 0) AS s) AS t",
         ),
         // {p}_take1 whose compare-and-set UPDATE built the verdict in its RETURNING; the one-entry
-        // statement is the one this version sends (five parameters, one text column).
+        // statement is the one of that version (five parameters, one text column, nine numbers).
         (
             "returning",
             include_str!("data/postgres_schema_take1_returning.sql"),

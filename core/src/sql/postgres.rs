@@ -116,11 +116,14 @@ impl Postgres {
 
     /// The one-entry statement of `mode` (`'c'` consume, `'p'` peek): `$1` key, `$2` call id,
     /// `$3` uses, `$4` window (ms), `$5` relaxed commit; one row of one text column, `verdict`.
+    /// A refusal answers five numbers, `{0,until,now,reset_at,uses}` (the wait and the quota follow
+    /// from them, in [`decode_sliding`]): PostgreSQL builds the whole `CASE` again on every execution,
+    /// so its fewer expressions cost every call less (callgrind, a refusal: 137,521 -> 127,670
+    /// server instructions; an allowed call too).
     fn one_entry(names: &SqlNames, mode: char) -> String {
         names.apply(&format!(
             "SELECT (CASE WHEN s.u > s.now - $4::bigint \
-             THEN ARRAY[0, greatest(1, s.u + $4::bigint - s.now), s.u + $4::bigint, 0, s.now, $3::bigint, 0, \
-             greatest(1, s.u + $4::bigint - s.now), s.ats[s.n] + $4::bigint - s.now] \
+             THEN ARRAY[0, s.u + $4::bigint, s.now, s.ats[s.n] + $4::bigint, $3::bigint] \
              ELSE {{p}}_take1('{mode}', $2::text, $1::text, $3::bigint, $4::bigint, $5::boolean, s.ats, s.ids, s.now) \
              END)::text AS verdict \
              FROM (SELECT l.ats, l.ids, cardinality(l.ats) AS n, \
@@ -341,8 +344,10 @@ impl Postgres {
 
 /// The one-entry statement's verdict column as nine integers: the text PostgreSQL prints for a
 /// `bigint[]` (`{1,0,-1,-1,1700000000000,5,4,10000,10000}`: braces, no spaces, no NULLs), or an
-/// array a driver parsed. Anything else (another length, a NULL, a number that is not an integer)
-/// is `None`: rows of the wrong shape.
+/// array a driver parsed. A refusal's five, `{0,until,now,reset_at,uses}`, read as the nine they
+/// stand for: `{0,until-now,until,0,now,uses,0,until-now,reset_at-now}`. Anything else (another
+/// length, a NULL, a number that is not an integer, a five that is not a refusal or overflows) is
+/// `None`: rows of the wrong shape.
 fn verdict_array(value: &SqlValue) -> Option<[SqlValue; 9]> {
     let mut out: [SqlValue; 9] = std::array::from_fn(|_| SqlValue::Null);
     let mut n = 0;
@@ -365,6 +370,17 @@ fn verdict_array(value: &SqlValue) -> Option<[SqlValue; 9]> {
             }
         }
         _ => return None,
+    }
+    if n == 5 {
+        let int = |v: &SqlValue| v.int();
+        let (refused, until, now) = (int(&out[0])?, int(&out[1])?, int(&out[2])?);
+        let (reset_at, uses) = (int(&out[3])?, int(&out[4])?);
+        if refused != 0 {
+            return None;
+        }
+        let wait = until.checked_sub(now)?;
+        let reset = reset_at.checked_sub(now)?;
+        return Some([0, wait, until, 0, now, uses, 0, wait, reset].map(SqlValue::Int));
     }
     (n == 9).then_some(out)
 }
@@ -469,4 +485,35 @@ pub(crate) fn decode_sliding(
         }
     }
     Ok(verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(column: &str) -> Result<BatchVerdict, RowError> {
+        decode_sliding(&[vec![SqlValue::Text(column.to_owned())]], 1, None)
+    }
+
+    #[test]
+    fn a_refusals_five_numbers_read_as_the_nine() {
+        let five = decode("{0,1700000010000,1700000000500,1700000012000,5}").unwrap();
+        let nine = decode("{0,9500,1700000010000,0,1700000000500,5,0,9500,11500}").unwrap();
+        assert_eq!(five, nine);
+        assert!(!five.allowed);
+        assert_eq!(five.retry_after_ms, 9_500);
+        assert_eq!(five.retry_timestamp, Some(1_700_000_010_000));
+        assert_eq!(five.quota.reset_after_ms, 11_500);
+        // Five numbers that are not a refusal, or not a consistent one, are rows of the wrong shape.
+        for bad in [
+            "{1,1700000010000,1700000000500,1700000012000,5}",
+            "{0,1700000000500,1700000000500,1700000012000,5}",
+            "{0,1700000010000,1700000000500,1700000009000,5}",
+            "{0,1700000010000,1700000000500,1700000012000,0}",
+            "{0,-9223372036854775808,1,1700000012000,5}",
+            "{0,1700000010000,1700000000500,1700000012000}",
+        ] {
+            assert!(decode(bad).is_err(), "{bad}");
+        }
+    }
 }
