@@ -26,7 +26,12 @@ export function runPrefix(label) {
 
 /** Drops what a PostgresStore schema under `prefix` created. */
 export async function dropPg(pool, prefix) {
-  await pool.query(`DROP TABLE IF EXISTS ${prefix}_log, ${prefix}_calls, ${prefix}_windows CASCADE`);
+  // Every table the schema (of any version, the rates and lock tables too) created under the prefix.
+  const tables = await pool.query(
+    `SELECT c.oid::regclass::text AS t FROM pg_class c WHERE c.relkind IN ('r', 'p') AND c.relname LIKE $1`,
+    [`${prefix.replace(/_/g, '\\_')}\\_%`],
+  );
+  for (const { t } of tables.rows) await pool.query(`DROP TABLE IF EXISTS ${t} CASCADE`);
   // Every function the schema (of any version) installed under the prefix.
   const { rows } = await pool.query(
     `SELECT p.oid::regprocedure::text AS f FROM pg_proc p WHERE p.proname LIKE $1`,

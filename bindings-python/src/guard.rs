@@ -19,7 +19,6 @@ use ratewindow_core::{BatchVerdict, Limit as CoreLimit};
 
 use crate::entry::{key_str, Entry, Key};
 use crate::errors::{guard, invalid_argument};
-use crate::limit::Limit;
 use crate::verdict::Verdict;
 
 /// Milliseconds on a monotonic clock that starts with the module.
@@ -84,6 +83,17 @@ fn batch<'py>(entries: &'py [Bound<'py, Entry>]) -> PyResult<Vec<(&'py str, Core
             Ok((key, e.sliding(bound.py())?))
         })
         .collect()
+}
+
+/// The sliding log's limit of a single-entry call for the block cache, which remembers the sliding
+/// log's refusals only: a `GcraLimit` or `CounterLimit` is `UnsupportedError` (as in Node's guard),
+/// anything else a `TypeError`. Without the cache the guard never reads the limit.
+fn sliding_limit(limit: &Bound<'_, PyAny>) -> PyResult<CoreLimit> {
+    match crate::rates::rule_of(limit)? {
+        ratewindow_core::Rule::Sliding(l) => Ok(l),
+        ratewindow_core::Rule::Gcra(_) => Err(crate::errors::unsupported(limit.py(), "gcra")),
+        ratewindow_core::Rule::Counter(_) => Err(crate::errors::unsupported(limit.py(), "counter")),
+    }
 }
 
 /// A verdict of the store's with a release the guard tracks (or none), and no failure.
@@ -189,15 +199,17 @@ impl GuardCore {
 
     /// Begins a call on one entry: counts it and, with the block cache, answers a remembered refusal
     /// without a round trip (a `Verdict`); else the call's start (an `int`, ms): ask the store.
-    fn begin(&self, py: Python<'_>, key: Key<'_>, limit: &Bound<'_, Limit>) -> PyResult<Py<PyAny>> {
+    fn begin(&self, py: Python<'_>, key: Key<'_>, limit: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         guard(|| {
             let now = now_ms();
-            let mut g = self.lock();
             if !self.caching {
-                g.begin();
+                // Without the cache the guard reads nothing of the limit: the store counts what it can.
+                self.lock().begin();
                 return Ok(now.into_pyobject(py)?.into_any().unbind());
             }
-            match g.begin_checked([(key.0, limit.get().inner)], now) {
+            let limit = sliding_limit(limit)?;
+            let mut g = self.lock();
+            match g.begin_checked([(key.0, limit)], now) {
                 None => Ok(now.into_pyobject(py)?.into_any().unbind()),
                 Some(mut v) => {
                     v.blocked = None;
@@ -232,7 +244,7 @@ impl GuardCore {
         &self,
         verdict: Bound<'_, Verdict>,
         key: Key<'_>,
-        limit: &Bound<'_, Limit>,
+        limit: &Bound<'_, PyAny>,
         started: u64,
         release: Option<Py<PyAny>>,
     ) -> PyResult<Option<Py<Verdict>>> {
@@ -244,8 +256,13 @@ impl GuardCore {
             let mut core = v.to_core();
             let batch = core.blocked.is_some();
             core.blocked = Some(0);
-            self.lock()
-                .answered_verdict(&[(key.0, limit.get().inner)], &core, started);
+            if self.caching {
+                let limit = sliding_limit(limit)?;
+                self.lock()
+                    .answered_verdict(&[(key.0, limit)], &core, started);
+            } else {
+                self.lock().answered(core.allowed);
+            }
             // A batch verdict (the store's consume_many of one entry) answers as a single one.
             if release.is_none() && !batch {
                 return Ok(Some(verdict.unbind()));
@@ -361,10 +378,12 @@ impl GuardCore {
     }
 
     /// A call on one entry was given back through the guard: forgets it in the block cache.
-    fn forget(&self, key: Key<'_>, limit: &Bound<'_, Limit>) {
+    fn forget(&self, key: Key<'_>, limit: &Bound<'_, PyAny>) -> PyResult<()> {
         if self.caching {
-            self.lock().released([(key.0, limit.get().inner)]);
+            let limit = sliding_limit(limit)?;
+            self.lock().released([(key.0, limit)]);
         }
+        Ok(())
     }
 
     /// `forget` for a batch.

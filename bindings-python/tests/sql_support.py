@@ -23,9 +23,15 @@ def connect(*, autocommit: bool = True) -> psycopg.Connection[tuple[object, ...]
 
 
 def drop_schema(prefix: str) -> None:
-    """Drops what a store's schema created under ``prefix``: its tables and every function."""
+    """Drops what a store's schema created under ``prefix``: every table (of any version, the rates and
+    lock tables too) and every function."""
     with connect() as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {prefix}_log, {prefix}_calls, {prefix}_windows".encode())
+        tables = conn.execute(
+            "SELECT oid::regclass::text FROM pg_class WHERE relkind IN ('r', 'p') AND relname LIKE %s",
+            [f"{prefix}\\_%"],
+        ).fetchall()
+        for (table,) in tables:
+            conn.execute(f"DROP TABLE IF EXISTS {table} CASCADE".encode())
         functions = conn.execute(
             "SELECT oid::regprocedure::text FROM pg_proc WHERE proname LIKE %s", [f"{prefix}\\_%"]
         ).fetchall()

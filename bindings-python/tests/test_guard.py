@@ -21,7 +21,9 @@ from ratewindow import (
     AsyncGuard,
     AsyncMemoryStore,
     CooldownStore,
+    CounterLimit,
     Entry,
+    GcraLimit,
     Guard,
     GuardEvent,
     InvalidArgumentError,
@@ -29,6 +31,7 @@ from ratewindow import (
     Limit,
     MemoryStore,
     StoreError,
+    UnsupportedError,
     Verdict,
 )
 from ratewindow.testing import run_checks
@@ -173,6 +176,36 @@ def test_the_callers_mistakes_are_raised() -> None:
             Guard(slow, timeout_ms=100).consume("k", LIMIT)
     with pytest.raises(InvalidLimitError):
         Guard(MemoryStore(), block_cache=True).consume("k", Limit(0, 10))
+
+
+def test_gcra_and_counter_limits_pass_through_without_the_block_cache() -> None:
+    # As in Node's guard: without the cache the guard reads nothing of the limit, so a store that counts
+    # GCRA and the counter (the memory stores) counts them guarded too, single and in a batch.
+    limits: list[GcraLimit | CounterLimit] = [GcraLimit(2, 10_000), CounterLimit(2, 10_000)]
+    for limit in limits:
+        guarded = Guard(MemoryStore(), timeout_ms=1_000)
+        assert guarded.consume("k", limit).allowed  # type: ignore[arg-type]
+        assert guarded.consume_many([Entry("k", limit), Entry("j", LIMIT)]).allowed
+        refused = guarded.consume("k", limit)  # type: ignore[arg-type]
+        assert not refused.allowed and refused.retry_after_ms > 0
+        assert asyncio.run(AsyncGuard(AsyncMemoryStore(), timeout_ms=1_000).consume("k", limit)).allowed  # type: ignore[arg-type]
+
+
+def test_the_block_cache_refuses_gcra_and_counter_limits_as_unsupported() -> None:
+    # The block cache remembers the sliding log's refusals only: with it, a GCRA or counter limit is the
+    # typed UnsupportedError naming the algorithm (Node's guard does the same), before the store is asked.
+    slow = Slow()
+    cases: list[tuple[GcraLimit | CounterLimit, str]] = [(GcraLimit(5, 1_000), "gcra"), (CounterLimit(5, 1_000), "counter")]
+    for limit, algorithm in cases:
+        with pytest.raises(UnsupportedError) as raised:
+            Guard(slow, timeout_ms=100, block_cache=True).consume("k", limit)  # type: ignore[arg-type]
+        assert raised.value.algorithm == algorithm
+        assert isinstance(raised.value, TypeError)
+        with pytest.raises(UnsupportedError):
+            Guard(slow, timeout_ms=100, block_cache=True).consume_many([Entry("k", LIMIT), Entry("j", limit)])
+        with pytest.raises(UnsupportedError):
+            asyncio.run(AsyncGuard(AsyncMemoryStore(), timeout_ms=100, block_cache=True).consume("k", limit))  # type: ignore[arg-type]
+    assert slow.calls == 0
 
 
 def test_sync_late_answer_is_released_under_deny_and_kept_under_allow() -> None:

@@ -73,10 +73,11 @@ class InvalidArgumentError(RateWindowError, ValueError):
 
 
 class UnsupportedError(RateWindowError, TypeError):
-    """The store cannot count this kind of limit: a :class:`~ratewindow.GcraLimit` or
-    :class:`~ratewindow.CounterLimit` given to a store that counts the sliding log only (the Redis,
-    PostgreSQL, SQLite and sharded stores, for now; the memory stores count all three).
-    ``algorithm`` is the limit's (``"gcra"``, ``"counter"``).
+    """The store cannot count this kind of call: a :class:`~ratewindow.GcraLimit` or
+    :class:`~ratewindow.CounterLimit` given to what counts the sliding log only (the sharded store,
+    :class:`~ratewindow.Guard` / :class:`~ratewindow.AsyncGuard`), or a call a networked store does not
+    count yet (a batch mixing algorithms; see docs/algorithms.md). The memory stores count everything.
+    ``algorithm`` names what was refused (``"gcra"``, ``"counter"``, ``"weighted sliding"``).
     """
 
     code = "unsupported"
