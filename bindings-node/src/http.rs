@@ -186,8 +186,17 @@ pub fn http_headers(
     })
 }
 
-/// [`http_headers`] for one entry of `uses` per `window_ms`, the response fields joined as
-/// `name: value` lines (`\n`; no field value holds one), so one string crosses instead of an array.
+/// The names of the response fields (`ratewindow_core::http::FIELD_NAMES`), in the order
+/// [`http_headers1`] numbers them.
+#[napi]
+pub fn http_field_names() -> Vec<String> {
+    http::FIELD_NAMES.iter().map(|&f| f.to_owned()).collect()
+}
+
+/// [`http_headers`] for one entry of `uses` per `window_ms`, the response fields as lines (`\n`; no
+/// field value holds one) of the field's index in [`http_field_names`] (one digit) then its value, so
+/// one string crosses instead of an array, and the host sets each field by a name string it made
+/// once (a string of its own per request costs Fastify and Node a lookup of it as a property key).
 #[napi]
 #[allow(clippy::too_many_arguments)]
 pub fn http_headers1(
@@ -228,8 +237,12 @@ pub fn http_headers1(
                 if !out.is_empty() {
                     out.push(b'\n');
                 }
-                out.extend_from_slice(field.as_bytes());
-                out.extend_from_slice(b": ");
+                // The field's index in `FIELD_NAMES` (one digit: six fields), not its name.
+                let index = http::FIELD_NAMES
+                    .iter()
+                    .position(|&f| f == field)
+                    .unwrap_or(0);
+                out.push(b'0' + index as u8);
                 out.extend_from_slice(&value);
                 value
             },

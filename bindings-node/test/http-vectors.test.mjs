@@ -12,7 +12,7 @@ import { repo } from './backend.mjs';
 
 const require = createRequire(import.meta.url);
 const { Limit, Unlimited, MemoryStore } = require('../dist/index.js');
-const { plan, headers, ClientAddress, HttpInputError, IETF, LEGACY } = require('../dist/http/native.js');
+const { plan, headers, fieldNames, ClientAddress, HttpInputError, IETF, LEGACY } = require('../dist/http/native.js');
 
 const doc = JSON.parse(readFileSync(join(repo, 'tests', 'vectors', 'http', 'http.json'), 'utf8'));
 
@@ -49,7 +49,8 @@ function outcome(f) {
 /** The response fields as `[[name, value], ...]`, as the middleware sets them. */
 function fields(name, entries, verdict, flags, now) {
   const out = [];
-  headers(name, { entries }, verdict, flags, (n, v) => out.push([n, v]), now);
+  const names = fieldNames();
+  headers(name, { entries }, verdict, flags, (field, v) => out.push([names[field], v]), now);
   return out;
 }
 

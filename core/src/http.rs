@@ -407,6 +407,17 @@ pub fn response_headers(
     out
 }
 
+/// Every field [`response_headers`] may send, in this order (a host that caches the names, or
+/// numbers them, reads them here): `Retry-After`, the IETF pair, the legacy trio.
+pub const FIELD_NAMES: [&str; 6] = [
+    "Retry-After",
+    "RateLimit-Policy",
+    "RateLimit",
+    "X-RateLimit-Limit",
+    "X-RateLimit-Remaining",
+    "X-RateLimit-Reset",
+];
+
 /// [`response_headers`] written one field at a time into a buffer: `emit(name, value)` receives each
 /// field (in the same order, with the same values, as ASCII bytes) and returns the buffer to write the
 /// next one in (the same one, cleared, to reuse its allocation; a new one to keep the value). Returns
@@ -427,7 +438,7 @@ pub fn write_response_headers(
     };
     if !verdict.allowed {
         push_u64(&mut buf, ceil_seconds(verdict.retry_after_ms).max(1));
-        field(&mut buf, "Retry-After");
+        field(&mut buf, FIELD_NAMES[0]);
     }
     if limits.is_empty() {
         return buf;
@@ -448,7 +459,7 @@ pub fn write_response_headers(
             buf.extend_from_slice(b";w=");
             push_u64(&mut buf, ceil_seconds(limit.window_ms()).max(1));
         }
-        field(&mut buf, "RateLimit-Policy");
+        field(&mut buf, FIELD_NAMES[1]);
         if let Some(i) = tightest {
             buf.reserve(name.len() + 32);
             push_policy_name(&mut buf, name, i, count);
@@ -456,19 +467,19 @@ pub fn write_response_headers(
             push_u64(&mut buf, u64::from(quota.remaining));
             buf.extend_from_slice(b";t=");
             push_u64(&mut buf, ceil_seconds(quota.reset_after_ms));
-            field(&mut buf, "RateLimit");
+            field(&mut buf, FIELD_NAMES[2]);
         }
     }
     if options.legacy && tightest.is_some() {
         push_u64(&mut buf, u64::from(quota.limit));
-        field(&mut buf, "X-RateLimit-Limit");
+        field(&mut buf, FIELD_NAMES[3]);
         push_u64(&mut buf, u64::from(quota.remaining));
-        field(&mut buf, "X-RateLimit-Remaining");
+        field(&mut buf, FIELD_NAMES[4]);
         push_u64(
             &mut buf,
             ceil_seconds(now_ms.saturating_add(quota.reset_after_ms)),
         );
-        field(&mut buf, "X-RateLimit-Reset");
+        field(&mut buf, FIELD_NAMES[5]);
     }
     buf
 }

@@ -54,7 +54,7 @@ export type ThrottleHook = (request: any, reply: any) => Promise<unknown>;
  * limits read the parsed body.
  */
 export function throttle(source: LimitSource, options: ThrottleOptions = {}): ThrottleHook {
-  const guard = new Guard(source, options);
+  const guard = new Guard(source, options, true);
   return async (request: FastifyRequestLike, reply: FastifyReplyLike) => {
     const outcome = await check(guard, request, reply);
     if (outcome.allowed) {
@@ -161,7 +161,7 @@ export function ratewindow(fastify: FastifyLike, options: RatewindowPluginOption
     const own = route.config?.throttle;
     const source = own === undefined ? global : own;
     if (source === undefined || source === false) return;
-    const guard = pluginHook(new Guard(source, throttleOptions));
+    const guard = pluginHook(new Guard(source, throttleOptions, true));
     const existing = route[hook];
     // First, so that a refused request runs none of the route's own hooks.
     route[hook] = existing === undefined ? [guard] : [guard, ...(Array.isArray(existing) ? existing : [existing])];

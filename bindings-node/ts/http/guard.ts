@@ -11,7 +11,7 @@ import { Limit } from '../limit';
 import { RateLimiter } from '../rate-limiter';
 import type { CooldownStore } from '../store';
 import type { Awaitable, BatchVerdict } from '../types';
-import { ClientAddress, headers, IETF, LEGACY, plan, type Plan, type TrustOptions } from './native';
+import { ClientAddress, fieldNames, headers, IETF, LEGACY, plan, type Plan, type TrustOptions } from './native';
 
 /** What a request's limits come from: a registered limiter's name, a limit (or several), or a callback. */
 export type LimitSource = string | Limit | readonly Limit[] | LimitCallback;
@@ -114,8 +114,11 @@ export class Guard {
   private readonly flags: number;
   private readonly address: ClientAddress;
   private readonly onAfterError: (error: unknown) => void;
+  /** The field names `setHeader` gets (lower case for Fastify, which stores them so). */
+  private readonly names: readonly string[];
 
-  constructor(source: LimitSource, options: ThrottleOptions = {}) {
+  /** `lowerCaseNames`: set the fields by their lower-case names (a refusal's `headers` keep the core's). */
+  constructor(source: LimitSource, options: ThrottleOptions = {}, lowerCaseNames = false) {
     if (typeof options !== 'object' || options === null) throw typeError('options must be an object', options);
     const { limiter, headers: fields = true, onAfterError, name = 'default' } = options;
     if (limiter !== undefined && !(limiter instanceof RateLimiter)) throw typeError('limiter must be a RateLimiter', limiter);
@@ -140,6 +143,7 @@ export class Guard {
     this.onAfterError = onAfterError ?? ((e) => process.emitWarning(e instanceof Error ? e : String(e)));
     // A bad name fails here, not at the first request.
     plan(this.name, NONE);
+    this.names = fieldNames(lowerCaseNames);
   }
 
   /** The limits of `request`: the named limiter's (its keys deduplicated by the core), or the given ones. */
@@ -202,14 +206,16 @@ export class Guard {
     verdict: BatchVerdict,
     setHeader: (name: string, value: string) => void,
   ): Outcome {
+    const names = this.names;
     if (verdict.allowed) {
-      headers(this.name, p, verdict, this.flags, setHeader);
+      headers(this.name, p, verdict, this.flags, (field, value) => setHeader(names[field]!, value));
       return hooks ? { allowed: true, finish: (response) => this.after(p, limits, verdict, response) } : PASS;
     }
     const pairs: [string, string][] = [];
-    headers(this.name, p, verdict, this.flags, (name, value) => {
-      setHeader(name, value);
-      pairs.push([name, value]);
+    const canonical = fieldNames();
+    headers(this.name, p, verdict, this.flags, (field, value) => {
+      setHeader(names[field]!, value);
+      pairs.push([canonical[field]!, value]);
     });
     const limit = limits[p.sources[verdict.blocked ?? 0]!]!;
     return { allowed: false, refusal: Object.freeze({ limit, verdict, headers: pairs }) };

@@ -42,6 +42,7 @@ interface NativeHttp {
     nowMs: number,
     flags: number,
   ): string[];
+  httpFieldNames(): string[];
   httpErrorStatus(kind: string): number;
   HttpTrust: new (hops: number | null, proxies: string[] | null, header: string | null, ipv6Prefix: number | null) => NativeTrust;
 }
@@ -199,20 +200,35 @@ export function plan(name: string, limits: readonly Limit[]): Plan | undefined {
 export const IETF = 1;
 export const LEGACY = 2;
 
+let names: readonly string[] | undefined;
+let lowerNames: readonly string[] | undefined;
+
+/**
+ * The response fields' names as the core spells them (`Retry-After`, `RateLimit-Policy` ...), indexed
+ * as {@link headers} numbers them; with `lower`, in lower case (what Fastify and Node store them by:
+ * the same strings every request, so no name is made nor looked up as a new property key).
+ */
+export function fieldNames(lower = false): readonly string[] {
+  const canonical = (names ??= Object.freeze(native().httpFieldNames()));
+  return lower ? (lowerNames ??= Object.freeze(canonical.map((n) => n.toLowerCase()))) : canonical;
+}
+
 /** The limits of a plan's entries, as the core reads them: `uses` and `windowMs`. */
 export interface EntryLimits {
   readonly entries: readonly { readonly limit: CooldownLimit }[];
 }
 
 /**
- * Sets the response fields of `verdict` for the entries of `plan` with `set(name, value)`, in the
- * core's order; `nowMs` is when (for `X-RateLimit-Reset`).
+ * Sets the response fields of `verdict` for the entries of `plan` with `set(field, value)`, in the
+ * core's order, `field` the index of the field's name in {@link fieldNames}; `nowMs` is when (for
+ * `X-RateLimit-Reset`).
  */
-export function headers(name: string, plan: EntryLimits, verdict: BatchVerdict, flags: number, set: (name: string, value: string) => void, nowMs = Date.now()): void {
+export function headers(name: string, plan: EntryLimits, verdict: BatchVerdict, flags: number, set: (field: number, value: string) => void, nowMs = Date.now()): void {
   const entries = plan.entries;
   try {
     if (entries.length === 1) {
-      // One entry: the fields come back as one string of `name: value` lines.
+      // One entry: the fields come back as one string of lines, each the field's index (one digit)
+      // then its value.
       const { uses, windowMs } = entries[0]!.limit;
       const lines = native().httpHeaders1(
         name,
@@ -231,8 +247,7 @@ export function headers(name: string, plan: EntryLimits, verdict: BatchVerdict, 
       while (at < lines.length) {
         let end = lines.indexOf('\n', at);
         if (end === -1) end = lines.length;
-        const colon = lines.indexOf(': ', at);
-        set(lines.slice(at, colon), lines.slice(colon + 2, end));
+        set(lines.charCodeAt(at) - 48, lines.slice(at + 1, end));
         at = end + 1;
       }
       return;
@@ -251,7 +266,8 @@ export function headers(name: string, plan: EntryLimits, verdict: BatchVerdict, 
       nowMs,
       flags,
     );
-    for (let i = 0; i < flat.length; i += 2) set(flat[i]!, flat[i + 1]!);
+    const names = fieldNames();
+    for (let i = 0; i < flat.length; i += 2) set(names.indexOf(flat[i]!), flat[i + 1]!);
   } catch (e) {
     throw mapped(e);
   }
