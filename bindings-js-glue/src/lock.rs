@@ -130,7 +130,8 @@ impl Calls {
     /// acquire's `SET` arguments, then the release script's keys and arguments, as one string whose
     /// pieces' JS lengths are in `out` from `PIECES`; `out[VALUE]` the acquire's piece count, `out[KEYS]`
     /// and `out[ARGS]` the release's key and argument counts, `out[BY_SHA1]` whether the release runs
-    /// by SHA1. `None` on any other store (or one without plain commands): every operation is a call.
+    /// by SHA1, `out[ALLOWED]` / `out[RETRY_AFTER_MS]` where the owner is in the acquire's pieces / the
+    /// release's arguments (another owner's lock on the key and TTL: these with its owner there). `None` on any other store (or one without plain commands): every operation is a call.
     pub fn lock_commands(
         &self,
         out: &mut CallRecord,
@@ -138,7 +139,7 @@ impl Calls {
         owner: &str,
         ttl: f64,
     ) -> Res<Option<String>> {
-        use crate::calls::{ARGS, BY_SHA1, KEYS, LEN, PIECES, VALUE};
+        use crate::calls::{ALLOWED, ARGS, BY_SHA1, KEYS, LEN, PIECES, RETRY_AFTER_MS, VALUE};
         let ttl = LockTtl::from_secs(ttl).map_err(|e| failure(&e))?;
         check_owner(owner).map_err(|e| failure(&e))?;
         let Some(redis) = self.redis_planner() else {
@@ -163,6 +164,8 @@ impl Calls {
         out[KEYS] = plan.release_keys.len() as f64;
         out[ARGS] = plan.release_args.len() as f64;
         out[BY_SHA1] = if redis.runs_by_sha1() { 1.0 } else { 0.0 };
+        out[ALLOWED] = plan.acquire_owner as f64;
+        out[RETRY_AFTER_MS] = plan.release_owner as f64;
         let mut s = String::with_capacity(pieces().map(String::len).sum());
         for (i, piece) in pieces().enumerate() {
             out[PIECES + i] = if piece.is_ascii() {

@@ -635,14 +635,14 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     checkedTtl: undefined,
     lockRun: (op, key, owner, ttl) => store.lockCall(op, key, owner ?? null, ttl, lockFlag),
     lockOwner: (key) => store.lockCall('owner', key, null, 0, store.lockHolder),
-    prepare: (key, owner, ttl) => store.prepareLock(key, owner, ttl),
+    prepare: (key, owner, ttl, given) => store.prepareLock(key, owner, ttl, given),
   }))(this);
 
   /**
    * Plans a lock's acquire and release once (checking its TTL and owner), or undefined: each of its
    * operations is then a call. The Redis store with plain commands plans them (`ts/redis-lock.ts`).
    */
-  protected prepareLock(_key: string, _owner: string, _ttl: number): PreparedLock | undefined {
+  protected prepareLock(_key: string, _owner: string, _ttl: number, _given: boolean): PreparedLock | undefined {
     return undefined;
   }
 

@@ -65,9 +65,10 @@ export interface LockDriver {
   lockOwner(key: string): Awaitable<string | null>;
   /**
    * Plans a lock's acquire and release once, checking its TTL and owner as `checkLock` does (throws
-   * code `invalid_argument:ttl` / `owner`): undefined when the store runs each operation as a call.
+   * code `invalid_argument:ttl` / `owner`; a generated owner, `given` false, is a UUID: valid):
+   * undefined when the store runs each operation as a call.
    */
-  prepare?(key: string, owner: string, ttl: number): PreparedLock | undefined;
+  prepare?(key: string, owner: string, ttl: number, given: boolean): PreparedLock | undefined;
 }
 
 /** A lock argument refused by the engine, as the package's error naming the field. */
@@ -129,7 +130,7 @@ export class Lock {
     let prepared: PreparedLock | undefined;
     if (driver.prepare !== undefined) {
       try {
-        prepared = driver.prepare(key, token, ttl);
+        prepared = driver.prepare(key, token, ttl, owner !== undefined);
       } catch (e) {
         throw lockArgumentError(e, { ttl, owner: token });
       }

@@ -19,7 +19,7 @@ import { typeError } from './errors';
 import { CALL_RECORD_LENGTH, CallSlot, hasRedis, type BackendCalls, type StepKind } from './redis-backend';
 import { getDefaultBackend } from './store';
 import type { LockBackend, PreparedLock } from './lock';
-import { PreparedRedisLock, type PreparedLockHost } from './redis-lock';
+import { RedisLockPlan, type PreparedLockHost } from './redis-lock';
 import type { GiveBackError } from './store-errors';
 
 /**
@@ -35,8 +35,8 @@ export type RedisEvalSha = (sha1: string, keys: string[], args: string[]) => Pro
  * Runs one plain command, `args` as is: its name, its one key (`args[1]`, what a Cluster client routes
  * by), its arguments — the lock's `['SET', key, owner, 'NX', 'PX', ttlMs]`, `['DEL', key]`, `['GET', key]`.
  * Resolves to the reply as the client decodes it (`'OK'`, `null`, a number, a string). A lock sends
- * the same frozen array for each of its acquires (and the same keys and arguments to `evalsha` / `run`
- * for each release): read them, never change them.
+ * the same array for each of its acquires (and the same keys and arguments to `evalsha` / `run` for
+ * each of its releases): read them, never change them.
  */
 export type RedisCommand = (args: string[]) => PromiseLike<unknown> | unknown;
 
@@ -218,13 +218,31 @@ export class RedisStore extends CallStore<false> {
    * With `command`, a lock's acquire and release are planned once by the engine and sent again for
    * each operation (`ts/redis-lock.ts`); without it (or in a build without the plan) each is a call.
    */
-  protected override prepareLock(key: string, owner: string, ttl: number): PreparedLock | undefined {
+  protected override prepareLock(key: string, owner: string, ttl: number, given: boolean): PreparedLock | undefined {
     const calls = this.calls;
-    if (this.command === undefined || typeof calls.lockCommands !== 'function' || typeof (this.backend as LockBackend).lockAnswer !== 'function') return undefined;
-    // A refused owner or TTL throws code `invalid_argument:*`, which `Lock` names the field of.
-    const joined = calls.lockCommands(key, owner, ttl);
-    return PreparedRedisLock.of((this.lockHost ??= this.makeLockHost()), this.record, joined, key, owner, ttl);
+    const backend = this.backend as LockBackend;
+    if (this.command === undefined || typeof calls.lockCommands !== 'function' || typeof backend.lockAnswer !== 'function') return undefined;
+    let byKey = this.lockPlans.get(ttl);
+    let plan = byKey?.get(key);
+    if (plan === undefined) {
+      // A refused owner or TTL throws code `invalid_argument:*`, which `Lock` names the field of.
+      plan = RedisLockPlan.of(this.record, calls.lockCommands(key, owner, ttl));
+      if (plan === undefined) return undefined;
+      if (byKey === undefined) {
+        if (this.lockPlans.size >= 16) this.lockPlans.clear();
+        this.lockPlans.set(ttl, (byKey = new Map()));
+      } else if (byKey.size >= 4096) {
+        byKey.clear();
+      }
+      byKey.set(key, plan);
+    } else if (given) {
+      backend.checkLock!(ttl, owner);
+    }
+    return plan.lock((this.lockHost ??= this.makeLockHost()), key, owner, ttl);
   }
+
+  /** The lock plans of the last keys by TTL (a few thousand at most: dropped when full). */
+  private readonly lockPlans = new Map<number, Map<string, RedisLockPlan>>();
 
   /** What this store's prepared locks send with (made at the first lock). */
   private lockHost: PreparedLockHost | undefined;

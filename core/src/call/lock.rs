@@ -301,8 +301,10 @@ impl Redis {
                 "PX".to_owned(),
                 ttl.ms().to_string(),
             ],
+            acquire_owner: 2,
             release_keys: vec![key],
             release_args: vec!["release".to_owned(), owner.to_owned()],
+            release_owner: 1,
         }))
     }
 
@@ -326,10 +328,15 @@ impl Redis {
 pub struct LockCommands {
     /// The acquire: `SET key owner NX PX ttl_ms`, a plain command.
     pub acquire: Vec<String>,
+    /// Where the owner is in `acquire`: another owner's lock on the same key and TTL is these
+    /// commands with its owner there (and at `release_owner`).
+    pub acquire_owner: usize,
     /// The release: the lock script's (`LOCK`) keys.
     pub release_keys: Vec<String>,
     /// The release: the lock script's arguments.
     pub release_args: Vec<String>,
+    /// Where the owner is in `release_args`.
+    pub release_owner: usize,
 }
 
 #[cfg(feature = "sql")]
@@ -526,6 +533,14 @@ mod tests {
         let redis = Redis::new(RedisOptions::default().with_prefix("p:")).plain_commands(true);
         let ttl = LockTtl::from_ms(5_000).unwrap();
         let plan = redis.lock_commands("job", "me", ttl).unwrap().unwrap();
+        assert_eq!(plan.acquire[plan.acquire_owner], "me");
+        assert_eq!(plan.release_args[plan.release_owner], "me");
+        // Another owner's: the same commands with its owner in the owner's places.
+        let theirs = redis.lock_commands("job", "you", ttl).unwrap().unwrap();
+        let mut swapped = plan.clone();
+        swapped.acquire[plan.acquire_owner] = "you".into();
+        swapped.release_args[plan.release_owner] = "you".into();
+        assert_eq!(swapped, theirs);
         let mut call = redis.lock(acquire("me"));
         let Next::Run(Command::Plain { args }) = call.next() else {
             panic!("a plain command")
