@@ -77,6 +77,8 @@ try {
   assert.deepEqual(out.nan, { invalidLimit: true, code: 'ERR_RATEWINDOW_INVALID_LIMIT', field: 'uses' });
   assert.equal(out.panic, 'panic');
   assert.equal(out.stillWorks, true);
+  assert.deepEqual(out.gcra, [true, 100]);
+  assert.deepEqual(out.counter, [true, false]);
   assert.deepEqual(out.attempt, ['ran', false]);
   console.log(`chromium smoke test passed (${out.userAgent.match(/(?:Headless)?Chrome\/[\d.]+/)?.[0]}): consume ${out.nsPerConsume} ns/call in the page`);
 } finally {

@@ -179,6 +179,28 @@ impl WasmCalls {
         })
     }
 
+    /// Starts a GCRA or counter operation (`op`: 0 consume, 1 peek, 2 reset; `kind` 1 GCRA, 2 the
+    /// counter): `now` is SQLite's clock, and on Redis and PostgreSQL times the call instead of the
+    /// server's (the vectors).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rate(
+        &mut self,
+        out: &mut [f64],
+        op: u32,
+        #[wasm_bindgen(unchecked_param_type = "string")] key: JsString,
+        kind: u32,
+        uses: f64,
+        window_ms: f64,
+        burst: f64,
+        cost: f64,
+        now: Option<f64>,
+    ) -> Result<Option<String>, JsValue> {
+        self.go(out, |c, out| {
+            let key = key_of(&key, KeyPosition::Key)?;
+            c.rate(out, op, key, kind, uses, window_ms, burst, cost, now)
+        })
+    }
+
     /// Starts a peek.
     pub fn peek(
         &mut self,

@@ -298,6 +298,97 @@ impl WasmStore {
     pub fn size(&self) -> f64 {
         self.0.size()
     }
+
+    /// GCRA (`kind` 1) or counter (`kind` 2) consume costing `cost` uses: `0` when allowed (and
+    /// recorded), else the retry timestamp; the quota in the record.
+    #[wasm_bindgen(js_name = rateConsume)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn rate_consume(
+        &self,
+        key_len: u32,
+        kind: u32,
+        uses: f64,
+        window_ms: f64,
+        burst: f64,
+        cost: f64,
+        now: f64,
+    ) -> Result<f64, JsValue> {
+        with_key(key_len, |key, out| {
+            self.0
+                .rate_consume(key, kind, uses, window_ms, burst, cost, now, out)
+        })
+    }
+
+    /// Like `rateConsume`, recording and creating nothing.
+    #[wasm_bindgen(js_name = ratePeek)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn rate_peek(
+        &self,
+        key_len: u32,
+        kind: u32,
+        uses: f64,
+        window_ms: f64,
+        burst: f64,
+        cost: f64,
+        now: f64,
+    ) -> Result<f64, JsValue> {
+        with_key(key_len, |key, out| {
+            self.0
+                .rate_peek(key, kind, uses, window_ms, burst, cost, now, out)
+        })
+    }
+
+    /// Forgets a GCRA bucket (`kind` 1) or a counter (`kind` 2).
+    #[wasm_bindgen(js_name = rateReset)]
+    pub fn rate_reset(&self, key_len: u32, kind: u32) -> Result<(), JsValue> {
+        with_key(key_len, |key, _| self.0.rate_reset(key, kind))
+    }
+
+    /// Appends an entry of any algorithm (`kind` 0 sliding, 1 GCRA, 2 counter) to the pending mixed
+    /// batch; a refusal clears it.
+    #[wasm_bindgen(js_name = mixedPush)]
+    pub fn mixed_push(
+        &mut self,
+        key_len: u32,
+        kind: u32,
+        uses: f64,
+        window_ms: f64,
+        burst: f64,
+        cost: f64,
+    ) -> Result<(), JsValue> {
+        let entry = KeyPosition::Entry(self.0.mixed_len());
+        let pushed = with_key_at(key_len, entry, |key, _| {
+            self.0.mixed_push(key, kind, uses, window_ms, burst, cost)
+        });
+        if pushed.is_err() {
+            self.0.mixed_clear();
+        }
+        pushed
+    }
+
+    /// Consumes the pending mixed batch: a release handle (> 0) or minus the retry timestamp.
+    #[wasm_bindgen(js_name = mixedConsume)]
+    pub fn mixed_consume(&mut self, now: f64) -> Result<f64, JsValue> {
+        with_record(|out| self.0.mixed_consume(now, out))
+    }
+
+    /// Peeks the pending mixed batch: `0` or minus the retry timestamp.
+    #[wasm_bindgen(js_name = mixedPeek)]
+    pub fn mixed_peek(&mut self, now: f64) -> Result<f64, JsValue> {
+        with_record(|out| self.0.mixed_peek(now, out))
+    }
+
+    /// Discards the pending mixed batch.
+    #[wasm_bindgen(js_name = mixedClear)]
+    pub fn mixed_clear(&mut self) {
+        self.0.mixed_clear();
+    }
+}
+
+/// Validates a GCRA (`kind` 1) or counter (`kind` 2) limit; throws `invalid_limit:<field>`.
+#[wasm_bindgen(js_name = checkRate)]
+pub fn check_rate(kind: u32, uses: f64, window_ms: f64, burst: f64) -> Result<(), JsValue> {
+    ratewindow_js_glue::rates::check_rate(kind, uses, window_ms, burst).map_err(thrown)
 }
 
 /// Validates a limit; throws `invalid_limit:<field>` when it cannot be built.

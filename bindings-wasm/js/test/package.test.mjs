@@ -155,10 +155,13 @@ test('initSync takes a compiled WebAssembly.Module (as Cloudflare Workers give i
 // 128 KiB with the memory store alone; the networked stores' call machines (Redis, PostgreSQL and
 // SQLite planners, their scripts and SQL text, the reply decoders: src/calls.rs) took it to 315 KiB
 // (322,851 bytes, opt-level 3, fat LTO, 2026-12-01); the lock and the faster Redis script 358,846 with
-// the core's `rates` feature off (GCRA and the counter, not exposed here yet: 7.5 KB more).
-test('the .wasm stays within its size budget (352 KiB)', () => {
+// the core's `rates` feature off; 355,114 once the SQL schemas lost their comments. GCRA and the
+// sliding-window counter (the glue's `rates`: the memory store's two tables, mixed batches, and the
+// Redis, PostgreSQL and SQLite rate machines with their scripts and SQL) took it to 448,720 bytes
+// (2026-12-01, rustup toolchain): the budget was raised to 448 KiB for them (issue 17), deliberately.
+test('the .wasm stays within its size budget (448 KiB)', () => {
   const size = statSync(wasmFile).size;
-  assert.ok(size < 352 * 1024, `${size} bytes`);
+  assert.ok(size < 448 * 1024, `${size} bytes`);
   assert.ok(WebAssembly.validate(readFileSync(wasmFile)));
 });
 

@@ -26,14 +26,16 @@ import { createWasmBackend, type WasmExports } from './wasm.js';
 
 // The Node package's API: the embedded store, the rate limiter, and the networked stores, which drive
 // the core's call machines through this module's call boundary (src/calls.rs) as they do the addon's.
-export type { AttemptResult, Awaitable, BatchVerdict, Clock, CooldownLimit, Entry, Verdict } from './layer/types.js';
-export { CooldownStore, MemoryStore, cooldownLimit } from './layer/store.js';
+export type {
+  AnyLimit, AttemptResult, Awaitable, BatchVerdict, CallOptions, Clock, CooldownLimit, CounterLimit, Entry, GcraLimit, Verdict,
+} from './layer/types.js';
+export { CooldownStore, MemoryStore, cooldownLimit, counterLimit, gcraLimit } from './layer/store.js';
 export type { MemoryStoreOptions } from './layer/store.js';
 export { GlobalLimit, Limit, Unlimited } from './layer/limit.js';
 export type { AfterCallback, ResponseCallback } from './layer/limit.js';
 export { RateLimiter } from './layer/rate-limiter.js';
 export type { FixedWindowStore, LimiterCallback } from './layer/rate-limiter.js';
-export { InternalError, InvalidArgumentError, InvalidLimitError, RateWindowError } from './layer/errors.js';
+export { InternalError, InvalidArgumentError, InvalidLimitError, RateWindowError, UnsupportedError } from './layer/errors.js';
 export type { RateWindowErrorCode } from './layer/errors.js';
 export type { Backend, BackendStore } from './layer/backend.js';
 export { RedisStore } from './layer/redis.js';
@@ -65,6 +67,7 @@ const lazy: Backend = Object.freeze({
   createStore: (record: Float64Array) => backend().createStore(record),
   recordLayout: () => backend().recordLayout(),
   checkLimit: (uses: number, windowMs: number) => backend().checkLimit(uses, windowMs),
+  checkRate: (kind: number, uses: number, windowMs: number, burst: number) => backend().checkRate?.(kind, uses, windowMs, burst),
   noop: () => backend().noop(),
   panicForTest: (message: string) => backend().panicForTest(message),
   createRedis: (record: Float64Array, prefix: string, hashTagBefore: string | null, evalsha?: boolean) =>

@@ -346,6 +346,55 @@ export function createWasmBackend(exports: WasmExports): Backend {
         return this.#fail(e);
       }
     }
+    rateConsume(key: string, kind: number, uses: number, windowMs: number, burst: number, cost: number, now: number): number {
+      try {
+        return this.#recorded(this.#store().rateConsume(writeKey(key), kind, uses, windowMs, burst, cost, now));
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    ratePeek(key: string, kind: number, uses: number, windowMs: number, burst: number, cost: number, now: number): number {
+      try {
+        return this.#recorded(this.#store().ratePeek(writeKey(key), kind, uses, windowMs, burst, cost, now));
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    rateReset(key: string, kind: number): void {
+      try {
+        this.#store().rateReset(writeKey(key), kind);
+      } catch (e) {
+        this.#fail(e);
+      }
+    }
+    mixedPush(key: string, kind: number, uses: number, windowMs: number, burst: number, cost: number): void {
+      try {
+        this.#store().mixedPush(writeKey(key), kind, uses, windowMs, burst, cost);
+      } catch (e) {
+        this.#fail(e);
+      }
+    }
+    mixedConsume(now: number): number {
+      try {
+        return this.#recorded(this.#store().mixedConsume(now));
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    mixedPeek(now: number): number {
+      try {
+        return this.#recorded(this.#store().mixedPeek(now));
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
+    mixedClear(): void {
+      try {
+        this.#store().mixedClear();
+      } catch (e) {
+        this.#fail(e);
+      }
+    }
   }
 
   if (glue.callRecordLayout().join() !== CALL_RECORD_LAYOUT.join()) {
@@ -393,6 +442,9 @@ export function createWasmBackend(exports: WasmExports): Backend {
     }
     release(token: BackendRelease, now?: number | null): string | null {
       return this.#go((c, r) => c.release(r, token, now ?? undefined));
+    }
+    rate(op: number, key: string, kind: number, uses: number, windowMs: number, burst: number, cost: number, now?: number | null): string | null {
+      return this.#go((c, r) => c.rate(r, op, key, kind, uses, windowMs, burst, cost, now ?? undefined));
     }
     hit(key: string, decayMs: number, amount: number, now?: number | null): string | null {
       return this.#go((c, r) => c.hit(r, key, decayMs, amount, now ?? undefined));
@@ -493,6 +545,13 @@ export function createWasmBackend(exports: WasmExports): Backend {
     checkLimit: (uses: number, windowMs: number): void => {
       try {
         glue.checkLimit(uses, windowMs);
+      } catch (e) {
+        fail(e);
+      }
+    },
+    checkRate: (kind: number, uses: number, windowMs: number, burst: number): void => {
+      try {
+        glue.checkRate(kind, uses, windowMs, burst);
       } catch (e) {
         fail(e);
       }
