@@ -8,13 +8,18 @@
 # Assumes scripts/setup-wasm.sh has run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DIST="$ROOT/bindings-wasm/component/dist"
-# Size budgets: 150 KB for the engine world (101 KB), 256 KiB for the hosted one (257,522 bytes), which
-# carries the core's call machines: the Redis machine with its Cluster fallback, and the lock (memory and
-# Redis). The component depends on the core without its default features: no `sql` (the SQL machines,
-# ~38 KB it never runs); the hosted build turns the core's `lock` feature on (its lock without the SQL
-# machines: ~24 KB).
-budget() { if [ "$1" = hosted ]; then echo $((256 * 1024)); else echo $((150 * 1024)); fi; }
+# RATEWINDOW_COMPONENT_DIST: another output dir (e.g. to measure a build beside the tree's own).
+DIST="${RATEWINDOW_COMPONENT_DIST:-$ROOT/bindings-wasm/component/dist}"
+# Size budgets: 176 KiB for the engine world, 352 KiB for the hosted one, which carries the core's call
+# machines: the Redis machine with its Cluster fallback, the lock (memory and Redis), and GCRA and the
+# sliding-window counter (memory in both worlds, Redis in the hosted one). The component depends on the
+# core without its default features: no `sql` (the SQL machines, ~38 KB it never runs), no `weights`,
+# no `lock-commands`; the hosted build turns the core's `lock` feature on (its lock without the SQL
+# machines: ~24 KB), both the core's `rates`. Raised deliberately for `rates` (issue 17) from 150 KB and
+# 256 KiB, at 1 Dec 2026 (rustup toolchain): engine 168,005 bytes with them (92-101 KB before), hosted
+# 349,969 (261,455 before): the rate and mixed-batch code of the memory store and the Redis rate machine
+# with its two scripts. Where those bytes go is not profiled yet (twiggy on an unstripped build).
+budget() { if [ "$1" = hosted ]; then echo $((352 * 1024)); else echo $((176 * 1024)); fi; }
 JCO="$ROOT/bindings-wasm/node_modules/.bin/jco"
 
 eval "$("$ROOT/scripts/wasm-toolchain.sh" env)"

@@ -229,7 +229,52 @@ class Ops {
     if (!this.timed) this.setClock(u64(now));
     return this.store.clear(key);
   }
+
+  // GCRA and the sliding-window counter (limits in the vectors' JSON shape, `algorithm` 'gcra' or
+  // 'counter').
+
+  checkRate(algorithm, l) {
+    return attempt(() => this.limits.checkRate(rateLimit(algorithm, l)));
+  }
+
+  consumeRate(key, algorithm, l, cost, now) {
+    return attempt(() => this.store.consumeRate(key, rateLimit(algorithm, l), cost, ...this.at(now)));
+  }
+
+  peekRate(key, algorithm, l, cost, now) {
+    return attempt(() => this.store.peekRate(key, rateLimit(algorithm, l), cost, ...this.at(now)));
+  }
+
+  resetRate(key, algorithm, now) {
+    if (!this.timed) this.setClock(u64(now));
+    return this.store.resetRate(key, algorithm);
+  }
+
+  consumeMixed(list, now, id) {
+    const r = attempt(() => this.store.consumeMixed(mixedEntries(list), ...this.at(now)));
+    if (r.err) return r;
+    const { verdict, release } = r.ok;
+    if (release) {
+      if (id !== undefined) this.tokens.set(id, release);
+      else release[Symbol.dispose]();
+    }
+    return { ok: verdict };
+  }
+
+  peekMixed(list, now) {
+    return attempt(() => this.store.peekMixed(mixedEntries(list), ...this.at(now)));
+  }
 }
+
+/** A GCRA or counter limit of the vectors as the WIT `rate-limit` variant (jco: `{ tag, val }`). */
+export function rateLimit(algorithm, l) {
+  if (algorithm === 'gcra') return { tag: 'gcra', val: { uses: l.uses, windowMs: l.window_ms, burst: l.burst } };
+  return { tag: algorithm, val: limit(l) };
+}
+
+/** Entries of a mixed batch of the vectors (`algorithm`, `key`, `limit`, `cost`) as `mixed-entry`s. */
+export const mixedEntries = (list) =>
+  list.map((e) => ({ key: e.key, limit: rateLimit(e.algorithm, e.limit), cost: e.cost ?? 1 }));
 
 /** Ops over the `engine` world. */
 export async function engineOps() {

@@ -86,6 +86,34 @@ def entry(key: str, lim: wc.Record) -> wc.Record:
     return r
 
 
+def gcra_limit(uses: float, window_ms: float, burst: Optional[float] = None) -> wc.Variant:
+    """A WIT ``rate-limit.gcra`` (``burst`` None: ``uses``)."""
+    r = wc.Record()
+    setattr(r, "uses", float(uses))
+    setattr(r, "window-ms", float(window_ms))
+    setattr(r, "burst", None if burst is None else float(burst))
+    return wc.Variant("gcra", r)
+
+
+def counter_limit(uses: float, window_ms: float) -> wc.Variant:
+    """A WIT ``rate-limit.counter``."""
+    return wc.Variant("counter", limit(uses, window_ms))
+
+
+def sliding_limit(uses: float, window_ms: float) -> wc.Variant:
+    """A WIT ``mixed-limit.sliding`` (a mixed batch's sliding-log entry)."""
+    return wc.Variant("sliding", limit(uses, window_ms))
+
+
+def mixed_entry(key: str, lim: wc.Variant, cost: float = 1) -> wc.Record:
+    """A WIT ``mixed-entry`` record."""
+    r = wc.Record()
+    setattr(r, "key", key)
+    setattr(r, "limit", lim)
+    setattr(r, "cost", float(cost))
+    return r
+
+
 @dataclass
 class _Funcs:
     """The exported functions of one store interface."""
@@ -111,7 +139,7 @@ def _interface(store: wasmtime.Store, instance: wc.Instance, name: str, funcs: l
 _METHODS = [
     "consume", "peek", "consume-many", "peek-many", "release", "hit", "hit-window", "attempt", "attempts",
     "too-many-attempts", "remaining", "available-in", "available-in-ms", "reset-attempts", "clear", "purge",
-    "key-count",
+    "key-count", "consume-rate", "peek-rate", "reset-rate", "consume-mixed", "peek-mixed",
 ]
 
 _REDIS_METHODS = [
@@ -155,9 +183,10 @@ class _World:
         if linker_setup is not None:
             linker_setup(linker)
         self.instance = linker.instantiate(self.store, component)
-        limits = _interface(self.store, self.instance, "limits", ["check-limit", "check-window"])
+        limits = _interface(self.store, self.instance, "limits", ["check-limit", "check-window", "check-rate"])
         self._check_limit = limits["check-limit"]
         self._check_window = limits["check-window"]
+        self._check_rate = limits["check-rate"]
         iface = "memory" if self.timed else "clocked-memory"
         funcs = _interface(
             self.store, self.instance, iface,
@@ -191,15 +220,39 @@ class _World:
     def check_window(self, window_ms: float) -> Any:
         return self._check_window(self.store, float(window_ms))
 
+    def check_rate(self, lim: wc.Variant) -> Any:
+        return self._check_rate(self.store, lim)
+
     def consume(self, key: str, lim: wc.Record, now: int) -> Any:
         return self._call("consume", key, lim, now=now)
+
+    def consume_rate(self, key: str, lim: wc.Variant, cost: float, now: int) -> Any:
+        """GCRA or the counter (``lim`` from :func:`gcra_limit` / :func:`counter_limit`)."""
+        return self._call("consume-rate", key, lim, float(cost), now=now)
+
+    def peek_rate(self, key: str, lim: wc.Variant, cost: float, now: int) -> Any:
+        return self._call("peek-rate", key, lim, float(cost), now=now)
+
+    def reset_rate(self, key: str, algorithm: str, now: int) -> None:
+        """Forgets ``key``'s ``"gcra"`` bucket or ``"counter"``."""
+        self._at(now)
+        self._call("reset-rate", key, algorithm)
+
+    def consume_mixed(self, entries: list[wc.Record], now: int, id: Optional[str] = None) -> Any:
+        """The batch verdict of a mixed batch (or the error variant); a token kept under ``id``."""
+        return self._keep(self._call("consume-mixed", entries, now=now), id)
+
+    def peek_mixed(self, entries: list[wc.Record], now: int) -> Any:
+        return self._call("peek-mixed", entries, now=now)
 
     def peek(self, key: str, lim: wc.Record, now: int) -> Any:
         return self._call("peek", key, lim, now=now)
 
     def consume_many(self, entries: list[wc.Record], now: int, id: Optional[str] = None) -> Any:
         """The batch verdict (or the error variant); an allowed call's token is kept under ``id``."""
-        r = self._call("consume-many", entries, now=now)
+        return self._keep(self._call("consume-many", entries, now=now), id)
+
+    def _keep(self, r: Any, id: Optional[str]) -> Any:
         if isinstance(r, wc.Variant):
             return r
         token = r.release

@@ -4,7 +4,10 @@
 use crate::bindings::exports::ratewindow::engine::{
     clocked_memory::{self, Consumed, GuestMemoryStore, ReleaseToken, ReleaseTokenBorrow},
     errors::Error,
-    types::{AttemptResult, BatchVerdict, Entry, HitWindow, Limit, Verdict},
+    types::{
+        AttemptResult, BatchVerdict, Entry, HitWindow, Limit, MixedEntry, RateAlgorithm, RateLimit,
+        Verdict,
+    },
 };
 use crate::bindings::ratewindow::engine::clock::now_ms;
 use std::rc::Rc;
@@ -56,6 +59,30 @@ impl GuestMemoryStore for ClockedStore {
 
     fn release(&self, token: ReleaseTokenBorrow<'_>) {
         self.0.release(token.get::<Token>(), now_ms())
+    }
+
+    fn consume_rate(&self, key: String, limit: RateLimit, cost: f64) -> Result<Verdict, Error> {
+        self.0.rate(&key, &limit, cost, now_ms(), true)
+    }
+
+    fn peek_rate(&self, key: String, limit: RateLimit, cost: f64) -> Result<Verdict, Error> {
+        self.0.rate(&key, &limit, cost, now_ms(), false)
+    }
+
+    fn reset_rate(&self, key: String, algorithm: RateAlgorithm) {
+        self.0.reset_rate(&key, algorithm)
+    }
+
+    fn consume_mixed(&self, entries: Vec<MixedEntry>) -> Result<Consumed, Error> {
+        let (verdict, token) = self.0.mixed(entries, now_ms(), true)?;
+        Ok(Consumed {
+            verdict,
+            release: token.map(ReleaseToken::new),
+        })
+    }
+
+    fn peek_mixed(&self, entries: Vec<MixedEntry>) -> Result<BatchVerdict, Error> {
+        Ok(self.0.mixed(entries, now_ms(), false)?.0)
     }
 
     fn hit(&self, key: String, decay_ms: f64, amount: i64) -> Result<i64, Error> {

@@ -2,9 +2,15 @@
 
 use ratewindow_core as core;
 
+use ratewindow_core::counter::Counter;
+use ratewindow_core::gcra::{Gcra, RateError, RateField};
+
 use crate::bindings::exports::ratewindow::engine::{
     errors::{Error, InvalidArgument, InvalidLimit, LimitField},
-    types::{AttemptResult, BatchVerdict, Entry, HitWindow, Limit, Verdict},
+    types::{
+        AttemptResult, BatchVerdict, Entry, GcraLimit, HitWindow, Limit, MixedEntry, MixedLimit,
+        RateLimit, Verdict,
+    },
 };
 
 impl From<core::LimitError> for Error {
@@ -98,4 +104,95 @@ pub fn attempt((allowed, count, reset_after_ms): (bool, i64, u64)) -> AttemptRes
         count,
         reset_after_ms,
     }
+}
+
+impl From<RateError> for Error {
+    fn from(e: RateError) -> Error {
+        let field = match e.field {
+            RateField::Uses => LimitField::Uses,
+            RateField::WindowMs => LimitField::WindowMs,
+            RateField::Burst => LimitField::Burst,
+            RateField::Cost => {
+                return Error::InvalidArgument(InvalidArgument {
+                    field: "cost".to_owned(),
+                    value: e.value,
+                })
+            }
+        };
+        Error::InvalidLimit(InvalidLimit {
+            field,
+            value: e.value,
+        })
+    }
+}
+
+/// A host number as the error's text (`NaN`, `-1`, `1.5`), by the core's own formatter (reached through
+/// `Window::from_f64`, which spells every refused number; a valid window is a whole number).
+fn text(v: f64) -> String {
+    core::Window::from_f64(v).map_or_else(|e| e.value, |w| w.as_ms().to_string())
+}
+
+/// A whole number from 0 to 2^53 - 1, or the refusal of `field` holding the value given.
+fn whole(field: RateField, v: f64) -> Result<u64, Error> {
+    if v.fract() == 0.0 && (0.0..=9_007_199_254_740_991.0).contains(&v) {
+        Ok(v as u64)
+    } else {
+        Err(RateError::new(field, text(v)).into())
+    }
+}
+
+/// A checked GCRA or counter limit and cost (`uses` first, then `window-ms`, `burst`, `cost`).
+pub enum Rate {
+    /// GCRA and the cost.
+    Gcra(Gcra, u64),
+    /// The counter and the cost.
+    Counter(Counter, u64),
+}
+
+/// A checked GCRA limit (`burst` none: `uses`).
+fn gcra(g: &GcraLimit) -> Result<Gcra, Error> {
+    let base = core::Limit::from_f64(g.uses, g.window_ms)?;
+    Ok(match g.burst {
+        None => Gcra::from_limit(base)?,
+        Some(b) => Gcra::new(
+            u64::from(base.uses()),
+            base.window_ms(),
+            whole(RateField::Burst, b)?,
+        )?,
+    })
+}
+
+/// The limit and cost of a GCRA or counter call, checked: the first refused field is the error.
+pub fn rate(l: &RateLimit, cost: f64) -> Result<Rate, Error> {
+    Ok(match l {
+        RateLimit::Gcra(g) => {
+            let g = gcra(g)?;
+            let cost = whole(RateField::Cost, cost)?;
+            g.check_cost(cost)?;
+            Rate::Gcra(g, cost)
+        }
+        RateLimit::Counter(c) => {
+            let c = Counter::new(limit(c)?)?;
+            let cost = whole(RateField::Cost, cost)?;
+            c.check_cost(cost)?;
+            Rate::Counter(c, cost)
+        }
+    })
+}
+
+/// Checked entries of a mixed batch: the first refused field fails the whole batch, before anything
+/// is counted (costs are checked by the store, before it counts).
+pub fn mixed(entries: Vec<MixedEntry>) -> Result<Vec<core::MixedEntry>, Error> {
+    entries
+        .into_iter()
+        .map(|e| {
+            let rule = match &e.limit {
+                MixedLimit::Sliding(l) => core::Rule::Sliding(limit(l)?),
+                MixedLimit::Gcra(g) => core::Rule::Gcra(gcra(g)?),
+                MixedLimit::Counter(c) => core::Rule::Counter(Counter::new(limit(c)?)?),
+            };
+            let cost = whole(RateField::Cost, e.cost)?;
+            Ok(core::MixedEntry::new(e.key, rule, cost))
+        })
+        .collect()
 }

@@ -33,7 +33,11 @@ mod bindings {
     wit_bindgen::generate!({ path: "../../wit", world: "hosted" });
 }
 
-use bindings::exports::ratewindow::engine::{errors::Error, limits, memory, types::Limit};
+use bindings::exports::ratewindow::engine::{
+    errors::Error,
+    limits, memory,
+    types::{Limit, RateLimit},
+};
 
 /// The component: implements every exported interface.
 pub struct Component;
@@ -45,6 +49,10 @@ impl limits::Guest for Component {
 
     fn check_window(window_ms: f64) -> Result<(), Error> {
         convert::window(window_ms).map(|_| ())
+    }
+
+    fn check_rate(limit: RateLimit) -> Result<(), Error> {
+        convert::rate(&limit, 1.0).map(|_| ())
     }
 }
 

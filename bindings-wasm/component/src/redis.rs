@@ -9,7 +9,7 @@
 use std::cell::RefCell;
 
 use ratewindow_core::call::{
-    CallError, Command, Fed, Op, Outcome, Redis, ReleaseToken, WindowQuery,
+    Call, CallError, Command, Fed, Op, Outcome, RateOp, Redis, ReleaseToken, WindowQuery,
 };
 use ratewindow_core::input::check_redis_prefix;
 use ratewindow_core::redis::{RedisOptions as CoreOptions, Reply};
@@ -20,10 +20,13 @@ use crate::bindings::exports::ratewindow::engine::{
         self as wit, GuestRedisRelease, GuestRedisStore, RedisConsumed, RedisConsumedOne,
         RedisOptions, RedisRelease as ReleaseHandle, RedisReleaseBorrow,
     },
-    types::{AttemptResult, BatchVerdict, Entry, HitWindow, Limit, Verdict},
+    types::{
+        AttemptResult, BatchVerdict, Entry, HitWindow, Limit, RateAlgorithm, RateLimit, Verdict,
+    },
 };
 use crate::bindings::ratewindow::engine::store_io::{self, GiveBackFailure, Value};
-use crate::{convert, Component};
+use crate::convert::{self, Rate};
+use crate::Component;
 
 impl wit::Guest for Component {
     type RedisStore = RedisStore;
@@ -181,13 +184,19 @@ impl RedisStore {
 
     /// Drives `op`'s machine to its end, reporting the give-backs that failed on the way.
     fn call(&self, op: Op) -> Result<Outcome, Error> {
+        self.drive(|machine| machine.start(op))
+    }
+
+    /// Drives the call `start` makes to its end (unless the prefix is refused), reporting the
+    /// give-backs that failed on the way.
+    fn drive(&self, start: impl FnOnce(&Redis) -> Call) -> Result<Outcome, Error> {
         if let Some(prefix) = &self.bad_prefix {
             return Err(Error::InvalidArgument(InvalidArgument {
                 field: "prefix".to_owned(),
                 value: prefix.clone(),
             }));
         }
-        let (result, failures) = self.machine.start(op).drive(run);
+        let (result, failures) = start(&self.machine).drive(run);
         for f in failures {
             store_io::give_back_failed(&GiveBackFailure {
                 keys: f.keys,
@@ -207,6 +216,23 @@ impl RedisStore {
     fn peek(&self, entries: Vec<Entry>) -> Result<BatchVerdict, Error> {
         let entries = convert::entries(entries)?;
         Ok(verdict_of(self.call(Op::Peek { entries })?)?.0)
+    }
+
+    /// GCRA or the counter: one script (the core's rate machine), on the server's clock.
+    fn rate(
+        &self,
+        key: String,
+        limit: &RateLimit,
+        cost: f64,
+        record: bool,
+    ) -> Result<Verdict, Error> {
+        let op = match (convert::rate(limit, cost)?, record) {
+            (Rate::Gcra(gcra, cost), true) => RateOp::GcraConsume { key, gcra, cost },
+            (Rate::Gcra(gcra, cost), false) => RateOp::GcraPeek { key, gcra, cost },
+            (Rate::Counter(counter, cost), true) => RateOp::CounterConsume { key, counter, cost },
+            (Rate::Counter(counter, cost), false) => RateOp::CounterPeek { key, counter, cost },
+        };
+        Ok(single(verdict_of(self.drive(|m| m.rate(op))?)?.0))
     }
 
     fn read(&self, key: String, query: WindowQuery) -> Result<Outcome, Error> {
@@ -333,5 +359,21 @@ impl GuestRedisStore for RedisStore {
 
     fn clear(&self, key: String) -> Result<(), Error> {
         unit(self.call(Op::Clear { key })?)
+    }
+
+    fn consume_rate(&self, key: String, limit: RateLimit, cost: f64) -> Result<Verdict, Error> {
+        self.rate(key, &limit, cost, true)
+    }
+
+    fn peek_rate(&self, key: String, limit: RateLimit, cost: f64) -> Result<Verdict, Error> {
+        self.rate(key, &limit, cost, false)
+    }
+
+    fn reset_rate(&self, key: String, algorithm: RateAlgorithm) -> Result<(), Error> {
+        let op = match algorithm {
+            RateAlgorithm::Gcra => RateOp::GcraReset { key },
+            RateAlgorithm::Counter => RateOp::CounterReset { key },
+        };
+        unit(self.drive(|m| m.rate(op))?)
     }
 }

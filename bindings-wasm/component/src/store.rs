@@ -8,9 +8,12 @@ use ratewindow_core::{MemoryStore, Release};
 use crate::bindings::exports::ratewindow::engine::{
     errors::Error,
     memory::{Consumed, GuestMemoryStore, GuestReleaseToken, ReleaseToken, ReleaseTokenBorrow},
-    types::{AttemptResult, BatchVerdict, Entry, HitWindow, Limit, Verdict},
+    types::{
+        AttemptResult, BatchVerdict, Entry, HitWindow, Limit, MixedEntry, RateAlgorithm, RateLimit,
+        Verdict,
+    },
 };
-use crate::convert;
+use crate::convert::{self, Rate};
 
 static NEXT_STORE: AtomicU64 = AtomicU64::new(1);
 
@@ -83,6 +86,54 @@ impl Store {
             .and_then(|mut r| r.take());
         if let Some(release) = taken {
             self.inner.release(release, now);
+        }
+    }
+
+    /// GCRA or the counter: a call costing `cost` uses, recorded when allowed (`record`) or only judged.
+    pub fn rate(
+        &self,
+        key: &str,
+        limit: &RateLimit,
+        cost: f64,
+        now: u64,
+        record: bool,
+    ) -> Result<Verdict, Error> {
+        let rate = convert::rate(limit, cost)?;
+        let now = convert::now(now)?;
+        let store = &self.inner;
+        let verdict = match (rate, record) {
+            (Rate::Gcra(g, cost), true) => store.gcra_consume(key, g, cost, now),
+            (Rate::Gcra(g, cost), false) => store.gcra_peek(key, g, cost, now),
+            (Rate::Counter(c, cost), true) => store.counter_consume(key, c, cost, now),
+            (Rate::Counter(c, cost), false) => store.counter_peek(key, c, cost, now),
+        };
+        Ok(verdict?.into())
+    }
+
+    /// The verdict of a mixed batch, and the token when it is allowed and recorded.
+    pub fn mixed(
+        &self,
+        entries: Vec<MixedEntry>,
+        now: u64,
+        record: bool,
+    ) -> Result<(BatchVerdict, Option<Token>), Error> {
+        let entries = convert::mixed(entries)?;
+        let now = convert::now(now)?;
+        if !record {
+            return Ok((self.inner.peek_mixed(&entries, now)?.into(), None));
+        }
+        let consumed = self.inner.consume_mixed(&entries, now)?;
+        let token = consumed.release.map(|r| Token {
+            store: self.id,
+            release: RefCell::new(Some(r)),
+        });
+        Ok((consumed.verdict.into(), token))
+    }
+
+    pub fn reset_rate(&self, key: &str, algorithm: RateAlgorithm) {
+        match algorithm {
+            RateAlgorithm::Gcra => self.inner.gcra_reset(key),
+            RateAlgorithm::Counter => self.inner.counter_reset(key),
         }
     }
 
@@ -183,6 +234,42 @@ impl GuestMemoryStore for Store {
 
     fn release(&self, token: ReleaseTokenBorrow<'_>, now: u64) {
         Store::release(self, token.get::<Token>(), now)
+    }
+
+    fn consume_rate(
+        &self,
+        key: String,
+        limit: RateLimit,
+        cost: f64,
+        now: u64,
+    ) -> Result<Verdict, Error> {
+        Store::rate(self, &key, &limit, cost, now, true)
+    }
+
+    fn peek_rate(
+        &self,
+        key: String,
+        limit: RateLimit,
+        cost: f64,
+        now: u64,
+    ) -> Result<Verdict, Error> {
+        Store::rate(self, &key, &limit, cost, now, false)
+    }
+
+    fn reset_rate(&self, key: String, algorithm: RateAlgorithm) {
+        Store::reset_rate(self, &key, algorithm)
+    }
+
+    fn consume_mixed(&self, entries: Vec<MixedEntry>, now: u64) -> Result<Consumed, Error> {
+        let (verdict, token) = Store::mixed(self, entries, now, true)?;
+        Ok(Consumed {
+            verdict,
+            release: token.map(ReleaseToken::new),
+        })
+    }
+
+    fn peek_mixed(&self, entries: Vec<MixedEntry>, now: u64) -> Result<BatchVerdict, Error> {
+        Ok(Store::mixed(self, entries, now, false)?.0)
     }
 
     fn hit(&self, key: String, decay_ms: f64, amount: i64, now: u64) -> Result<i64, Error> {

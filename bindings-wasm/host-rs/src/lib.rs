@@ -47,6 +47,30 @@ pub struct Limit {
     pub window_ms: f64,
 }
 
+/// Which algorithm a [`RateLimit`] counts by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// The sliding log (a mixed batch's entry only).
+    Sliding,
+    /// GCRA.
+    Gcra,
+    /// The sliding-window counter.
+    Counter,
+}
+
+/// A GCRA, counter or (in a mixed batch) sliding-log limit as the host's numbers, unchecked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// Uses per window.
+    pub uses: f64,
+    /// Window length, ms.
+    pub window_ms: f64,
+    /// GCRA only: the most uses at once (`None`: `uses`).
+    pub burst: Option<f64>,
+}
+
 /// A verdict, world-independent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Verdict {
@@ -196,6 +220,39 @@ pub trait Ops {
     fn clear(&mut self, key: &str, now: u64) -> Result<()>;
     /// `key-count`.
     fn key_count(&mut self) -> Result<u64>;
+    /// `check-rate` (a GCRA or counter limit).
+    fn check_rate(&mut self, limit: RateLimit) -> Result<Result<(), Error>>;
+    /// `consume-rate` (GCRA or the counter) costing `cost` uses.
+    fn consume_rate(
+        &mut self,
+        key: &str,
+        limit: RateLimit,
+        cost: f64,
+        now: u64,
+    ) -> Result<Result<Verdict, Error>>;
+    /// `peek-rate`.
+    fn peek_rate(
+        &mut self,
+        key: &str,
+        limit: RateLimit,
+        cost: f64,
+        now: u64,
+    ) -> Result<Result<Verdict, Error>>;
+    /// `reset-rate` of `algorithm` (GCRA or the counter).
+    fn reset_rate(&mut self, key: &str, algorithm: Algorithm, now: u64) -> Result<()>;
+    /// `consume-mixed` of `(key, limit, cost)` entries; the token kept under `id` as `consume_many`.
+    fn consume_mixed(
+        &mut self,
+        entries: &[(String, RateLimit, f64)],
+        now: u64,
+        id: Option<&str>,
+    ) -> Result<Result<Verdict, Error>>;
+    /// `peek-mixed`.
+    fn peek_mixed(
+        &mut self,
+        entries: &[(String, RateLimit, f64)],
+        now: u64,
+    ) -> Result<Result<Verdict, Error>>;
 }
 
 /// The reply type of `store-io.run-script`.
@@ -361,6 +418,56 @@ macro_rules! convert_types {
                 .collect()
         }
 
+        fn gcra(l: crate::RateLimit) -> t::GcraLimit {
+            t::GcraLimit {
+                uses: l.uses,
+                window_ms: l.window_ms,
+                burst: l.burst,
+            }
+        }
+
+        fn plain(l: crate::RateLimit) -> t::Limit {
+            t::Limit {
+                uses: l.uses,
+                window_ms: l.window_ms,
+            }
+        }
+
+        /// A GCRA or counter limit; a sliding-log one is a host error (it has no single rate call).
+        pub(crate) fn rate(l: crate::RateLimit) -> wasmtime::Result<t::RateLimit> {
+            match l.algorithm {
+                crate::Algorithm::Gcra => Ok(t::RateLimit::Gcra(gcra(l))),
+                crate::Algorithm::Counter => Ok(t::RateLimit::Counter(plain(l))),
+                crate::Algorithm::Sliding => {
+                    wasmtime::bail!("a sliding-log limit has no rate call: use consume")
+                }
+            }
+        }
+
+        pub(crate) fn algorithm(a: crate::Algorithm) -> wasmtime::Result<t::RateAlgorithm> {
+            match a {
+                crate::Algorithm::Gcra => Ok(t::RateAlgorithm::Gcra),
+                crate::Algorithm::Counter => Ok(t::RateAlgorithm::Counter),
+                crate::Algorithm::Sliding => {
+                    wasmtime::bail!("reset-rate forgets GCRA or counter keys")
+                }
+            }
+        }
+
+        pub(crate) fn mixed(list: &[(String, crate::RateLimit, f64)]) -> Vec<t::MixedEntry> {
+            list.iter()
+                .map(|(key, l, cost)| t::MixedEntry {
+                    key: key.clone(),
+                    limit: match l.algorithm {
+                        crate::Algorithm::Sliding => t::MixedLimit::Sliding(plain(*l)),
+                        crate::Algorithm::Gcra => t::MixedLimit::Gcra(gcra(*l)),
+                        crate::Algorithm::Counter => t::MixedLimit::Counter(plain(*l)),
+                    },
+                    cost: *cost,
+                })
+                .collect()
+        }
+
         pub(crate) fn verdict(v: t::Verdict) -> crate::Verdict {
             crate::Verdict {
                 allowed: v.allowed,
@@ -409,6 +516,7 @@ macro_rules! convert_types {
                     field: match i.field {
                         e::LimitField::Uses => "uses",
                         e::LimitField::WindowMs => "window_ms",
+                        e::LimitField::Burst => "burst",
                     },
                     value: i.value,
                 },
@@ -803,6 +911,75 @@ macro_rules! impl_ops {
             fn key_count(&mut self) -> Result<u64> {
                 let s = self.current.store()?;
                 self.bindings.$iface().memory_store().call_key_count(&mut self.store, s)
+            }
+
+            fn check_rate(&mut self, limit: RateLimit) -> Result<Result<(), Error>> {
+                let r = self
+                    .bindings
+                    .ratewindow_engine_limits()
+                    .call_check_rate(&mut self.store, $conv::rate(limit)?)?;
+                Ok(r.map_err($conv::error))
+            }
+
+            fn consume_rate(&mut self, key: &str, limit: RateLimit, cost: f64, $now: u64) -> Result<Result<Verdict, Error>> {
+                let s = self.current.store()?;
+                self.at($now);
+                let r = self.bindings.$iface().memory_store().call_consume_rate(
+                    &mut self.store, s, key, $conv::rate(limit)?, cost $(, $pass)?)?;
+                Ok(r.map($conv::verdict).map_err($conv::error))
+            }
+
+            fn peek_rate(&mut self, key: &str, limit: RateLimit, cost: f64, $now: u64) -> Result<Result<Verdict, Error>> {
+                let s = self.current.store()?;
+                self.at($now);
+                let r = self.bindings.$iface().memory_store().call_peek_rate(
+                    &mut self.store, s, key, $conv::rate(limit)?, cost $(, $pass)?)?;
+                Ok(r.map($conv::verdict).map_err($conv::error))
+            }
+
+            fn reset_rate(&mut self, key: &str, algorithm: Algorithm, $now: u64) -> Result<()> {
+                let s = self.current.store()?;
+                self.at($now);
+                let a = $conv::algorithm(algorithm)?;
+                self.bindings.$iface().memory_store().call_reset_rate(&mut self.store, s, key, a)
+            }
+
+            fn consume_mixed(
+                &mut self,
+                entries: &[(String, RateLimit, f64)],
+                $now: u64,
+                id: Option<&str>,
+            ) -> Result<Result<Verdict, Error>> {
+                let s = self.current.store()?;
+                self.at($now);
+                let list = $conv::mixed(entries);
+                let r = self.bindings.$iface().memory_store().call_consume_mixed(
+                    &mut self.store, s, &list $(, $pass)?)?;
+                Ok(match r {
+                    Ok(consumed) => {
+                        if let Some(token) = consumed.release {
+                            match id {
+                                Some(id) => self.current.tokens.push((id.to_owned(), token)),
+                                None => token.resource_drop(&mut self.store)?,
+                            }
+                        }
+                        Ok($conv::batch(consumed.verdict))
+                    }
+                    Err(e) => Err($conv::error(e)),
+                })
+            }
+
+            fn peek_mixed(
+                &mut self,
+                entries: &[(String, RateLimit, f64)],
+                $now: u64,
+            ) -> Result<Result<Verdict, Error>> {
+                let s = self.current.store()?;
+                self.at($now);
+                let list = $conv::mixed(entries);
+                let r = self.bindings.$iface().memory_store().call_peek_mixed(
+                    &mut self.store, s, &list $(, $pass)?)?;
+                Ok(r.map($conv::batch).map_err($conv::error))
             }
         }
     };

@@ -6,5 +6,6 @@ mod conversations;
 mod differential;
 mod hosted;
 mod lock;
+mod rates;
 mod redis;
 mod vectors;

@@ -518,3 +518,71 @@ fn consume_and_peek_of_one_key_carry_the_quota_and_a_release() {
     let again = r.call_consume(&mut *store, s, "q", lim).unwrap().unwrap();
     assert!(again.verdict.allowed, "the released call no longer counts");
 }
+
+#[test]
+fn gcra_and_the_counter_run_their_scripts_on_the_server() {
+    use ratewindow_host_rs::hosted::exports::ratewindow::engine::types::{
+        GcraLimit, RateAlgorithm, RateLimit,
+    };
+    let mut f = Fixture::new("rates");
+    let gcra = RateLimit::Gcra(GcraLimit {
+        uses: 10.0,
+        window_ms: 60_000.0,
+        burst: Some(3.0),
+    });
+    let counter = RateLimit::Counter(Limit {
+        uses: 2.0,
+        window_ms: 60_000.0,
+    });
+    let (store, redis) = f.world.split_redis();
+    let s = f.store;
+    let r = redis.redis_store();
+    let consume =
+        |store: &mut wasmtime::Store<ratewindow_host_rs::HostState>, l: &RateLimit, cost: f64| {
+            ours(r.call_consume_rate(store, s, "k", *l, cost))
+        };
+    // Three at once (the burst), then the wait for one more: 6 s a use, on the server's clock.
+    let first = consume(&mut *store, &gcra, 3.0).unwrap();
+    assert!(first.allowed);
+    assert_eq!(first.remaining, 0);
+    let refused = consume(&mut *store, &gcra, 1.0).unwrap();
+    assert!(!refused.allowed);
+    assert!(
+        refused.retry_after_ms > 5_000 && refused.retry_after_ms <= 6_000,
+        "{refused:?}"
+    );
+    let peeked = ours(r.call_peek_rate(&mut *store, s, "k", gcra, 1.0)).unwrap();
+    assert!(!peeked.allowed);
+    // The counter's key is apart from the bucket's.
+    assert!(consume(&mut *store, &counter, 2.0).unwrap().allowed);
+    assert!(!consume(&mut *store, &counter, 1.0).unwrap().allowed);
+    ours(r.call_reset_rate(&mut *store, s, "k", RateAlgorithm::Gcra)).unwrap();
+    assert!(consume(&mut *store, &gcra, 3.0).unwrap().allowed);
+    assert!(
+        !consume(&mut *store, &counter, 1.0).unwrap().allowed,
+        "the counter kept its uses"
+    );
+    ours(r.call_reset_rate(&mut *store, s, "k", RateAlgorithm::Counter)).unwrap();
+    assert!(consume(&mut *store, &counter, 1.0).unwrap().allowed);
+    // A bad cost or burst runs nothing.
+    let calls = store.data().evalsha_calls;
+    assert!(matches!(
+        consume(&mut *store, &gcra, 4.0),
+        Err(Error::InvalidArgument { ref field, .. }) if field == "cost"
+    ));
+    let bad = RateLimit::Gcra(GcraLimit {
+        uses: 10.0,
+        window_ms: 60_000.0,
+        burst: Some(0.5),
+    });
+    assert!(matches!(
+        consume(&mut *store, &bad, 1.0),
+        Err(Error::InvalidLimit { field: "burst", .. })
+    ));
+    assert_eq!(store.data().evalsha_calls, calls);
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(f.key("gcr:", "k"))
+        .query(&mut connection())
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 60_000, "the bucket's key expires: {ttl}");
+}
