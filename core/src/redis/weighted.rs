@@ -12,18 +12,22 @@ use super::plan::{Plan, RedisOptions, RedisRelease, Script, WindowState, CLOCK_S
 use super::reply::{ints, Reply, ReplyError};
 use crate::{BatchVerdict, Entry, Limit, Quota};
 
+// Shipped without their comment lines, as the other scripts are; the SHA1s are of the stripped text.
+crate::sql::schema_text!(WEIGHTED_SOURCE = include_str!("weighted.lua"));
+crate::sql::schema_text!(WEIGHTED_ATTEMPT_SOURCE = include_str!("weighted_attempt.lua"));
+
 /// The weighted sliding-log script: consume, peek and release of a call with costs.
 pub static WEIGHTED: Script = Script {
     name: "weighted",
-    source: include_str!("weighted.lua"),
-    sha1: "ae8148229a0d9af8b30404df426c6fc9bf6591ba",
+    source: WEIGHTED_SOURCE,
+    sha1: "90a7472ab63014ad42ad44efdf38b4071c43e00e",
 };
 
 /// The fixed window's attempt costing more than one hit.
 pub static WEIGHTED_ATTEMPT: Script = Script {
     name: "weighted_attempt",
-    source: include_str!("weighted_attempt.lua"),
-    sha1: "c6522baefd29dd216798db2e56dd7a2089bb7483",
+    source: WEIGHTED_ATTEMPT_SOURCE,
+    sha1: "dd4aa563df27e441cecf1f0f5064e4eff201494a",
 };
 
 /// Counts `cost` hits on `key`'s fixed window only if its count plus `cost` is at most `max` (opening
