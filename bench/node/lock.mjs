@@ -34,7 +34,10 @@ const quick = process.env.BENCH_QUICK === '1';
 const ROUNDS = quick ? 1 : Number(process.env.BENCH_ROUNDS ?? 7);
 const RUN_MS = quick ? 100 : Number(process.env.BENCH_RUN_MS ?? 400);
 const REDIS_PORT = Number(process.env.REDIS_PORT ?? 6379);
-const KEYS = Array.from({ length: 1000 }, (_, i) => `benchlock:${i}`);
+// The locks' TTL (s): 10, or 600 under callgrind (where a pair at 64 in flight can take seconds).
+const TTL = process.env.BENCH_CALLGRIND ? 600 : 10;
+const TTL_MS = String(TTL * 1000);
+const KEYS = Array.from({ length: 1000 }, (_, i) => `${process.env.BENCH_KEYS ?? 'benchlock'}:${i}`);
 const CAD = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 async function clients() {
@@ -49,32 +52,35 @@ async function clients() {
   const nr = {
     name: 'node-redis',
     close: () => nodeRedis.quit(),
-    store: RedisStore.using((s, keys, args) => nodeRedis.sendCommand(['EVAL', s, String(keys.length), ...keys, ...args]), {
-      evalsha: (sha, keys, args) => nodeRedis.sendCommand(['EVALSHA', sha, String(keys.length), ...keys, ...args]),
-      command: (args) => nodeRedis.sendCommand(args),
-      prefix: 'rwbench:',
-    }),
-    set: (key, owner) => nodeRedis.sendCommand(['SET', key, owner, 'NX', 'PX', '10000']),
+    makeStore: () =>
+      RedisStore.using((s, keys, args) => nodeRedis.sendCommand(['EVAL', s, String(keys.length), ...keys, ...args]), {
+        evalsha: (sha, keys, args) => nodeRedis.sendCommand(['EVALSHA', sha, String(keys.length), ...keys, ...args]),
+        command: (args) => nodeRedis.sendCommand(args),
+        prefix: 'rwbench:',
+      }),
+    set: (key, owner) => nodeRedis.sendCommand(['SET', key, owner, 'NX', 'PX', TTL_MS]),
     cad: (key, owner) => nodeRedis.sendCommand(['EVALSHA', cadNode, '1', key, owner]),
   };
   const ior = {
     name: 'ioredis',
     close: () => io.quit(),
-    store: RedisStore.using((s, keys, args) => io.eval(s, keys.length, keys, args), {
-      evalsha: (sha, keys, args) => io.evalsha(sha, keys.length, keys, args),
-      command: (args) => io.call(args[0], args.slice(1)),
-      prefix: 'rwbench:',
-    }),
-    set: (key, owner) => io.set(key, owner, 'PX', 10000, 'NX'),
+    makeStore: () =>
+      RedisStore.using((s, keys, args) => io.eval(s, keys.length, keys, args), {
+        evalsha: (sha, keys, args) => io.evalsha(sha, keys.length, keys, args),
+        command: (args) => io.call(args[0], args.slice(1)),
+        prefix: 'rwbench:',
+      }),
+    set: (key, owner) => io.set(key, owner, 'PX', Number(TTL_MS), 'NX'),
     cad: (key, owner) => io.evalsha(cadNode, 1, key, owner),
   };
+  for (const c of [nr, ior]) c.store = c.makeStore();
   return [nr, ior];
 }
 
 function contenders(c) {
   return {
     ours: async (key) => {
-      const lock = c.store.lock(key, 10);
+      const lock = c.store.lock(key, TTL);
       if (!(await lock.acquire())) throw new Error('ours: not acquired');
       if (!(await lock.release())) throw new Error('ours: not released');
     },
@@ -138,6 +144,58 @@ async function measure(fn, inFlight, ms, cpu) {
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+// Under callgrind (BENCH_CALLGRIND=node-redis|ioredis|noio): both contenders warmed up, then each run
+// for BENCH_PAIRS pairs at BENCH_IN_FLIGHT in flight, twice, interleaved (ours, bare, calls, ...), a
+// callgrind dump after each (`callgrind_control -d`, run from this process): each dump's instruction
+// count is one run's, which the machine's load does not move. `bench/node/lock-instructions.sh` runs it
+// and prints instructions a pair.
+if (process.env.BENCH_CALLGRIND) {
+  const { execFile } = await import('node:child_process');
+  const dump = (label) =>
+    new Promise((resolve, reject) => execFile('callgrind_control', ['-d', label, String(process.pid)], (e) => (e ? reject(e) : resolve())));
+  const which = process.env.BENCH_CALLGRIND;
+  const pairs = Number(process.env.BENCH_PAIRS ?? 2000);
+  const inFlight = Number(process.env.BENCH_IN_FLIGHT ?? 64);
+  const noio = {
+    name: 'noio',
+    close: () => undefined,
+    makeStore: () => RedisStore.using(() => Promise.resolve(1), { evalsha: () => Promise.resolve(1), command: () => Promise.resolve('OK'), prefix: 'rwbench:' }),
+    set: () => Promise.resolve('OK'),
+    cad: () => Promise.resolve(1),
+  };
+  noio.store = noio.makeStore();
+  const cs = which === 'noio' ? [noio] : await clients();
+  const c = cs.find((x) => x.name === which);
+  const fns = contenders(c);
+  // `calls`: ours with the lock's commands not planned (each operation one engine call: the path
+  // before the plan, and a store without `command`'s), for the difference.
+  const unplanned = Object.defineProperty(c.makeStore(), 'prepareLock', { value: () => undefined });
+  fns.calls = contenders({ ...c, store: unplanned }).ours;
+  const runPairs = async (fn, n) => {
+    let next = 0;
+    const per = KEYS.length / inFlight;
+    await Promise.all(
+      Array.from({ length: inFlight }, async (_, w) => {
+        let i = 0;
+        while (next < n) {
+          next++;
+          await fn(KEYS[Math.floor(w * per) + (i++ % Math.max(1, Math.floor(per)))]);
+        }
+      }),
+    );
+  };
+  const order = ['ours', 'bare', 'calls', 'ours', 'bare', 'calls'];
+  for (const name of order) await runPairs(fns[name], Math.max(200, pairs / 4));
+  await dump('warm');
+  for (const name of order) {
+    await runPairs(fns[name], pairs);
+    await dump(name);
+  }
+  for (const x of cs) await x.close();
+  await admin?.quit();
+  process.exit(0);
+}
 
 const cs = await clients();
 console.log(`lock bench: ${ROUNDS} rounds x ${RUN_MS} ms per contender, load ${loadavg().map((l) => l.toFixed(1)).join(' ')}`);
