@@ -15,10 +15,14 @@ const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..')
 const DIR = path.join(ROOT, 'tests', 'vectors', 'conversations');
 const files = readdirSync(DIR).filter((f) => f.endsWith('.json')).sort();
 
+// A script as the core ships it: without its comment lines (first non-blank characters `--`), every
+// other byte kept (the core's `sql::schema_text!`).
+const shipped = (source) => source.split(/(?<=\n)/).filter((line) => !/^[ \t]*--/.test(line)).join('');
+
 // The scripts' names by SHA1, from the core's Lua sources.
 const SCRIPTS = new Map(
   ['sliding', 'fixed'].map((name) => {
-    const source = readFileSync(path.join(ROOT, 'core', 'src', 'redis', `${name}.lua`), 'utf8');
+    const source = shipped(readFileSync(path.join(ROOT, 'core', 'src', 'redis', `${name}.lua`), 'utf8'));
     return [createHash('sha1').update(source).digest('hex'), name];
   }),
 );
