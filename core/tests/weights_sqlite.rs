@@ -330,24 +330,3 @@ fn two_connections_admit_exactly_what_fits() {
     assert_eq!(admitted, 16);
     assert_eq!(rows(&Lite::open(&path)), 48);
 }
-
-/// PostgreSQL does not carry weighted sliding calls yet: refused before any statement, never
-/// counted as costing 1.
-#[test]
-fn postgres_refuses_a_weighted_call_before_running_anything() {
-    let pg = ratewindow_core::sql::Postgres::default();
-    let heavy = vec![Entry::with_cost("a", limit(5, 1_000), 2).unwrap()];
-    for op in [
-        Op::Consume {
-            entries: heavy.clone(),
-            call_id: "x".into(),
-        },
-        Op::Peek { entries: heavy },
-    ] {
-        let (result, _) = pg.start(op).drive(|_| Err("runs nothing".to_owned()));
-        assert!(
-            matches!(result, Err(CallError::Unsupported(m)) if m.contains("PostgreSQL")),
-            "{result:?}"
-        );
-    }
-}

@@ -65,6 +65,8 @@ enum PgRows {
         limits: Vec<Limit>,
         /// `Some` for a consume: its token when allowed.
         release: Option<SqlRelease>,
+        /// An entry costs more than 1 (its refusal may leave uses).
+        weighted: bool,
     },
     Hit,
     Attempt {
@@ -216,9 +218,13 @@ impl SqlCall {
                 }
                 Step::RollBack(error) => return self.finish(Err(error)),
                 Step::Then(outcome) => Ok(outcome),
-                Step::Postgres(PgRows::Sliding { limits, release }) => {
+                Step::Postgres(PgRows::Sliding {
+                    limits,
+                    release,
+                    weighted,
+                }) => {
                     let known = Some((limits.as_slice(), release.is_some()));
-                    match decode_sliding(&rows, limits.len(), known) {
+                    match decode_sliding(&rows, limits.len(), known, weighted) {
                         Ok(v) => Ok(verdict(v, release)),
                         Err(e) => {
                             self.failed_release = release;
@@ -303,21 +309,9 @@ impl SqlCall {
     }
 }
 
-/// A weighted sliding-log call on PostgreSQL (not carried yet).
-#[cfg(feature = "weights")]
-const PG_WEIGHTED: CallError =
-    CallError::Unsupported("weighted calls on the sliding log: not on PostgreSQL yet");
-
 impl Postgres {
     /// Starts `op`: one statement, one round trip, one transaction, on the server's clock.
     pub fn start(&self, op: Op) -> Call {
-        // A sliding-log call costing more than 1 is not counted here yet: refused, never counted as 1.
-        #[cfg(feature = "weights")]
-        if let Op::Consume { entries, .. } | Op::Peek { entries } = &op {
-            if entries.iter().any(|e| e.cost() > 1) {
-                return Call::done(Err(PG_WEIGHTED));
-            }
-        }
         let (statement, rows) = match op {
             Op::Consume { entries, call_id } => {
                 if call_id.is_empty() {
@@ -338,6 +332,7 @@ impl Postgres {
                     PgRows::Sliding {
                         limits,
                         release: Some(release),
+                        weighted: entries.iter().any(|e| e.cost() > 1),
                     },
                 )
             }
@@ -354,6 +349,7 @@ impl Postgres {
                     PgRows::Sliding {
                         limits,
                         release: None,
+                        weighted: entries.iter().any(|e| e.cost() > 1),
                     },
                 )
             }

@@ -6,19 +6,24 @@ use crate::sql::{
 };
 use crate::{BatchVerdict, Entry, Quota, Window};
 
-// The schema, and with the `rates` feature GCRA's and the counter's tables and functions (a build
-// without them, such as the wasm-bindgen package's, does not carry their text), in one transaction,
-// without the sources' comment lines.
-#[cfg(not(feature = "rates"))]
-crate::sql::schema_text!(SCHEMA = concat!(include_str!("postgres_schema.sql"), "COMMIT;\n"));
-#[cfg(feature = "rates")]
-crate::sql::schema_text!(
-    SCHEMA = concat!(
-        include_str!("postgres_schema.sql"),
-        include_str!("postgres_rates.sql"),
-        "COMMIT;\n"
-    )
-);
+// The schema, and with the `rates` feature GCRA's and the counter's tables and functions, with the
+// `weights` feature the weighted sliding-log function (a build without them, such as the wasm-bindgen
+// package's, does not carry their text), in one transaction, without the sources' comment lines.
+macro_rules! pg_schema {
+    ($($part:literal),*) => {
+        crate::sql::schema_text!(
+            SCHEMA = concat!(include_str!("postgres_schema.sql"), $(include_str!($part),)* "COMMIT;\n")
+        );
+    };
+}
+#[cfg(all(not(feature = "rates"), not(feature = "weights")))]
+pg_schema!();
+#[cfg(all(feature = "rates", not(feature = "weights")))]
+pg_schema!("postgres_rates.sql");
+#[cfg(all(not(feature = "rates"), feature = "weights"))]
+pg_schema!("postgres_weights.sql");
+#[cfg(all(feature = "rates", feature = "weights"))]
+pg_schema!("postgres_weights.sql", "postgres_rates.sql");
 /// The server's clock in ms, as the functions read it.
 pub(crate) const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
@@ -45,6 +50,12 @@ pub struct Postgres {
     attempt: String,
     release: String,
     purge: String,
+    /// A consume or peek with an entry costing more than 1: `{p}_take_n`.
+    #[cfg(feature = "weights")]
+    take_n: String,
+    /// The release of a weighted call: every time its ids hold.
+    #[cfg(feature = "weights")]
+    release_n: String,
 }
 
 impl Default for Postgres {
@@ -109,6 +120,23 @@ impl Postgres {
                  SELECT (SELECT coalesce(sum(n), 0) FROM calls)::bigint AS calls, \
                  (SELECT count(*) FROM windows) AS windows"
             )),
+            #[cfg(feature = "weights")]
+            take_n: names.apply(
+                "SELECT allowed, retry_after_ms, retry_timestamp, blocked, now_ms, \
+                 quota_limit, remaining, refill_after_ms, reset_after_ms \
+                 FROM {p}_take_n($1, $2, $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::boolean)",
+            ),
+            #[cfg(feature = "weights")]
+            release_n: names.apply(
+                "WITH locked AS (SELECT key FROM {p}_log WHERE key = ANY($1::text[]) AND $2::text = ANY(ids) \
+                 ORDER BY key FOR UPDATE) \
+                 UPDATE {p}_log l SET \
+                 ats = coalesce((SELECT array_agg(u.a ORDER BY u.o) FROM unnest(l.ats, l.ids) WITH ORDINALITY AS u(a, d, o) \
+                 WHERE u.d <> $2::text AND NOT starts_with(u.d, $2::text || chr(1))), '{}'), \
+                 ids = coalesce((SELECT array_agg(u.d ORDER BY u.o) FROM unnest(l.ids) WITH ORDINALITY AS u(d, o) \
+                 WHERE u.d <> $2::text AND NOT starts_with(u.d, $2::text || chr(1))), '{}') \
+                 FROM locked WHERE l.key = locked.key",
+            ),
             names,
             durable: false,
         }
@@ -157,6 +185,22 @@ impl Postgres {
     }
 
     fn sliding(&self, mode: &str, entries: &[Entry], call_id: &str) -> Statement {
+        // An entry costing more than 1: the weighted function, every entry's cost.
+        #[cfg(feature = "weights")]
+        if entries.iter().any(|e| e.cost() > 1) {
+            return Statement::new(
+                self.take_n.clone(),
+                vec![
+                    SqlValue::Text(mode.to_owned()),
+                    SqlValue::Text(call_id.to_owned()),
+                    SqlValue::Texts(entries.iter().map(|e| e.key.clone()).collect()),
+                    SqlValue::Ints(entries.iter().map(|e| e.limit.uses() as i64).collect()),
+                    SqlValue::Ints(entries.iter().map(|e| e.limit.window_ms() as i64).collect()),
+                    SqlValue::Ints(entries.iter().map(|e| i64::from(e.cost())).collect()),
+                    SqlValue::Bool(!self.durable),
+                ],
+            );
+        }
         // One entry, the usual call: scalar parameters, a function of one row.
         if let [entry] = entries {
             let sql = if mode == "c" {
@@ -202,11 +246,19 @@ impl Postgres {
             .into_iter()
             .map(|(k, _)| k.to_owned())
             .collect();
+        // A weighted call's token names its largest cost (`id\x01n`, as on Redis): its release
+        // removes the id's every time, on hosts that rebuild the token from the keys and the id too.
+        #[allow(unused_mut)]
+        let mut release_id = call_id.to_owned();
+        #[cfg(feature = "weights")]
+        if let Some(cost) = entries.iter().map(Entry::cost).max().filter(|&c| c > 1) {
+            release_id = format!("{call_id}\x01{cost}");
+        }
         Ok((
             self.sliding("c", entries, call_id),
             SqlRelease {
                 keys,
-                call_id: call_id.to_owned(),
+                call_id: release_id,
             },
         ))
     }
@@ -218,6 +270,17 @@ impl Postgres {
 
     /// Removes exactly the rows of the call `release` recorded.
     pub fn plan_release(&self, release: &SqlRelease) -> Statement {
+        // A weighted call's token (`id\x01n`): every time of the id.
+        #[cfg(feature = "weights")]
+        if let Some((id, _)) = release.call_id.split_once('\x01') {
+            return Statement::new(
+                self.release_n.clone(),
+                vec![
+                    SqlValue::Texts(release.keys.clone()),
+                    SqlValue::Text(id.to_owned()),
+                ],
+            );
+        }
         Statement::new(
             self.release.clone(),
             vec![
@@ -286,7 +349,18 @@ impl Postgres {
     /// Decodes the row of a consume or peek of `entries` entries: the verdict and the quota of its
     /// tightest entry.
     pub fn decode_batch(rows: &[Vec<SqlValue>], entries: usize) -> Result<BatchVerdict, RowError> {
-        decode_sliding(rows, entries, None)
+        decode_sliding(rows, entries, None, false)
+    }
+
+    /// [`decode_batch`](Self::decode_batch) for a call with an entry costing more than 1: its refusal
+    /// answers the uses that do remain (a heavy call may be refused while lighter ones would pass)
+    /// and when the oldest call holding one leaves. Cargo feature `weights`.
+    #[cfg(feature = "weights")]
+    pub fn decode_weighted_batch(
+        rows: &[Vec<SqlValue>],
+        entries: usize,
+    ) -> Result<BatchVerdict, RowError> {
+        decode_sliding(rows, entries, None, true)
     }
 
     /// Decodes the row of any fixed-window statement: the window, or `None` when the key has none.
@@ -389,11 +463,13 @@ fn verdict_array(value: &SqlValue) -> Option<[SqlValue; 9]> {
 /// the quota is checked against the call too: its limit is an entry's (the blocked one's on a
 /// refusal), its times within that entry's window, and an allowed consume (`consumed`) has used one.
 /// (The functions take a call's time as the later of the server's clock and the newest call they
-/// read, so no time they answer exceeds its window, even after the clock stepped back.)
+/// read, so no time they answer exceeds its window, even after the clock stepped back.) A
+/// `weighted` call's refusal may leave uses (fewer than the limit) and a use back before the wait.
 pub(crate) fn decode_sliding(
     rows: &[Vec<SqlValue>],
     entries: usize,
     known: Option<(&[crate::Limit], bool)>,
+    weighted: bool,
 ) -> Result<BatchVerdict, RowError> {
     const EXPECTED: &str = "one row (allowed, retry_after_ms, retry_timestamp, blocked, now_ms, \
                             quota_limit, remaining, refill_after_ms, reset_after_ms) of one verdict, \
@@ -449,8 +525,8 @@ pub(crate) fn decode_sliding(
             || retry_ts <= now
             || retry_ts.checked_sub(now) != Some(retry_after)
             || !(0..entries as i64).contains(&blocked)
-            || remaining != 0
-            || refill != retry_after
+            || (!weighted && (remaining != 0 || refill != retry_after))
+            || (weighted && (remaining >= limit || refill < 1 || refill > retry_after))
         {
             return Err(err());
         }
@@ -492,7 +568,7 @@ mod tests {
     use super::*;
 
     fn decode(column: &str) -> Result<BatchVerdict, RowError> {
-        decode_sliding(&[vec![SqlValue::Text(column.to_owned())]], 1, None)
+        decode_sliding(&[vec![SqlValue::Text(column.to_owned())]], 1, None, false)
     }
 
     #[test]

@@ -147,8 +147,10 @@ BEGIN
       RETURN ARRAY[0, v_wait, v_until, 0, v_now, p_uses, 0, v_wait, v_ats[v_len] + p_window - v_now];
     END IF;
     IF p_mode = 'p' THEN
+      -- No call inside the window (the row's have all left it): nothing to refill or reset.
       RETURN ARRAY[1, 0, -1, -1, v_now, p_uses, p_uses - v_count,
-        coalesce(v_ats[v_first] + p_window - v_now, 0), coalesce(v_ats[v_len] + p_window - v_now, 0)];
+        coalesce(v_ats[v_first] + p_window - v_now, 0),
+        CASE WHEN v_count > 0 THEN v_ats[v_len] + p_window - v_now ELSE 0 END];
     END IF;
     IF p_relaxed THEN
       v_setting := set_config('synchronous_commit', 'off', true);
@@ -254,7 +256,8 @@ BEGIN
       v_count := v_len - v_first + 1;
       v_counts[i] := v_count;
       v_mins[i] := v_ats[v_first];
-      v_maxs[i] := v_ats[v_len];
+      -- The newest call inside this entry's window (none: a peek's reset is 0, as in memory).
+      v_maxs[i] := CASE WHEN v_count > 0 THEN v_ats[v_len] END;
       IF v_count >= p_uses[i] THEN
         -- The oldest of the newest `uses` calls decides the wait; the longest wait blocks (ties keep
         -- the first).
