@@ -25,7 +25,7 @@ use ratewindow_core::{Entry, Window};
 use crate::entry::Key;
 use crate::errors::guard;
 use crate::limit::{hit_args, whole, Limit};
-use crate::store::{entries, read_clock};
+use crate::store::read_clock;
 use crate::verdict::{AttemptResult, HitResult, PyReleaseToken, Verdict};
 
 /// Redis: run `script_name` with `keys` and `args`, by `EVALSHA sha1` when `by_sha1`, else
@@ -172,6 +172,10 @@ impl Call {
                 "StoreReplyError",
                 (text, e.statement, e.expected, e.got),
             )),
+            // A weighted sliding-log call on a store whose core does not count weights (PostgreSQL).
+            CallError::Unsupported(m) if m.contains("weighted") => {
+                crate::errors::unsupported(py, "weighted sliding")
+            }
             CallError::Unsupported(_) => PyTypeError::new_err(text),
             CallError::Protocol { .. } => raised(instance(
                 py,
@@ -404,6 +408,26 @@ impl Machine {
             report: self.report.as_ref().map(|f| f.clone_ref(py)),
             causes: Vec::new(),
         })
+    }
+
+    /// Starts a weighted sliding-log consume (`consume`) or peek of one entry (its cost checked): a
+    /// single verdict, an allowed consume's `release()` giving back exactly its cost.
+    pub(crate) fn start_weighted(
+        &self,
+        py: Python<'_>,
+        consume: bool,
+        entry: Entry,
+    ) -> PyResult<Call> {
+        let entries = vec![entry];
+        let op = if consume {
+            Op::Consume {
+                entries,
+                call_id: call_id(),
+            }
+        } else {
+            Op::Peek { entries }
+        };
+        self.start(py, op, Shape::Single)
     }
 
     /// Starts a lock operation (`src/lock.rs`): its outcome a `bool`, or the holder's token.
@@ -662,7 +686,7 @@ impl Machine {
     fn consume_many(&self, py: Python<'_>, entries: &Bound<'_, PyAny>) -> PyResult<Call> {
         guard(|| {
             let op = Op::Consume {
-                entries: self::entries(entries)?,
+                entries: crate::rates::weighted_entries(entries)?,
                 call_id: call_id(),
             };
             self.start(py, op, Shape::Batch)
@@ -673,7 +697,7 @@ impl Machine {
     fn peek_many(&self, py: Python<'_>, entries: &Bound<'_, PyAny>) -> PyResult<Call> {
         guard(|| {
             let op = Op::Peek {
-                entries: self::entries(entries)?,
+                entries: crate::rates::weighted_entries(entries)?,
             };
             self.start(py, op, Shape::Batch)
         })

@@ -339,29 +339,41 @@ pub(crate) fn batch(items: &Bound<'_, PyAny>) -> PyResult<Batch> {
     })
 }
 
-/// The sliding log's entries of a batch, for the stores that count nothing else: a GCRA or counter
-/// entry (or a cost) is `UnsupportedError`.
-pub(crate) fn sliding_entries(items: &Bound<'_, PyAny>) -> PyResult<Vec<Entry>> {
+/// A networked store's batch: the sliding log's entries, each with its cost (checked, `entries[i].cost`
+/// naming a bad one); a GCRA or counter entry is `UnsupportedError`. A batch costing 1 throughout is
+/// converted as before.
+pub(crate) fn weighted_entries(items: &Bound<'_, PyAny>) -> PyResult<Vec<Entry>> {
     match batch(items)? {
         Batch::Sliding(entries) => Ok(entries),
         Batch::Mixed(entries) => {
-            let algorithm = entries
-                .iter()
-                .find_map(|e| match e.rule {
-                    Rule::Sliding(_) => None,
-                    Rule::Gcra(_) => Some("gcra"),
-                    Rule::Counter(_) => Some("counter"),
+            if let Some(algorithm) = entries.iter().find_map(|e| match e.rule {
+                Rule::Sliding(_) => None,
+                Rule::Gcra(_) => Some("gcra"),
+                Rule::Counter(_) => Some("counter"),
+            }) {
+                return Err(unsupported(items.py(), algorithm));
+            }
+            entries
+                .into_iter()
+                .map(|e| match e.rule {
+                    Rule::Sliding(l) => weighted_entry(e.key, l, e.cost),
+                    _ => Err(unsupported(items.py(), "gcra")),
                 })
-                .unwrap_or("weighted sliding");
-            Err(unsupported(items.py(), algorithm))
+                .collect()
         }
     }
 }
 
+/// A sliding-log entry costing `cost` (already checked against `limit`).
+fn weighted_entry(key: String, limit: ratewindow_core::Limit, cost: u64) -> PyResult<Entry> {
+    Entry::with_cost(key, limit, cost)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+}
+
 /// Starts a GCRA or counter call on a networked store's machine: `op` is `"consume"`, `"peek"` or
 /// `"reset"`; `now` (tests, the vectors) times it at that ms instead of the server's clock. The cost is
-/// checked first (`InvalidArgumentError` naming `cost`); a `Limit` is a `TypeError` (the machine's own
-/// `consume` counts the sliding log).
+/// checked first (`InvalidArgumentError` naming `cost`); a `Limit` with a cost is a weighted call on
+/// the sliding log (on the store's clock, `now` unused), its reset `UnsupportedError`.
 #[pyfunction]
 #[pyo3(signature = (machine, op, key, limit, cost = None, now = None))]
 pub(crate) fn rate_call(
@@ -397,7 +409,12 @@ pub(crate) fn rate_call(
                 cost: n,
             },
             (Rule::Counter(_), "reset") => RateOp::CounterReset { key },
-            // Weighted calls on the networked sliding log: not carried by this binding yet.
+            // A weighted call on the networked sliding log: the core's weighted consume or peek (on
+            // the store's clock; PostgreSQL refuses it, UnsupportedError).
+            (Rule::Sliding(l), "consume" | "peek") => {
+                let entry = weighted_entry(key, l, n)?;
+                return machine.get().start_weighted(py, op == "consume", entry);
+            }
             (Rule::Sliding(_), _) => return Err(unsupported(py, "weighted sliding")),
             _ => {
                 return Err(PyTypeError::new_err(

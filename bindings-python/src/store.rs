@@ -9,7 +9,7 @@ use pyo3::types::PyBool;
 use pyo3::PyTraverseError;
 use ratewindow_core::gcra::RateError;
 use ratewindow_core::input::{check_now, NOW_RANGE};
-use ratewindow_core::{Clock, Entry, Rule, SystemClock};
+use ratewindow_core::{Clock, Rule, SystemClock};
 
 use crate::entry::Key;
 use crate::errors::{guard, invalid_argument};
@@ -79,13 +79,6 @@ pub(crate) struct MemoryStore {
 /// retaking the GIL would cost about as much again while freeing almost nothing (measured in the
 /// package README, "Threads").
 const DETACH_BATCH: usize = 256;
-
-/// A batch's entries for a store that counts the sliding log only: `ratewindow.Entry`, a `(key,
-/// limit)` pair, or any object with `key` and `limit` attributes (a GCRA or counter limit, or a cost, is
-/// `UnsupportedError`: see `rates.rs`).
-pub(crate) fn entries(items: &Bound<'_, PyAny>) -> PyResult<Vec<Entry>> {
-    crate::rates::sliding_entries(items)
-}
 
 impl MemoryStore {
     /// A GCRA or counter consume (`record`) or peek, or a weighted one on the sliding log.
