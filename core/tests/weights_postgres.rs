@@ -429,3 +429,95 @@ fn eight_connections_admit_exactly_what_fits() {
     assert_eq!(pg.held("hot"), 0);
     drop(owner);
 }
+
+fn attempt(
+    pg: &mut Pg,
+    key: &str,
+    max: i64,
+    cost: u32,
+    decay: u64,
+    now: Option<u64>,
+) -> (bool, i64, u64) {
+    let op = Op::AttemptCost {
+        key: key.to_owned(),
+        max,
+        decay: Window::from_ms(decay).unwrap(),
+        cost,
+    };
+    match pg.go(op, now) {
+        Ok(Outcome::Attempt {
+            allowed,
+            count,
+            reset_after_ms,
+        }) => (allowed, count, reset_after_ms),
+        other => panic!("expected an attempt, got {other:?}"),
+    }
+}
+
+/// The fixed window's attempt costing `cost`, against the memory store at the same pinned times:
+/// random maxima (0 included), costs and decays on two keys; a cost of 0 is refused before any
+/// statement.
+#[test]
+fn a_weighted_attempt_answers_as_the_memory_store() {
+    for seed in seeds() {
+        eprintln!(
+            "weighted PostgreSQL attempt seed {seed} (replay: RATEWINDOW_WEIGHT_SEED={seed})"
+        );
+        let mut pg = Pg::open(&format!("att{}", seed % 1000));
+        let memory = MemoryStore::new();
+        let mut rng = Rng(seed.max(1));
+        let decays = [
+            [50, 120][rng.next(2) as usize],
+            [50, 120][rng.next(2) as usize],
+        ];
+        let (mut now, mut refused) = (1_000u64, 0);
+        for step in 0..300 {
+            let k = rng.next(2) as usize;
+            let key = ["k", "j"][k];
+            let max = rng.next(9) as i64;
+            let cost = 1 + rng.next(4) as u32;
+            let got = attempt(&mut pg, key, max, cost, decays[k], Some(now));
+            let want = memory
+                .attempt_cost(key, max, cost, Window::from_ms(decays[k]).unwrap(), now)
+                .unwrap();
+            assert_eq!(
+                got, want,
+                "seed {seed} step {step} at {now}: {key} max {max} cost {cost}"
+            );
+            refused += usize::from(!got.0);
+            now += rng.next(20);
+        }
+        assert!(refused > 30, "seed {seed}: only {refused} refusals");
+    }
+    let mut pg = Pg::open("att0");
+    let op = Op::AttemptCost {
+        key: "k".into(),
+        max: 5,
+        decay: Window::from_ms(1_000).unwrap(),
+        cost: 0,
+    };
+    assert!(matches!(pg.go(op, None), Err(CallError::Unsupported(_))));
+}
+
+/// 8 connections x 64 attempts costing 3 on one window of max 100: exactly 33 counted (99 hits).
+#[test]
+fn eight_connections_attempting_count_exactly_what_fits() {
+    let owner = Pg::open("attrace");
+    let schema = owner.schema.clone();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let schema = schema.clone();
+            std::thread::spawn(move || {
+                let mut pg = Pg::join(&schema);
+                (0..64)
+                    .filter(|_| attempt(&mut pg, "hot", 100, 3, 600_000, None).0)
+                    .count()
+            })
+        })
+        .collect();
+    let counted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(counted, 33);
+    let mut pg = Pg::join(&schema);
+    assert_eq!(attempt(&mut pg, "hot", 100, 1, 600_000, None).1, 100);
+    drop(owner);
+}

@@ -72,6 +72,12 @@ enum PgRows {
     Attempt {
         max: i64,
     },
+    /// An attempt costing `cost` (cargo feature `weights`).
+    #[cfg(feature = "weights")]
+    AttemptCost {
+        max: i64,
+        cost: u32,
+    },
     Window(FixedOutcome),
 }
 
@@ -245,6 +251,15 @@ impl SqlCall {
                         count,
                         reset_after_ms,
                     }),
+                #[cfg(feature = "weights")]
+                Step::Postgres(PgRows::AttemptCost { max, cost }) => Postgres::decode_attempt_cost(
+                    &rows, max, cost,
+                )
+                .map(|(allowed, count, reset_after_ms)| Outcome::Attempt {
+                    allowed,
+                    count,
+                    reset_after_ms,
+                }),
                 Step::Postgres(PgRows::Window(then)) => {
                     Postgres::decode_window(&rows).map(|w| then.outcome(w, false))
                 }
@@ -372,11 +387,21 @@ impl Postgres {
                 (self.plan_attempt(&key, max, decay), PgRows::Attempt { max })
             }
             #[cfg(feature = "weights")]
-            Op::AttemptCost { .. } => {
+            Op::AttemptCost { cost: 0, .. } => {
                 return Call::done(Err(CallError::Unsupported(
-                    "a fixed-window attempt costing more than 1: not on PostgreSQL yet",
+                    "an attempt's cost must be at least 1",
                 )))
             }
+            #[cfg(feature = "weights")]
+            Op::AttemptCost {
+                key,
+                max,
+                decay,
+                cost,
+            } => (
+                self.plan_attempt_cost(&key, max, cost, decay),
+                PgRows::AttemptCost { max, cost },
+            ),
             Op::Read { key, query } => (
                 self.plan_get_window(&key),
                 PgRows::Window(FixedOutcome::Read(query)),

@@ -50,12 +50,21 @@ pub struct Postgres {
     attempt: String,
     release: String,
     purge: String,
-    /// A consume or peek with an entry costing more than 1: `{p}_take_n`.
+    /// The statements of weighted calls (boxed: a `Postgres` stays the size it was).
     #[cfg(feature = "weights")]
+    weighted: Box<Weighted>,
+}
+
+/// The statements of weighted calls (cargo feature `weights`).
+#[cfg(feature = "weights")]
+#[derive(Debug, Clone)]
+struct Weighted {
+    /// A consume or peek with an entry costing more than 1: `{p}_take_n`.
     take_n: String,
     /// The release of a weighted call: every time its ids hold.
-    #[cfg(feature = "weights")]
     release_n: String,
+    /// The fixed window's attempt costing more than 1: `{p}_attempt_n`.
+    attempt_n: String,
 }
 
 impl Default for Postgres {
@@ -121,22 +130,26 @@ impl Postgres {
                  (SELECT count(*) FROM windows) AS windows"
             )),
             #[cfg(feature = "weights")]
-            take_n: names.apply(
-                "SELECT allowed, retry_after_ms, retry_timestamp, blocked, now_ms, \
-                 quota_limit, remaining, refill_after_ms, reset_after_ms \
-                 FROM {p}_take_n($1, $2, $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::boolean)",
-            ),
-            #[cfg(feature = "weights")]
-            release_n: names.apply(
-                "WITH locked AS (SELECT key FROM {p}_log WHERE key = ANY($1::text[]) AND $2::text = ANY(ids) \
-                 ORDER BY key FOR UPDATE) \
-                 UPDATE {p}_log l SET \
-                 ats = coalesce((SELECT array_agg(u.a ORDER BY u.o) FROM unnest(l.ats, l.ids) WITH ORDINALITY AS u(a, d, o) \
-                 WHERE u.d <> $2::text AND NOT starts_with(u.d, $2::text || chr(1))), '{}'), \
-                 ids = coalesce((SELECT array_agg(u.d ORDER BY u.o) FROM unnest(l.ids) WITH ORDINALITY AS u(d, o) \
-                 WHERE u.d <> $2::text AND NOT starts_with(u.d, $2::text || chr(1))), '{}') \
-                 FROM locked WHERE l.key = locked.key",
-            ),
+            weighted: Box::new(Weighted {
+                take_n: names.apply(
+                    "SELECT allowed, retry_after_ms, retry_timestamp, blocked, now_ms, \
+                     quota_limit, remaining, refill_after_ms, reset_after_ms \
+                     FROM {p}_take_n($1, $2, $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::boolean)",
+                ),
+                attempt_n: names.apply(
+                    "SELECT counted, hits, ms_left FROM {p}_attempt_n($1, $2::bigint, $3::bigint, $4::bigint, $5::boolean)",
+                ),
+                release_n: names.apply(
+                    "WITH locked AS (SELECT key FROM {p}_log WHERE key = ANY($1::text[]) AND $2::text = ANY(ids) \
+                     ORDER BY key FOR UPDATE) \
+                     UPDATE {p}_log l SET \
+                     ats = coalesce((SELECT array_agg(u.a ORDER BY u.o) FROM unnest(l.ats, l.ids) WITH ORDINALITY AS u(a, d, o) \
+                     WHERE u.d <> $2::text AND NOT starts_with(u.d, $2::text || chr(1))), '{}'), \
+                     ids = coalesce((SELECT array_agg(u.d ORDER BY u.o) FROM unnest(l.ids) WITH ORDINALITY AS u(d, o) \
+                     WHERE u.d <> $2::text AND NOT starts_with(u.d, $2::text || chr(1))), '{}') \
+                     FROM locked WHERE l.key = locked.key",
+                ),
+            }),
             names,
             durable: false,
         }
@@ -189,7 +202,7 @@ impl Postgres {
         #[cfg(feature = "weights")]
         if entries.iter().any(|e| e.cost() > 1) {
             return Statement::new(
-                self.take_n.clone(),
+                self.weighted.take_n.clone(),
                 vec![
                     SqlValue::Text(mode.to_owned()),
                     SqlValue::Text(call_id.to_owned()),
@@ -274,7 +287,7 @@ impl Postgres {
         #[cfg(feature = "weights")]
         if let Some((id, _)) = release.call_id.split_once('\x01') {
             return Statement::new(
-                self.release_n.clone(),
+                self.weighted.release_n.clone(),
                 vec![
                     SqlValue::Texts(release.keys.clone()),
                     SqlValue::Text(id.to_owned()),
@@ -318,6 +331,24 @@ impl Postgres {
                 SqlValue::Text(key.to_owned()),
                 SqlValue::Int(max),
                 SqlValue::Int(decay.as_ms() as i64),
+                SqlValue::Bool(!self.durable),
+            ],
+        )
+    }
+
+    /// [`plan_attempt`](Self::plan_attempt) costing `cost` hits: counted only when the window's count
+    /// plus `cost` is at most `max` (a window of `decay` opens with `cost` hits when none runs and
+    /// `cost <= max`), else nothing. Decode with [`decode_attempt_cost`](Self::decode_attempt_cost).
+    /// Cargo feature `weights`.
+    #[cfg(feature = "weights")]
+    pub fn plan_attempt_cost(&self, key: &str, max: i64, cost: u32, decay: Window) -> Statement {
+        Statement::new(
+            self.weighted.attempt_n.clone(),
+            vec![
+                SqlValue::Text(key.to_owned()),
+                SqlValue::Int(max),
+                SqlValue::Int(decay.as_ms() as i64),
+                SqlValue::Int(i64::from(cost)),
                 SqlValue::Bool(!self.durable),
             ],
         )
@@ -395,6 +426,38 @@ impl Postgres {
             ms_left >= 1 && hits <= max
         } else {
             (ms_left >= 1 && hits >= max) || (ms_left == 0 && hits == 0 && max < 1)
+        };
+        if !consistent {
+            return Err(err());
+        }
+        Ok((counted, hits, ms_left as u64))
+    }
+
+    /// Decodes the row of an attempt costing `cost` with `max` (as [`decode_attempt`](Self::decode_attempt)):
+    /// refused, the window holds more than `max - cost`, or none runs and `cost > max`. Cargo feature
+    /// `weights`.
+    #[cfg(feature = "weights")]
+    pub fn decode_attempt_cost(
+        rows: &[Vec<SqlValue>],
+        max: i64,
+        cost: u32,
+    ) -> Result<(bool, i64, u64), RowError> {
+        let err = || RowError::new("attempt", "one row (counted, hits, ms_left >= 0)", rows);
+        let [row] = rows else { return Err(err()) };
+        let [counted, hits, ms_left] = row.as_slice() else {
+            return Err(err());
+        };
+        let (counted, hits, ms_left) = (
+            counted.bool().ok_or_else(err)?,
+            hits.int().ok_or_else(err)?,
+            ms_left.int().ok_or_else(err)?,
+        );
+        let (cost, max) = (i128::from(cost), i128::from(max));
+        let consistent = if counted {
+            ms_left >= 1 && i128::from(hits) >= cost && i128::from(hits) <= max
+        } else {
+            (ms_left >= 1 && i128::from(hits) + cost > max)
+                || (ms_left == 0 && hits == 0 && cost > max)
         };
         if !consistent {
             return Err(err());

@@ -141,3 +141,44 @@ BEGIN
   END IF;
 END
 $fn$;
+
+-- One key's fixed window, atomically: p_cost hits if the window's count plus p_cost is at most p_max,
+-- else nothing (a window of p_decay ms opens with p_cost hits when none runs and p_cost <= p_max).
+-- {p}_attempt's answer: whether the hits were counted, the count after the call and the ms left.
+CREATE OR REPLACE FUNCTION {p}_attempt_n(p_key text, p_max bigint, p_decay bigint, p_cost bigint, p_relaxed boolean)
+RETURNS TABLE (counted boolean, hits bigint, ms_left bigint)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+  v_now bigint;
+  v_hits bigint;
+  v_ends bigint;
+BEGIN
+  IF p_cost IS NULL OR p_cost < 1 THEN
+    RAISE EXCEPTION 'ratewindow: an attempt costs at least 1';
+  END IF;
+  IF p_relaxed THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
+  END IF;
+  -- The lock {p}_window and {p}_attempt take: every operation on the key takes turns.
+  PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 1));
+  v_now := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+  SELECT w.hits, w.ends_at INTO v_hits, v_ends FROM {p}_windows w WHERE w.key = p_key;
+  IF NOT FOUND OR v_ends <= v_now THEN
+    IF p_cost > p_max THEN
+      RETURN QUERY SELECT false, 0::bigint, 0::bigint;
+      RETURN;
+    END IF;
+    INSERT INTO {p}_windows (key, hits, ends_at) VALUES (p_key, p_cost, v_now + p_decay)
+      ON CONFLICT (key) DO UPDATE SET hits = excluded.hits, ends_at = excluded.ends_at;
+    RETURN QUERY SELECT true, p_cost, p_decay;
+    RETURN;
+  END IF;
+  IF v_hits::numeric + p_cost > p_max THEN
+    RETURN QUERY SELECT false, v_hits, v_ends - v_now;
+    RETURN;
+  END IF;
+  UPDATE {p}_windows w SET hits = w.hits + p_cost WHERE w.key = p_key RETURNING w.hits INTO v_hits;
+  RETURN QUERY SELECT true, v_hits, v_ends - v_now;
+END
+$fn$;
