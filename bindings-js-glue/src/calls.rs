@@ -368,6 +368,8 @@ impl Calls {
                     "lock" => 2.0,
                     "gcra" => 4.0,
                     "counter" => 5.0,
+                    "weighted" => 6.0,
+                    "weighted_attempt" => 7.0,
                     _ => 0.0,
                 };
                 return Ok(Some(joined(out, keys, args)));
@@ -464,6 +466,57 @@ impl Calls {
     ) -> Res<Option<String>> {
         let entries = vec![Entry::new(key, number::limit(uses, window_ms)?)];
         self.consume(out, entries, release, now)
+    }
+
+    /// A weighted sliding-log call (`op` 0 consume, 1 peek): entry `i` costs `costs[i]` uses (a whole
+    /// number from 1 to its `uses`, else `invalid_argument:cost` naming `cost`, or `entries[i].cost`
+    /// with `batch`). A separate entry point, so a call costing 1 pays nothing for weights.
+    #[cfg(feature = "weights")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn weighted(
+        &mut self,
+        out: &mut CallRecord,
+        op: u32,
+        keys: Vec<String>,
+        uses: &[f64],
+        windows: &[f64],
+        costs: &[f64],
+        batch: bool,
+        release: bool,
+        now: Option<f64>,
+    ) -> Res<Option<String>> {
+        if costs.len() != keys.len() {
+            return Err(coded(
+                "invalid_argument:entries",
+                "keys and costs differ in length",
+            ));
+        }
+        let mut entries = entries(keys, uses, windows)?;
+        for (i, (entry, &cost)) in entries.iter_mut().zip(costs).enumerate() {
+            let limit = entry.limit;
+            let checked = ratewindow_core::check_cost_f64(cost, limit).map_err(|e| {
+                let name = if batch {
+                    format!("entries[{i}].cost")
+                } else {
+                    "cost".to_owned()
+                };
+                coded(
+                    "invalid_argument:cost",
+                    format!("invalid {name}: {} (expected {})", e.value, e.field.range()),
+                )
+            })?;
+            let key = std::mem::take(&mut entry.key);
+            *entry = Entry::with_cost(key, limit, u64::from(checked))
+                .map_err(|e| coded("invalid_argument:cost", e.to_string()))?;
+        }
+        match op {
+            0 => self.consume(out, entries, release, now),
+            1 => self.peek(out, entries, now),
+            _ => Err(coded(
+                "invalid_argument:op",
+                format!("no weighted operation {op}"),
+            )),
+        }
     }
 
     /// Starts `Op::Peek`.
@@ -787,6 +840,21 @@ pub fn redis_scripts() -> Vec<String> {
     {
         use ratewindow_core::call::{COUNTER, GCRA};
         scripts.extend([GCRA.sha1, GCRA.source, COUNTER.sha1, COUNTER.source].map(str::to_owned));
+    }
+    // Weighted calls and the weighted attempt (slots 6 and 7), in the builds with them (after GCRA's
+    // and the counter's: the Node addon has both).
+    #[cfg(feature = "weights")]
+    {
+        use ratewindow_core::redis::weighted::{WEIGHTED, WEIGHTED_ATTEMPT};
+        scripts.extend(
+            [
+                WEIGHTED.sha1,
+                WEIGHTED.source,
+                WEIGHTED_ATTEMPT.sha1,
+                WEIGHTED_ATTEMPT.source,
+            ]
+            .map(str::to_owned),
+        );
     }
     scripts
 }

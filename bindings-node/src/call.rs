@@ -307,6 +307,40 @@ impl NativeCalls {
         })
     }
 
+    /// A weighted sliding-log call (`op` 0 consume, 1 peek), entry `i` costing `costs[i]` uses (a
+    /// batch's refusal of a cost names `entries[i].cost`): a separate entry point, so a call costing 1
+    /// crosses and allocates as before.
+    #[napi(
+        ts_args_type = "op: number, keys: Array<string>, uses: Array<number>, windows: Array<number>, costs: Array<number>, batch: boolean, release: boolean, now?: number | undefined | null",
+        ts_return_type = "string | null"
+    )]
+    #[allow(clippy::too_many_arguments)]
+    pub fn weighted(
+        &mut self,
+        op: u32,
+        keys: Keys,
+        uses: Vec<f64>,
+        windows: Vec<f64>,
+        costs: Vec<f64>,
+        batch: bool,
+        release: bool,
+        now: Option<f64>,
+    ) -> Result<Joined, String> {
+        self.go(|c, out| {
+            c.weighted(
+                out,
+                op,
+                keys.get()?,
+                &uses,
+                &windows,
+                &costs,
+                batch,
+                release,
+                now,
+            )
+        })
+    }
+
     /// Starts `Op::Peek`.
     #[napi(
         ts_args_type = "keys: Array<string>, uses: Array<number>, windows: Array<number>, now?: number | undefined | null",

@@ -75,10 +75,15 @@ export function costOf(options: unknown): number {
   return cost;
 }
 
-/** Whether any entry of a batch names a GCRA or counter limit (checked for shape). */
+/** Whether any entry of a batch names a GCRA or counter limit (checked for shape) or a cost other than 1. */
 export function mixesRates(entries: readonly Entry[]): boolean {
   let rates = false;
-  for (const entry of entries) if (rateKind((entry as { limit?: AnyLimit }).limit) !== 0) rates = true;
+  for (const entry of entries) {
+    if (rateKind((entry as { limit?: AnyLimit }).limit) !== 0) rates = true;
+    // A sliding-log entry with a cost is counted by the same path (a weighted call, not a cost of 1).
+    const cost = (entry as { cost?: unknown } | null)?.cost;
+    if (cost !== undefined && cost !== 1) rates = true;
+  }
   return rates;
 }
 

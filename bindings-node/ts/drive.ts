@@ -253,6 +253,8 @@ export function callError(e: CallErrorInfo, thrown: Thrown = new Map()): Error {
     case 'reply':
       return new StoreReplyError(e.source ?? 'unknown', e.expected ?? '', e.got ?? '', e.message);
     case 'unsupported':
+      // A weighted sliding-log call on a store whose engine does not count weights (PostgreSQL).
+      if (e.message.includes('weighted')) return new UnsupportedError('weighted sliding', e.message);
       return new TypeError(e.message);
     default:
       return new InternalError(`ratewindow: ${e.message}`);
@@ -299,6 +301,16 @@ export function engineError(error: unknown, backend: Backend, entries?: readonly
 
 /** A method's answer: at once on a synchronous store (`S` true), else a promise. */
 export type Answer<S extends boolean, T> = S extends true ? T : Promise<T>;
+
+/** Whether a batch names a cost other than 1 (its entries unchecked: the weighted path checks them). */
+function weighs(entries: readonly Entry[]): boolean {
+  if (!Array.isArray(entries)) return false;
+  for (const e of entries) {
+    const cost = (e as { cost?: unknown } | null)?.cost;
+    if (cost !== undefined && cost !== 1) return true;
+  }
+  return false;
+}
 
 /** A batch's entries as the engine takes them: three parallel arrays. */
 function columns(entries: readonly Entry[]): [string[], number[], number[]] {
@@ -410,7 +422,10 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
       checkKey(key);
       if (rateKind(limit) !== 0) return this.rate(0, key, limit, options);
       checkLimitShape(limit);
-      if (options !== undefined && costOf(options) !== 1) throw new UnsupportedError('weighted sliding', 'weighted calls on the sliding log: the memory store only in this binding, for now');
+      if (options !== undefined) {
+        const cost = costOf(options);
+        if (cost !== 1) return this.weighted(0, [{ key, limit, cost }], false);
+      }
       first = this.calls.consumeOne(key, limit.uses, limit.windowMs, this.now());
     } catch (e) {
       return this.startFailed(e, [{ key, limit }]);
@@ -441,6 +456,35 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
   /** A single verdict with its `release`, from the record. */
   private readonly releasable = (r: Float64Array, id: number): Verdict =>
     verdictOf(r, false, this.releaser(r[CallSlot.Release] === 1 ? (this.calls.releaseToken(id) ?? undefined) : undefined));
+
+  /**
+   * A weighted sliding-log call (`op` 0 consume, 1 peek), each entry costing its `cost` (default 1):
+   * the engine's weighted entry point, so calls costing 1 keep theirs. An allowed consume's
+   * `release()` gives back exactly the call's cost. A store whose engine does not count weights
+   * (PostgreSQL, for now) is `UnsupportedError('weighted sliding')`, nothing written.
+   */
+  private weighted(op: 0 | 1, entries: readonly Entry[], batch: boolean): Answer<S, BatchVerdict> {
+    let first: string | null;
+    let costs: number[] = [];
+    try {
+      checkEntries(entries);
+      costs = entries.map((e) => costOf(e));
+      const calls = this.calls;
+      if (calls.weighted === undefined) throw new UnsupportedError('weighted sliding', 'weighted calls on the sliding log: not in this build (the native addon counts them)');
+      first = calls.weighted(op, ...columns(entries), costs, batch, op === 0 && batch, this.now());
+    } catch (e) {
+      const code = (e as { code?: unknown } | null)?.code;
+      if (code === 'invalid_argument:cost') {
+        const at = /^invalid entries\[(\d+)\]\.cost:/.exec(String((e as Error).message))?.[1];
+        const error = fromBackend(e, undefined, undefined, undefined, at === undefined ? costs[0] : costs[Number(at)]);
+        if (this.sync) throw error;
+        return Promise.reject(error) as Answer<S, BatchVerdict>;
+      }
+      return this.startFailed(e, entries);
+    }
+    if (!batch) return this.driven(first, single);
+    return this.driven(first, (r, id) => verdictOf(r, true, op === 0 ? this.releaser(r[CallSlot.Release] === 1 ? (this.calls.releaseToken(id) ?? undefined) : undefined) : undefined));
+  }
 
   /**
    * A GCRA or counter call (`op` 0 consume, 1 peek, 2 reset), its arguments checked here. Its verdict
@@ -496,11 +540,19 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
       return this.startFailed(e);
     }
     if (kind !== 0) return this.rate(1, key, limit, options);
+    if (options !== undefined) {
+      let cost: number;
+      try {
+        cost = costOf(options);
+      } catch (e) {
+        return this.startFailed(e);
+      }
+      if (cost !== 1) return this.weighted(1, [{ key, limit, cost }], false);
+    }
     return this.go(
       () => {
         checkKey(key);
         checkLimitShape(limit);
-        if (options !== undefined && costOf(options) !== 1) throw new UnsupportedError('weighted sliding', 'weighted calls on the sliding log: the memory store only in this binding, for now');
         return this.calls.peek([key], [limit.uses], [limit.windowMs], this.now());
       },
       single,
@@ -514,6 +566,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
    * exactly this call.
    */
   override consumeMany(entries: readonly Entry[]): Answer<S, BatchVerdict> {
+    if (weighs(entries)) return this.weighted(0, entries, true);
     return this.go(
       () => {
         checkEntries(entries);
@@ -526,6 +579,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
 
   /** The verdict {@link consumeMany} would give, recording nothing. */
   override peekMany(entries: readonly Entry[]): Answer<S, BatchVerdict> {
+    if (weighs(entries)) return this.weighted(1, entries, true);
     return this.go(
       () => {
         checkEntries(entries);

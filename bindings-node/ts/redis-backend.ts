@@ -136,6 +136,12 @@ export interface BackendCalls {
   /** A consume of one entry, keeping its token only with `release` (the failure guard asks). */
   consumeOne(key: string, uses: number, windowMs: number, now?: number | null, release?: boolean): string | null;
   peek(keys: string[], uses: number[], windows: number[], now?: number | null): string | null;
+  /**
+   * A weighted sliding-log call (`op` 0 consume, 1 peek), entry `i` costing `costs[i]` (code
+   * `invalid_argument:cost`, the message naming `cost`, or `entries[i].cost` with `batch`); `release`:
+   * keep an allowed consume's token. Absent from a build without weights.
+   */
+  weighted?(op: number, keys: string[], uses: number[], windows: number[], costs: number[], batch: boolean, release: boolean, now?: number | null): string | null;
   release(token: BackendRelease, now?: number | null): string | null;
   hit(key: string, decayMs: number, amount: number, now?: number | null): string | null;
   attempt(key: string, max: number, decayMs: number, now?: number | null): string | null;

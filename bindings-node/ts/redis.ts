@@ -103,6 +103,8 @@ export class RedisStore extends CallStore<false> {
   /** GCRA's and the counter's scripts (`Script` slots 4 and 5; empty in a build without them). */
   private readonly gcraScript: ScriptRef;
   private readonly counterScript: ScriptRef;
+  private readonly weightedScript: ScriptRef;
+  private readonly weightedAttemptScript: ScriptRef;
   private readonly onGiveBackError: ((error: GiveBackError) => void) | undefined;
 
   /**
@@ -154,12 +156,15 @@ export class RedisStore extends CallStore<false> {
     } catch (e) {
       throw engineError(e, backend);
     }
-    const [slidingSha1, slidingSource, fixedSha1, fixedSource, lockSha1, lockSource, gcraSha1, gcraSource, counterSha1, counterSource] = backend.redisScripts();
+    const [slidingSha1, slidingSource, fixedSha1, fixedSource, lockSha1, lockSource, gcraSha1, gcraSource, counterSha1, counterSource, weightedSha1, weightedSource, weightedAttemptSha1, weightedAttemptSource] =
+      backend.redisScripts();
     this.sliding = Object.freeze({ sha1: slidingSha1!, source: slidingSource! });
     this.fixed = Object.freeze({ sha1: fixedSha1!, source: fixedSource! });
     this.lockScript = Object.freeze({ sha1: lockSha1 ?? '', source: lockSource ?? '' });
     this.gcraScript = Object.freeze({ sha1: gcraSha1 ?? '', source: gcraSource ?? '' });
     this.counterScript = Object.freeze({ sha1: counterSha1 ?? '', source: counterSource ?? '' });
+    this.weightedScript = Object.freeze({ sha1: weightedSha1 ?? '', source: weightedSource ?? '' });
+    this.weightedAttemptScript = Object.freeze({ sha1: weightedAttemptSha1 ?? '', source: weightedAttemptSource ?? '' });
     this.run = run;
     this.evalsha = evalsha;
     this.command = command;
@@ -180,7 +185,8 @@ export class RedisStore extends CallStore<false> {
     const r = this.record;
     const which = r[CallSlot.Script];
     if (which === 3) return this.plain(id, command);
-    const script = which === 0 ? this.sliding : which === 1 ? this.fixed : which === 2 ? this.lockScript : which === 4 ? this.gcraScript : this.counterScript;
+    const script =
+      which === 0 ? this.sliding : which === 1 ? this.fixed : which === 2 ? this.lockScript : which === 4 ? this.gcraScript : which === 5 ? this.counterScript : which === 6 ? this.weightedScript : this.weightedAttemptScript;
     const nKeys = r[CallSlot.Keys]!;
     let keys: string[];
     let args: string[];

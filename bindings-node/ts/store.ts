@@ -302,7 +302,9 @@ export class MemoryStore extends CooldownStore {
       costOf(entry);
       kinds.push(kind);
     }
-    const native = this.rates((entries.find((e) => rateKind(e.limit) !== 0)!.limit as GcraLimit).algorithm);
+    // A batch of sliding-log entries with costs takes the same path (the weighted sliding log).
+    const rated = entries.find((e) => rateKind(e.limit) !== 0);
+    const native = this.rates(rated === undefined ? 'weighted sliding' : (rated.limit as GcraLimit).algorithm);
     entries.forEach((entry, i) => {
       const limit = entry.limit as GcraLimit;
       const burst = kinds[i] === 1 ? (limit.burst ?? limit.uses) : 0;
