@@ -226,8 +226,8 @@ class CallStore(CooldownStore):
         :class:`GcraLimit` or :class:`CounterLimit` (with its ``cost``) is counted by its own script
         (Redis) or statement (PostgreSQL, SQLite); batches mixing them with the sliding log are the
         memory stores' only (:class:`~ratewindow.UnsupportedError` here). A :class:`Limit` with a
-        ``cost`` above 1 is a weighted call (Redis, SQLite; on PostgreSQL
-        :class:`~ratewindow.UnsupportedError` while the core does not count them there)."""
+        ``cost`` above 1 is a weighted call on the sliding log (one round trip; a batch's
+        ``release()`` gives back exactly its cost)."""
         if isinstance(limit, _ratewindow.Limit) and cost == 1:
             return self._run(self._machine.consume(key, limit))
         return self._run(_ratewindow.rate_call(self._machine, "consume", key, limit, cost))
