@@ -573,6 +573,27 @@ impl Calls {
         self.start(out, op, now, false)
     }
 
+    /// Starts `Op::AttemptCost`: [`Self::attempt`] costing `cost` hits (a whole number from 1, else
+    /// `invalid_argument:cost`).
+    #[cfg(feature = "weights")]
+    pub fn attempt_cost(
+        &mut self,
+        out: &mut CallRecord,
+        key: String,
+        max: f64,
+        decay_ms: f64,
+        cost: f64,
+        now: Option<f64>,
+    ) -> Res<Option<String>> {
+        let op = Op::AttemptCost {
+            key,
+            max: max as i64,
+            decay: number::decay(decay_ms)?,
+            cost: crate::store::attempt_cost(cost)?,
+        };
+        self.start(out, op, now, false)
+    }
+
     /// Starts `Op::Read` answering `query` (`attempts`, `tooManyAttempts`, `remaining`,
     /// `availableIn`, `availableInMs`; `max` for the two that take it).
     pub fn read(

@@ -209,6 +209,31 @@ impl JsStore {
         Ok(count as f64)
     }
 
+    /// [`Self::attempt`] costing `cost` hits (`MemoryStore::attempt_cost`): counted only when the
+    /// window's count plus `cost` is at most `max`; a cost that is not a whole number from 1 is
+    /// `invalid_argument:cost`.
+    #[cfg(feature = "weights")]
+    pub fn attempt_cost(
+        &self,
+        key: &str,
+        max: f64,
+        decay_ms: f64,
+        cost: f64,
+        now: f64,
+        out: &mut Record,
+    ) -> Res<f64> {
+        let max = number::int(Field::Max, max)?;
+        let decay = number::decay(decay_ms)?;
+        let cost = attempt_cost(cost)?;
+        let (allowed, count, reset_after_ms) = self
+            .store
+            .attempt_cost(key, max, cost, decay, number::now(now)?)
+            .map_err(|_| bad_attempt_cost(f64::from(cost)))?;
+        out[record::ALLOWED] = f64::from(u8::from(allowed));
+        out[record::RESET_AFTER_MS] = reset_after_ms as f64;
+        Ok(count as f64)
+    }
+
     /// `MemoryStore::attempts`.
     pub fn attempts(&self, key: &str, now: f64) -> Res<f64> {
         Ok(self.store.attempts(key, number::now(now)?) as f64)
@@ -280,6 +305,28 @@ pub(crate) fn refused(
 /// Validates a limit with the core (what `checkLimit` exports).
 pub fn check_limit(uses: f64, window_ms: f64) -> Res<()> {
     number::limit(uses, window_ms).map(|_| ())
+}
+
+/// A fixed-window attempt's cost: a whole number from 1 (to `u32::MAX`), else `invalid_argument:cost`.
+#[cfg(feature = "weights")]
+pub fn attempt_cost(cost: f64) -> Res<u32> {
+    if cost.fract() == 0.0 && cost >= 1.0 && cost <= f64::from(u32::MAX) {
+        Ok(cost as u32)
+    } else {
+        Err(bad_attempt_cost(cost))
+    }
+}
+
+#[cfg(feature = "weights")]
+#[cold]
+fn bad_attempt_cost(cost: f64) -> crate::Failure {
+    crate::Failure::new(
+        "invalid_argument:cost",
+        format!(
+            "invalid cost: {} (expected a whole number from 1)",
+            number::text(cost)
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -341,6 +341,22 @@ impl NativeCalls {
         })
     }
 
+    /// Starts `Op::AttemptCost`: an attempt costing `cost` hits.
+    #[napi(ts_return_type = "string | null")]
+    pub fn attempt_cost(
+        &mut self,
+        key: Key,
+        max: f64,
+        decay_ms: f64,
+        cost: f64,
+        now: Option<f64>,
+    ) -> Result<Joined, String> {
+        self.go(|c, out| {
+            let key = key.get()?.to_owned();
+            c.attempt_cost(out, key, max, decay_ms, cost, now)
+        })
+    }
+
     /// Starts `Op::Peek`.
     #[napi(
         ts_args_type = "keys: Array<string>, uses: Array<number>, windows: Array<number>, now?: number | undefined | null",

@@ -220,6 +220,22 @@ impl NativeStore {
         })
     }
 
+    /// [`Self::attempt`] costing `cost` hits: counted only when the count plus `cost` is at most `max`.
+    #[napi]
+    pub fn attempt_cost(
+        &mut self,
+        key: Key,
+        max: f64,
+        decay_ms: f64,
+        cost: f64,
+        now: f64,
+    ) -> Result<f64, String> {
+        glue(|| {
+            let (store, out) = self.out();
+            store.attempt_cost(key.get()?, max, decay_ms, cost, now, out)
+        })
+    }
+
     /// Hits in the current window.
     #[napi]
     pub fn attempts(&self, key: Key, now: f64) -> Result<f64, String> {

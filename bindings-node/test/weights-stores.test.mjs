@@ -205,3 +205,52 @@ describe('PostgresStore (pg Pool): weighted calls', () => {
     assert.equal((await store.consume('k', limit, { cost: 1 })).remaining, 4);
   });
 });
+
+/** The fixed window's attempt costing `cost` hits, on a store whose window outlives the test. */
+async function attemptCost(store) {
+  const key = `a:${Math.random().toString(36).slice(2)}`;
+  const first = await store.attempt(key, 5, 60_000, { cost: 3 });
+  assert.deepEqual([first.allowed, first.count], [true, 3]);
+  assert.ok(first.resetAfterMs > 0 && first.resetAfterMs <= 60_000, `${first.resetAfterMs}`);
+  const refused = await store.attempt(key, 5, 60_000, { cost: 3 });
+  assert.deepEqual([refused.allowed, refused.count], [false, 3], 'a cost above what is left counts nothing');
+  assert.deepEqual([(await store.attempt(key, 5, 60_000, { cost: 2 })).allowed, await store.attempts(key)], [true, 5]);
+  assert.deepEqual([(await store.attempt(key, 5, 60_000)).allowed, await store.attempts(key)], [false, 5]);
+  assert.deepEqual([(await store.attempt(`${key}:big`, 5, 60_000, { cost: 6 })).allowed, await store.attempts(`${key}:big`)], [false, 0]);
+  assert.equal((await store.attempt(`${key}:one`, 5, 60_000, { cost: 1 })).count, 1);
+  for (const cost of [0, -1, 1.5, Number.NaN]) {
+    await assert.rejects(async () => store.attempt(`${key}:x`, 5, 60_000, { cost }), (e) => e instanceof InvalidArgumentError && e.field === 'cost' && Object.is(e.value, cost), `cost ${cost}`);
+  }
+  await assert.rejects(async () => store.attempt(`${key}:x`, 5, 60_000, { cost: '2' }), TypeError);
+  assert.equal(await store.attempts(`${key}:x`), 0);
+}
+
+describe('the fixed window attempt with a cost', () => {
+  const tmp = tempDir();
+  let redis;
+  const pool = pgPool(2);
+  const prefix = runPrefix('wattempt');
+  const pg = PostgresStore.using(pool, { prefix });
+  before(async () => {
+    sharedRedisUp();
+    redis = await nodeRedis();
+    await pg.installSchema();
+  });
+  after(async () => {
+    redis.close();
+    tmp.remove();
+    await dropPg(pool, prefix);
+    await pool.end();
+  });
+  it('MemoryStore', () => attemptCost(new MemoryStore()));
+  it('RedisStore (EVALSHA)', () => attemptCost(RedisStore.using(redis.run, { evalsha: redis.evalsha, prefix: `rwtest:wattempt:${process.pid}:`, backend: redisBackend })));
+  it('RedisStore (EVAL)', () => attemptCost(RedisStore.using(redis.run, { prefix: `rwtest:wattempt:${process.pid}:`, backend: redisBackend })));
+  it('SqliteStore', async () => {
+    const db = new Database(tmp.file('attempt.db'));
+    const store = new SqliteStore(db);
+    store.installSchema();
+    await attemptCost(store);
+    db.close();
+  });
+  it('PostgresStore', () => attemptCost(pg));
+});

@@ -162,6 +162,8 @@ export interface BackendStore {
    * @throws {BackendError} `invalid_limit:window_ms` for an invalid decay.
    */
   attempt(key: string, max: number, decayMs: number, now: number): number;
+  /** {@link attempt} costing `cost` hits (`MemoryStore::attempt_cost`; code `invalid_argument:cost`). Absent from a build without weights. */
+  attemptCost?(key: string, max: number, decayMs: number, cost: number, now: number): number;
 
   /** `MemoryStore::attempts`. */
   attempts(key: string, now: number): number;

@@ -624,14 +624,25 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
   /**
    * Fixed window, atomically: counts one hit on `key` if it has fewer than `max` in its window (opening
    * one of `decayMs` ms if none runs), else nothing. Exactly `max` attempts are allowed per window,
-   * however many run at once.
+   * however many run at once. With `options.cost`, the attempt takes `cost` hits, counted only when
+   * the count plus `cost` is at most `max` (else nothing).
    */
-  attempt(key: string, max: number, decayMs: number): Answer<S, AttemptResult> {
+  attempt(key: string, max: number, decayMs: number, options?: CallOptions): Answer<S, AttemptResult> {
+    let cost = 1;
     return this.go(
       () => {
         checkKey(key);
         if (typeof decayMs !== 'number') throw typeError('decayMs must be a number', decayMs);
-        return this.calls.attempt(key, checkInteger('max', max), decayMs, this.now());
+        if (options !== undefined) cost = costOf(options);
+        if (cost === 1) return this.calls.attempt(key, checkInteger('max', max), decayMs, this.now());
+        const calls = this.calls;
+        if (calls.attemptCost === undefined) throw new UnsupportedError('weighted attempt', 'an attempt with a cost: not in this build (the native addon counts them)');
+        try {
+          return calls.attemptCost(key, checkInteger('max', max), decayMs, cost, this.now());
+        } catch (e) {
+          if ((e as { code?: unknown } | null)?.code === 'invalid_argument:cost') throw fromBackend(e, undefined, undefined, undefined, cost);
+          throw e;
+        }
       },
       (r): AttemptResult => ({ allowed: r[CallSlot.Allowed] === 1, count: r[CallSlot.Value]!, resetAfterMs: r[CallSlot.ResetAfterMs]! }),
       undefined,

@@ -145,6 +145,8 @@ export interface BackendCalls {
   release(token: BackendRelease, now?: number | null): string | null;
   hit(key: string, decayMs: number, amount: number, now?: number | null): string | null;
   attempt(key: string, max: number, decayMs: number, now?: number | null): string | null;
+  /** An attempt costing `cost` hits (`Op::AttemptCost`; code `invalid_argument:cost`). Absent from a build without weights. */
+  attemptCost?(key: string, max: number, decayMs: number, cost: number, now?: number | null): string | null;
   read(key: string, query: WindowQuery, max: number, now?: number | null): string | null;
   resetAttempts(key: string, now?: number | null): string | null;
   clear(key: string, now?: number | null): string | null;

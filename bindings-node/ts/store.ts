@@ -445,17 +445,23 @@ export class MemoryStore extends CooldownStore {
   /**
    * Fixed window, atomically: counts one hit on `key` if it has fewer than `max` in its window (opening
    * one of `decayMs` ms if none runs), else nothing. Exactly `max` attempts are allowed per window.
+   * With `options.cost`, the attempt takes `cost` hits, counted only when the count plus `cost` is at
+   * most `max` (else nothing); a cost that is not a whole number from 1 is `InvalidArgumentError`.
    */
-  attempt(key: string, max: number, decayMs: number): AttemptResult {
+  attempt(key: string, max: number, decayMs: number, options?: CallOptions): AttemptResult {
     checkKey(key);
     checkInteger('max', max);
     if (typeof decayMs !== 'number') throw typeError('decayMs must be a number', decayMs);
+    const cost = options === undefined ? 1 : costOf(options);
     const now = this.now();
     let count: number;
     try {
-      count = this.native.attempt(key, max, decayMs, now);
+      if (cost === 1) count = this.native.attempt(key, max, decayMs, now);
+      else if (this.native.attemptCost === undefined) throw new UnsupportedError('weighted attempt', 'an attempt with a cost: not in this build (the native addon counts them)');
+      else count = this.native.attemptCost(key, max, decayMs, cost, now);
     } catch (e) {
-      throw fromBackend(e, undefined, decayMs);
+      if (e instanceof UnsupportedError) throw e;
+      throw fromBackend(e, undefined, decayMs, undefined, cost);
     }
     return { allowed: this.record[Slot.Allowed] === 1, count, resetAfterMs: this.record[Slot.ResetAfterMs]! };
   }
