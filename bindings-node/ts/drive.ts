@@ -253,8 +253,6 @@ export function callError(e: CallErrorInfo, thrown: Thrown = new Map()): Error {
     case 'reply':
       return new StoreReplyError(e.source ?? 'unknown', e.expected ?? '', e.got ?? '', e.message);
     case 'unsupported':
-      // A weighted sliding-log call on a store whose engine does not count weights (PostgreSQL).
-      if (e.message.includes('weighted')) return new UnsupportedError('weighted sliding', e.message);
       return new TypeError(e.message);
     default:
       return new InternalError(`ratewindow: ${e.message}`);
@@ -460,8 +458,8 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
   /**
    * A weighted sliding-log call (`op` 0 consume, 1 peek), each entry costing its `cost` (default 1):
    * the engine's weighted entry point, so calls costing 1 keep theirs. An allowed consume's
-   * `release()` gives back exactly the call's cost. A store whose engine does not count weights
-   * (PostgreSQL, for now) is `UnsupportedError('weighted sliding')`, nothing written.
+   * `release()` gives back exactly the call's cost. A build without the engine's weighted entry point
+   * (the wasm-bindgen package) is `UnsupportedError('weighted sliding')`, nothing written.
    */
   private weighted(op: 0 | 1, entries: readonly Entry[], batch: boolean): Answer<S, BatchVerdict> {
     let first: string | null;

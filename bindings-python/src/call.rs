@@ -172,10 +172,6 @@ impl Call {
                 "StoreReplyError",
                 (text, e.statement, e.expected, e.got),
             )),
-            // A weighted sliding-log call on a store whose core does not count weights (PostgreSQL).
-            CallError::Unsupported(m) if m.contains("weighted") => {
-                crate::errors::unsupported(py, "weighted sliding")
-            }
             CallError::Unsupported(_) => PyTypeError::new_err(text),
             CallError::Protocol { .. } => raised(instance(
                 py,
