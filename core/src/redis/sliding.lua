@@ -54,10 +54,16 @@ if #ARGV == 5 then
   local oldest
   if first[1] then
     if first[2] == '-inf' then
-      -- This limit's, until > now (fractional: as floor(now) for an integer); no table built.
-      local m = first[1]
-      if string.sub(m, 33) == ARGV[4] .. ':' .. ARGV[5] and string.sub(m, 1, 16) + 0 > time[1] * 1000 + time[2] / 1000 then
-        return m .. ' ' .. time[1] .. ' ' .. time[2]
+      -- This limit's, until > now (fractional: as floor(now) for an integer); no table built. Most
+      -- refusals decide by comparing texts (no number parsed): the marker's 32 digits (until, end)
+      -- against TIME's seconds padded to 13 digits, then 999 ms and 16 nines (no end is that large):
+      -- greater when until is in a later second. A marker within the current second (or a clock of
+      -- other than 10-digit seconds) compares numbers. Digits only up to where they differ, so any
+      -- collation orders them alike.
+      local m, s = first[1], time[1]
+      if string.sub(m, 33) == ARGV[4] .. ':' .. ARGV[5] and ((#s == 10 and m > '000' .. s .. '9999999999999999999')
+          or string.sub(m, 1, 16) + 0 > s * 1000 + time[2] / 1000) then
+        return m .. ' ' .. s .. ' ' .. time[2]
       end
     else
       oldest = first[2] + 0
