@@ -7,9 +7,26 @@
 #   Node    bindings-wasm/host-node jco transpile                             node --test
 # The wasmtime host crate is built in its own target dir (target-wasm-host): heavy once, cached after.
 # RATEWINDOW_WASM_TOOLCHAIN=rustup|debian forces a toolchain for the guest (default: auto).
+#
+#   scripts/test-wasm-component.sh               the whole part
+#   scripts/test-wasm-component.sh --build-host  only builds the wasmtime host's tests (scripts/test.sh runs
+#                                                this in the background, niced, while the earlier parts test)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+source scripts/rust-env.sh
+
+# cargo for the wasmtime host crate, in its own target dir (target-wasm-host). No LTO and more codegen
+# units: wasmtime compiles and links much faster; host-call speed is unchanged.
+host_cargo() {
+  CARGO_TARGET_DIR="${RATEWINDOW_WASM_HOST_TARGET:-$ROOT/target-wasm-host}" \
+    CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+    cargo test --release -q -p ratewindow-host-rs "$@"
+}
+if [ "${1:-}" = --build-host ]; then
+  host_cargo --no-run
+  exit
+fi
 
 bash scripts/setup-wasm.sh
 bash scripts/build-wasm-component.sh
@@ -34,10 +51,7 @@ echo "--- Rust host (wasmtime)"
 # shellcheck source=services.sh
 source "$ROOT/scripts/services.sh"
 redis_up
-# No LTO and more codegen units: wasmtime compiles and links much faster; host-call speed is unchanged.
-CARGO_TARGET_DIR="${RATEWINDOW_WASM_HOST_TARGET:-$ROOT/target-wasm-host}" \
-  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-  cargo test --release -q -p ratewindow-host-rs
+host_cargo
 
 echo "--- Python host (wasmtime-py)"
 (cd bindings-wasm/host-py && "$ROOT/.venv/bin/python" -m mypy --no-incremental)
