@@ -70,28 +70,32 @@ fn main() {
 
     // Weighted calls: one time per use, so a key's memory follows the uses in its window, not the
     // calls: 5 calls costing 20 hold what 100 calls costing 1 hold.
-    let weighted_keys = KEYS / 10;
-    let limit = Limit::new(100, 600_000).unwrap();
-    for (calls, cost) in [(5u64, 20u64), (100, 1)] {
-        let before = LIVE.load(Ordering::Relaxed);
-        let store = MemoryStore::new();
-        for call in 0..calls {
-            for name in &names[..weighted_keys] {
-                assert!(
-                    store
-                        .consume_cost(name, limit, cost, 1_000 + call)
-                        .unwrap()
-                        .allowed
-                );
+    // (Cargo feature `weights`.)
+    #[cfg(feature = "weights")]
+    {
+        let weighted_keys = KEYS / 10;
+        let limit = Limit::new(100, 600_000).unwrap();
+        for (calls, cost) in [(5u64, 20u64), (100, 1)] {
+            let before = LIVE.load(Ordering::Relaxed);
+            let store = MemoryStore::new();
+            for call in 0..calls {
+                for name in &names[..weighted_keys] {
+                    assert!(
+                        store
+                            .consume_cost(name, limit, cost, 1_000 + call)
+                            .unwrap()
+                            .allowed
+                    );
+                }
             }
+            let bytes = (LIVE.load(Ordering::Relaxed) - before) as f64 / weighted_keys as f64;
+            println!(
+                "weighted sliding log: {weighted_keys} keys x {calls} calls of cost {cost}: {bytes:.1} bytes per key, {:.1} per call, {:.2} per use",
+                bytes / calls as f64,
+                bytes / (calls * cost) as f64
+            );
+            drop(store);
         }
-        let bytes = (LIVE.load(Ordering::Relaxed) - before) as f64 / weighted_keys as f64;
-        println!(
-            "weighted sliding log: {weighted_keys} keys x {calls} calls of cost {cost}: {bytes:.1} bytes per key, {:.1} per call, {:.2} per use",
-            bytes / calls as f64,
-            bytes / (calls * cost) as f64
-        );
-        drop(store);
     }
 
     let before = LIVE.load(Ordering::Relaxed);

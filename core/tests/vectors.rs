@@ -55,9 +55,11 @@ impl Engine for MemoryStore {
     fn attempt(&mut self, key: &str, max: i64, decay: Window, now: u64) -> (bool, i64, u64) {
         MemoryStore::attempt(self, key, max, decay, now)
     }
+    #[cfg(feature = "weights")]
     fn consume_cost(&mut self, key: &str, limit: Limit, cost: u32, now: u64) -> Value {
         json!(MemoryStore::consume_cost(self, key, limit, cost.into(), now).expect("checked"))
     }
+    #[cfg(feature = "weights")]
     fn peek_cost(&mut self, key: &str, limit: Limit, cost: u32, now: u64) -> Value {
         json!(MemoryStore::peek_cost(self, key, limit, cost.into(), now).expect("checked"))
     }
@@ -79,6 +81,7 @@ fn every_vector_matches_the_memory_store() {
     );
 }
 
+#[cfg(feature = "weights")]
 #[test]
 fn every_weight_vector_matches_the_memory_store() {
     let cases = common::cases_in("weights");

@@ -5,8 +5,10 @@
 
 use std::path::PathBuf;
 
+#[cfg(feature = "weights")]
+use ratewindow_core::check_cost_f64;
 use ratewindow_core::gcra::RateError;
-use ratewindow_core::{check_cost_f64, Entry, Limit, LimitError, Window};
+use ratewindow_core::{Entry, Limit, LimitError, Window};
 use serde_json::{json, Value};
 
 /// An engine the vectors can drive: every op at an explicit `now`.
@@ -134,8 +136,25 @@ impl From<RateError> for Invalid {
 fn cost(value: &Value, limit: Limit) -> Result<Option<u32>, RateError> {
     match value.get("cost") {
         None => Ok(None),
+        #[cfg(feature = "weights")]
         Some(c) => check_cost_f64(c.as_f64().expect("cost: a number"), limit).map(Some),
+        #[cfg(not(feature = "weights"))]
+        Some(_) => {
+            let _ = limit;
+            panic!("a vector with a cost (tests/vectors/weights) needs the `weights` feature")
+        }
     }
+}
+
+/// An entry costing `cost` uses (only the weight vectors have costs, so only `weights` builds them).
+#[cfg(feature = "weights")]
+fn weighted_entry(key: &str, limit: Limit, cost: u32) -> Result<Entry, RateError> {
+    Entry::with_cost(key, limit, cost.into())
+}
+
+#[cfg(not(feature = "weights"))]
+fn weighted_entry(_key: &str, _limit: Limit, _cost: u32) -> Result<Entry, RateError> {
+    unreachable!("`cost` has no cost without the `weights` feature")
 }
 
 fn entries(op: &Value) -> Result<Vec<Entry>, Invalid> {
@@ -148,7 +167,7 @@ fn entries(op: &Value) -> Result<Vec<Entry>, Invalid> {
             let limit = limit(&e["limit"])?;
             Ok(match cost(e, limit)? {
                 None => Entry::new(key, limit),
-                Some(c) => Entry::with_cost(key, limit, c as u64)?,
+                Some(c) => weighted_entry(key, limit, c)?,
             })
         })
         .collect()
