@@ -1619,6 +1619,50 @@ impl MemoryStore {
     }
 }
 
+/// A scratch store holding the state a networked store read, so a mixed batch on SQLite (and the
+/// other stores' checks of their replies) is decided by [`consume_mixed`](MemoryStore::consume_mixed)'s
+/// own rules: `core/src/call/mixed.rs`.
+#[cfg(all(feature = "rates", feature = "sql"))]
+impl MemoryStore {
+    /// Puts `times` (ascending) into `key`'s sliding log, which lives until taken out.
+    pub(crate) fn seed_log(&self, key: &str, times: &[u64], limit: Limit) {
+        let (shard, key) = self.key(key);
+        let mut shard = self.lock(shard);
+        let mut index = None;
+        for &t in times {
+            let at = Moment { now: t, horizon: 0 };
+            index = Some(shard.record(key, index, limit, 0, 1, at).2);
+        }
+        if let Some(index) = index {
+            shard.logs[index].expires_at = u64::MAX;
+        }
+    }
+
+    /// Puts `key`'s GCRA TAT.
+    pub(crate) fn seed_gcra(&self, key: &str, tat: Tat) {
+        let (shard, key) = self.key(key);
+        self.lock(shard).gcra.put(key, tat);
+    }
+
+    /// Puts `key`'s counter state.
+    pub(crate) fn seed_counter(&self, key: &str, state: CounterState) {
+        let (shard, key) = self.key(key);
+        self.lock(shard).counters.put(key, state);
+    }
+
+    /// `key`'s GCRA TAT, live or not.
+    pub(crate) fn gcra_state(&self, key: &str) -> Option<Tat> {
+        let (shard, key) = self.key(key);
+        self.lock(shard).gcra.get_mut(key).copied()
+    }
+
+    /// `key`'s counter state, live or not.
+    pub(crate) fn counter_state(&self, key: &str) -> Option<CounterState> {
+        let (shard, key) = self.key(key);
+        self.lock(shard).counters.get_mut(key).copied()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

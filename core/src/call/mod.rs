@@ -25,6 +25,8 @@
 mod ids;
 #[cfg(feature = "lock")]
 mod lock;
+#[cfg(all(feature = "rates", feature = "sql"))]
+mod mixed;
 #[cfg(feature = "rates")]
 mod rates;
 mod redis;
@@ -36,6 +38,8 @@ pub use self::ids::CallIds;
 pub use self::lock::LockCommands;
 #[cfg(feature = "lock")]
 pub use self::lock::LOCK;
+#[cfg(all(feature = "rates", feature = "sql"))]
+pub use self::mixed::check_mixed;
 #[cfg(all(feature = "rates", feature = "sql"))]
 pub(crate) use self::rates::postgres_rates_purge_ctes;
 #[cfg(feature = "rates")]
@@ -338,6 +342,8 @@ enum Inner {
     Lock(Box<self::lock::LockCall>),
     #[cfg(feature = "rates")]
     Rate(Box<self::rates::RateCall>),
+    #[cfg(all(feature = "rates", feature = "sql"))]
+    Mixed(Box<self::mixed::MixedCall>),
     Finished(Option<Result<Outcome, CallError>>),
 }
 
@@ -375,6 +381,14 @@ impl Call {
         }
     }
 
+    #[cfg(all(feature = "rates", feature = "sql"))]
+    pub(crate) fn mixed(call: self::mixed::MixedCall) -> Call {
+        Call {
+            inner: Inner::Mixed(Box::new(call)),
+            ..Call::done(Ok(Outcome::Unit))
+        }
+    }
+
     /// A call that is over before it starts (an empty batch, a refused argument).
     pub(crate) fn done(result: Result<Outcome, CallError>) -> Call {
         Call {
@@ -398,6 +412,8 @@ impl Call {
             Inner::Lock(call) => call.result(),
             #[cfg(feature = "rates")]
             Inner::Rate(call) => call.result(),
+            #[cfg(all(feature = "rates", feature = "sql"))]
+            Inner::Mixed(call) => call.result(),
             Inner::Finished(_) => None,
         } {
             self.inner = Inner::Finished(Some(result));
@@ -410,6 +426,8 @@ impl Call {
             Inner::Lock(call) => Next::Run(call.command()),
             #[cfg(feature = "rates")]
             Inner::Rate(call) => Next::Run(call.command()),
+            #[cfg(all(feature = "rates", feature = "sql"))]
+            Inner::Mixed(call) => Next::Run(call.command()),
             Inner::Finished(result) => {
                 Next::Done(result.take().unwrap_or(Err(CallError::Protocol {
                     expected: "nothing (the call is over)",
@@ -429,6 +447,8 @@ impl Call {
             Inner::Lock(call) => call.feed(Ok(fed)),
             #[cfg(feature = "rates")]
             Inner::Rate(call) => call.feed(Ok(fed)),
+            #[cfg(all(feature = "rates", feature = "sql"))]
+            Inner::Mixed(call) => call.feed(Ok(fed)),
             Inner::Finished(_) => self.protocol("nothing (the call is over)", fed.name()),
         }
     }
@@ -445,6 +465,8 @@ impl Call {
             Inner::Lock(call) => call.feed(Err(message)),
             #[cfg(feature = "rates")]
             Inner::Rate(call) => call.feed(Err(message)),
+            #[cfg(all(feature = "rates", feature = "sql"))]
+            Inner::Mixed(call) => call.feed(Err(message)),
             Inner::Finished(_) => self.protocol("nothing (the call is over)", "a failure"),
         }
     }

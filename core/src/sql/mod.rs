@@ -63,7 +63,7 @@ pub enum SqlValue {
 }
 
 impl SqlValue {
-    fn int(&self) -> Option<i64> {
+    pub(crate) fn int(&self) -> Option<i64> {
         match self {
             SqlValue::Int(i) => Some(*i),
             SqlValue::Text(s) => s.parse().ok(),
@@ -129,7 +129,11 @@ pub struct RowError {
 }
 
 impl RowError {
-    fn new(statement: &'static str, expected: &'static str, rows: &[Vec<SqlValue>]) -> RowError {
+    pub(crate) fn new(
+        statement: &'static str,
+        expected: &'static str,
+        rows: &[Vec<SqlValue>],
+    ) -> RowError {
         let shown: Vec<String> = rows
             .iter()
             .take(4)
