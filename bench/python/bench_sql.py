@@ -19,10 +19,9 @@ read for the ``Sync`` messages the client sent (one per round trip outside pipel
 - ``consume`` under 1,000 uses per 10 s: every timed call is allowed and recorded; and the same on a
   log made ``UNLOGGED`` after ``install_schema`` (the opt-in the README documents: no WAL for the counts,
   a crash empties them).
-- before/after in the same run: ``consume``, allowed calls and refusals through the same store code and
-  one-entry statement, once on this schema and once on tables whose functions are the previous
-  schema's (``core/tests/data/postgres_schema_take1_returning.sql``: its ``{p}_take1`` built the
-  allowed verdict in the compare-and-set ``UPDATE``'s ``RETURNING``): the ratio of the two is printed.
+- before/after: ``pg_server_cpu.py`` (server CPU, this schema and statement against the previous
+  ones) and ``pg_callgrind.sh`` (server instructions); the store's one-entry statement needs this
+  schema's ``{p}_put1``, so a store here cannot run on the previous schema.
 - server CPU per call: the CPU time of the connection's backend process (``/proc/<pid>/stat``, when the
   server runs on this machine), load-independent where wall-clock ratios are not; the load average is
   printed with the tables.
@@ -101,23 +100,6 @@ def refusals(store: PostgresStore, keys: list[str]) -> Runner:
         return sum(call(key, full).allowed for key in batch)
 
     return run
-
-
-PREVIOUS_SCHEMA = Path(__file__).resolve().parents[2] / "core" / "tests" / "data" / "postgres_schema_take1_returning.sql"
-
-
-def previous(conn: psycopg.Connection[Any], prefix: str) -> PostgresStore:
-    """A store under ``prefix`` whose tables and functions are the previous schema's (installed from its
-    text, since ``install_schema`` installs this one's): the same store code and one-entry statement, so
-    the pair with a store on this schema is a before/after in one interleaved run."""
-    conn.execute(PREVIOUS_SCHEMA.read_text().replace("{p}", prefix).encode())
-    return PostgresStore.using(conn, prefix=prefix)
-
-
-def current(conn: psycopg.Connection[Any], prefix: str) -> PostgresStore:
-    store = PostgresStore.using(conn, prefix=prefix)
-    store.install_schema()
-    return store
 
 
 def backend_cpu(conn: psycopg.Connection[Any]) -> Callable[[], float | None]:
@@ -283,13 +265,6 @@ def main() -> None:
                 "PostgresStore.consume (refusals: every key full)": refusals(
                     PostgresStore.using(conn, prefix=f"{prefix}_f"), keys[: args.ops]  # the keys the rounds use
                 ),
-                # Before/after: the same store code and statement, on this schema and on the previous one.
-                "this schema: consume": consume(current(conn, f"{prefix}_n")),
-                "previous schema: consume": consume(previous(conn, f"{prefix}_p")),
-                "this schema: allowed": allowed(current(conn, f"{prefix}_na")),
-                "previous schema: allowed": allowed(previous(conn, f"{prefix}_pa")),
-                "this schema: refusals": refusals(current(conn, f"{prefix}_nf"), keys[: args.ops]),
-                "previous schema: refusals": refusals(previous(conn, f"{prefix}_pf"), keys[: args.ops]),
             }
             trips = {
                 name: round_trips(tx_conn if "not autocommit" in name else conn, run) for name, run in runners.items()
@@ -324,11 +299,6 @@ def main() -> None:
     many_base = many["bare SELECT 1"]
     for name, rate in many.items():
         print(f"{name:<48} {rate:>10,.0f} {1e6 / rate:>9.1f} {many_base / rate:>16.2f}x")
-    for what in ("consume", "allowed", "refusals"):
-        after, before = rates[f"this schema: {what}"], rates[f"previous schema: {what}"]
-        cpu_after, cpu_before = server[f"this schema: {what}"], server[f"previous schema: {what}"]
-        cpu_ratio = f", server CPU a call {cpu_after / cpu_before:.2f}x" if cpu_after and cpu_before else ""
-        print(f"{what}: this schema / the previous one: {after / before:.2f}x calls/s{cpu_ratio}")
     if args.no_sqlite:
         return
 

@@ -29,7 +29,7 @@ import psycopg
 from ratewindow import Entry, Limit, PostgresStore
 
 DSN = os.environ.get("RATEWINDOW_TEST_PG", "host=/var/run/postgresql user=postgres dbname=test")
-PREVIOUS_SCHEMA = Path(__file__).resolve().parents[2] / "core" / "tests" / "data" / "postgres_schema_take1_returning.sql"
+PREVIOUS_SCHEMA = Path(__file__).resolve().parents[2] / "core" / "tests" / "data" / "postgres_schema_take1_cas.sql"
 KEYS = 10_000
 
 
@@ -46,7 +46,7 @@ class Side:
             store.install_schema()
         # The one-entry consume statement as the store sends it (the text is fixed by the conversation
         # vectors, tests/vectors/conversations/sql.json), under this side's prefix.
-        self.sql = STATEMENT.replace("ratewindow_", f"{prefix}_").encode()
+        self.sql = (PREVIOUS_STATEMENT if previous else STATEMENT).replace("ratewindow_", f"{prefix}_").encode()
         self.pg = self.conn.pgconn
         result = self.pg.prepare(b"one", self.sql)
         if result.status != psycopg.pq.ExecStatus.COMMAND_OK:
@@ -80,6 +80,16 @@ class Side:
 
 # The one-entry consume (core/src/sql/postgres.rs, `Postgres::one_entry`, mode 'c'), default prefix.
 STATEMENT = (
+    "SELECT (CASE WHEN s.u > s.now - $4::bigint THEN ARRAY[0, s.u + $4::bigint, s.now, "
+    "s.ats[s.n] + $4::bigint, $3::bigint] ELSE ratewindow_put1($2::text, $1::text, $3::bigint, "
+    "$4::bigint, $5::boolean, s.ats, s.now, s.t) END)::text AS verdict FROM (SELECT l.ats, l.ctid AS t, "
+    "cardinality(l.ats) AS n, l.ats[greatest(cardinality(l.ats) - $3::bigint + 1, 0)] AS u, "
+    "greatest(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, l.ats[cardinality(l.ats)]) "
+    "AS now FROM (SELECT) AS o LEFT JOIN "
+    "ratewindow_log AS l ON l.key = $1::text OFFSET 0) AS s"
+)
+# The previous version's (PREVIOUS_SCHEMA's): an allowed call ran {p}_take1, handed the ids too.
+PREVIOUS_STATEMENT = (
     "SELECT (CASE WHEN s.u > s.now - $4::bigint THEN ARRAY[0, s.u + $4::bigint, s.now, "
     "s.ats[s.n] + $4::bigint, $3::bigint] ELSE ratewindow_take1('c', $2::text, $1::text, $3::bigint, "
     "$4::bigint, $5::boolean, s.ats, s.ids, s.now) END)::text AS verdict FROM (SELECT l.ats, l.ids, "

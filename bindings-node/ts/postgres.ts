@@ -113,7 +113,7 @@ function runner(client: PostgresQuery | PgQueryable): PostgresQuery {
  * Counts in PostgreSQL: **one statement, one round trip per call** however many entries it carries.
  * The log is a row per key. A one-entry call reads the key's row and answers a refusal from it (no
  * lock, no write); a call it lets through is written back by compare-and-set in the installed
- * `{prefix}_take1`. A batch runs `{prefix}_sliding`, which locks its keys' rows in key order (two
+ * `{prefix}_put1`. A batch runs `{prefix}_sliding`, which locks its keys' rows in key order (two
  * batches never deadlock). Every call is one transaction, times itself by the server's
  * `clock_timestamp()` (hosts with skewed clocks agree), and records against all its entries or none.
  *

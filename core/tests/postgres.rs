@@ -139,7 +139,8 @@ fn the_schema_installs_twice_and_from_two_connections_at_once() {
 /// their ids), the functions earlier processes call count in the new log, and installing again
 /// changes nothing. `first` is 0.1's first schema (`{p}_consume` without the commit parameter),
 /// `main` the one before the per-key log, `log` the per-key log before the one-entry statement read
-/// the row itself (its `{p}_sliding1` in PL/pgSQL), `take1` and `returning` two earlier `{p}_take1`s.
+/// the row itself (its `{p}_sliding1` in PL/pgSQL), `take1` and `returning` two earlier `{p}_take1`s,
+/// `cas` the one-entry statement before `{p}_put1`.
 #[test]
 fn an_earlier_schema_upgrades_in_place_with_its_calls() {
     for (version, old_schema, old_call) in [
@@ -185,6 +186,20 @@ fn an_earlier_schema_upgrades_in_place_with_its_calls() {
              END)::text AS verdict \
              FROM (SELECT l.ats, l.ids, cardinality(l.ats) AS n, \
              CASE WHEN cardinality(l.ats) >= 2 THEN l.ats[cardinality(l.ats) - 2 + 1] END AS u, \
+             greatest(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, l.ats[cardinality(l.ats)]) AS now \
+             FROM (SELECT) AS o LEFT JOIN {p}_log AS l ON l.key = $2::text OFFSET 0) AS s) AS t",
+        ),
+        // {p}_take1 compared-and-set from the one-entry statement (before {p}_put1): that version's
+        // statement, which hands it the ids too.
+        (
+            "cas",
+            include_str!("data/postgres_schema_take1_cas.sql"),
+            "SELECT (verdict::bigint[])[1] = 1 FROM (SELECT (CASE WHEN s.u > s.now - 60000::bigint \
+             THEN ARRAY[0, s.u + 60000::bigint, s.now, s.ats[s.n] + 60000::bigint, 2::bigint] \
+             ELSE {p}_take1('c', $1::text, $2::text, 2::bigint, 60000::bigint, true, s.ats, s.ids, s.now) \
+             END)::text AS verdict \
+             FROM (SELECT l.ats, l.ids, cardinality(l.ats) AS n, \
+             CASE WHEN cardinality(l.ats) >= 2::bigint THEN l.ats[cardinality(l.ats) - 2::bigint + 1] END AS u, \
              greatest(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, l.ats[cardinality(l.ats)]) AS now \
              FROM (SELECT) AS o LEFT JOIN {p}_log AS l ON l.key = $2::text OFFSET 0) AS s) AS t",
         ),
@@ -366,7 +381,7 @@ fn of_many_connections_racing_exactly_the_limit_passes_and_opposite_batches_neve
 }
 
 /// One entry: the statement's own read refuses, and a call it lets through writes by compare-and-set
-/// in {p}_take1; racing calls on one key (a row that exists, and one that does not yet: the insert
+/// in {p}_put1 (falling back to {p}_take1); racing calls on one key (a row that exists, and one that does not yet: the insert
 /// race) let exactly the limit through, and every log holds exactly the allowed calls.
 #[test]
 fn one_entry_calls_racing_on_one_key_let_exactly_the_limit_through() {
@@ -412,6 +427,121 @@ fn one_entry_calls_racing_on_one_key_let_exactly_the_limit_through() {
             .get(0);
         assert_eq!(n, 7, "{key}: the log holds the allowed calls only");
     }
+}
+
+/// An allowed one-entry call whose row changed after its read (`{p}_put1`'s `UPDATE` waits on the
+/// writer's lock, then finds the times changed on the new version) reads again: with a limit of 1, the
+/// call that read the row before the other committed is refused, and the log holds one call.
+#[test]
+fn a_one_entry_call_that_read_before_a_concurrent_write_reads_again() {
+    let schema = Schema::install("lost");
+    let plans = schema.plans.clone();
+    let durable = plans.clone().durable(true);
+    let p = plans.names().prefix().to_owned();
+    let one = [Entry::new("k", limit(1, 60_000))];
+    let mut setup = connect();
+    // A row whose call has left the window: both calls below read it as allowing.
+    setup
+        .batch_execute(&format!(
+            "INSERT INTO {p}_log (key, ats, ids, expires_at) VALUES ('k', '{{1000}}', '{{gone}}', 2000)"
+        ))
+        .unwrap();
+    let mut holder = connect();
+    holder.batch_execute("BEGIN").unwrap();
+    let (first, _) = durable.plan_consume_many(&one, "first").unwrap();
+    let v = Postgres::decode_batch(&run(&mut holder, &first), 1).unwrap();
+    assert!(v.allowed, "{v:?}");
+    // The second call reads the committed row (still allowing) and waits on the holder's row lock.
+    let waiter = {
+        let plans = plans.clone();
+        std::thread::spawn(move || consume(&mut connect(), &plans, &one).0)
+    };
+    // Until the waiter is blocked on the lock (its statement is running and waiting).
+    let mut watch = connect();
+    let mut seen = false;
+    for _ in 0..500 {
+        let waiting: i64 = watch
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                &[&format!("%{p}_put1%")],
+            )
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            seen = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    holder.batch_execute("COMMIT").unwrap();
+    assert!(seen, "the second call waited on the first's row lock");
+    let second = waiter.join().unwrap();
+    assert!(
+        !second.allowed,
+        "the second call counts the first: {second:?}"
+    );
+    let ids: Vec<String> = setup
+        .query_one(&format!("SELECT ids FROM {p}_log WHERE key = 'k'"), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(ids, ["first"]);
+}
+
+/// A rolling upgrade: processes still sending the previous one-entry statement ({p}_take1 by
+/// compare-and-set) race processes on this one ({p}_put1) on one key; exactly the limit gets through.
+#[test]
+fn previous_and_current_one_entry_statements_racing_let_exactly_the_limit_through() {
+    let schema = Schema::install("rolling");
+    let plans = schema.plans.clone();
+    let p = plans.names().prefix().to_owned();
+    let old_call = format!(
+        "SELECT (CASE WHEN s.u > s.now - $4::bigint \
+         THEN ARRAY[0, s.u + $4::bigint, s.now, s.ats[s.n] + $4::bigint, $3::bigint] \
+         ELSE {p}_take1('c', $2::text, $1::text, $3::bigint, $4::bigint, $5::boolean, s.ats, s.ids, s.now) \
+         END)::text AS verdict \
+         FROM (SELECT l.ats, l.ids, cardinality(l.ats) AS n, \
+         CASE WHEN cardinality(l.ats) >= $3::bigint THEN l.ats[cardinality(l.ats) - $3::bigint + 1] END AS u, \
+         greatest(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, l.ats[cardinality(l.ats)]) AS now \
+         FROM (SELECT) AS o LEFT JOIN {p}_log AS l ON l.key = $1::text OFFSET 0) AS s"
+    );
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let (plans, old_call) = (plans.clone(), old_call.clone());
+            std::thread::spawn(move || {
+                let mut client = connect();
+                let one = [Entry::new("k", limit(9, 60_000))];
+                let mut allowed = 0;
+                for i in 0..10 {
+                    let ok = if t % 2 == 0 {
+                        let (statement, _) = plans
+                            .plan_consume_many(&one, &format!("old-{t}-{i}"))
+                            .unwrap();
+                        let old = Statement {
+                            sql: old_call.clone(),
+                            params: statement.params,
+                        };
+                        Postgres::decode_batch(&run(&mut client, &old), 1)
+                            .unwrap()
+                            .allowed
+                    } else {
+                        consume(&mut client, &plans, &one).0.allowed
+                    };
+                    allowed += usize::from(ok);
+                }
+                allowed
+            })
+        })
+        .collect();
+    let total: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(total, 9, "exactly the limit");
+    let n: i64 = connect()
+        .query_one(
+            &format!("SELECT cardinality(ats)::bigint FROM {p}_log WHERE key = 'k'"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 9, "the log holds the allowed calls only");
 }
 
 /// The UNLOGGED opt-in the READMEs document (`ALTER TABLE {p}_log SET UNLOGGED`, and the windows'

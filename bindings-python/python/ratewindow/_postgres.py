@@ -3,7 +3,7 @@ asyncio code.
 
 Every call is **one statement**, timed by the server's ``clock_timestamp()``. The log is a row per key:
 a one-entry call reads the key's row and answers a refusal from it (no lock, no write), and a call it
-lets through is written back by compare-and-set in the installed ``{prefix}_take1``; a batch runs
+lets through is written back by compare-and-set in the installed ``{prefix}_put1``; a batch runs
 ``{prefix}_sliding``, which locks its keys' rows in key order. On an autocommit connection that is one
 round trip and one transaction per call, however many entries.
 
