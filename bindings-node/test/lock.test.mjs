@@ -198,6 +198,21 @@ describe('Lock behaviour', () => {
     assert.equal(await store.lock('job', 10).block(0).catch((e) => e.constructor), LockTimeoutError);
   });
 
+  it('a generated owner token is a version 4 UUID, a new one every lock (past a refill of its random bytes)', () => {
+    const store = new MemoryStore();
+    const seen = new Set();
+    // 256 tokens a refill of the random bytes: 2,000 locks cross several.
+    for (let i = 0; i < 2000; i++) {
+      const owner = store.lock('k', 10).owner;
+      assert.match(owner, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+      seen.add(owner);
+    }
+    assert.equal(seen.size, 2000);
+    // Every hex digit appears in every free position across the tokens (not a constant or a short cycle).
+    const digits = [...seen].map((o) => o.replaceAll('-', ''));
+    for (const at of [0, 12, 13, 16, 17, 31]) assert.equal(new Set(digits.map((d) => d[at])).size, at === 12 ? 1 : at === 16 ? 4 : 16, `position ${at}`);
+  });
+
   it('withLock runs the function holding the lock and releases it when it throws', async () => {
     const store = new MemoryStore();
     let inside;
