@@ -165,8 +165,8 @@ impl Postgres {
     ///
     /// A consume it does not refuse runs `{p}_put1`, handed the times it read and where it read them
     /// (the row's `ctid`): one `UPDATE` of that row by a TID scan, compared on the times
-    /// (callgrind, an allowed call: 267,583 -> 229,755 server instructions; a refusal unchanged,
-    /// 127,944 -> 128,769). A peek runs `{p}_take1`, which writes nothing.
+    /// (callgrind, `bench/python/pg_callgrind.sh`: an allowed call 266,469 -> 239,685 server
+    /// instructions, a refusal 127,843 -> 126,670). A peek runs `{p}_take1`, which writes nothing.
     fn one_entry(names: &SqlNames, mode: char) -> String {
         let (row, otherwise) = if mode == 'c' {
             (
