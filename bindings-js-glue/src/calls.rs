@@ -321,6 +321,61 @@ impl Calls {
         self.run(out, call, false)
     }
 
+    /// A batch mixing algorithms (`op` 0 consume, 1 peek): entry `i` is `keys[i]` under `kinds[i]`
+    /// (0 the sliding log, 1 GCRA, 2 the counter) with its numbers, checked as the memory store's
+    /// (`entries[i]`'s field named). SQLite only (`now`, its clock): on Redis and PostgreSQL an
+    /// `invalid_argument:store` failure, nothing run. An allowed consume keeps its release token
+    /// (the sliding-log calls).
+    #[cfg(feature = "rates")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn mixed(
+        &mut self,
+        out: &mut CallRecord,
+        op: u32,
+        keys: Vec<String>,
+        kinds: &[u32],
+        uses: &[f64],
+        windows: &[f64],
+        bursts: &[f64],
+        costs: &[f64],
+        now: Option<f64>,
+    ) -> Res<Option<String>> {
+        let n = keys.len();
+        if [
+            kinds.len(),
+            uses.len(),
+            windows.len(),
+            bursts.len(),
+            costs.len(),
+        ] != [n; 5]
+        {
+            return Err(coded(
+                "invalid_argument:entries",
+                "the entries' columns differ in length",
+            ));
+        }
+        let mut entries = Vec::with_capacity(n);
+        for (i, key) in keys.iter().enumerate() {
+            entries.push(crate::rates::mixed_entry(
+                key, kinds[i], uses[i], windows[i], bursts[i], costs[i], i,
+            )?);
+        }
+        let now = number::now(now.unwrap_or(0.0))?;
+        let Planner::Sqlite(s) = &self.planner else {
+            return Err(coded(
+                "invalid_argument:store",
+                "batches mixing algorithms run on the memory store and SQLite",
+            ));
+        };
+        let call = if op == 0 {
+            let call_id = self.ids.next();
+            s.mixed(entries, now, Some(&call_id))
+        } else {
+            s.mixed(entries, now, None)
+        };
+        self.run(out, call, op == 0)
+    }
+
     /// Holds `call` in a free slot (or a new one) and writes its first step into `out`.
     fn run(&mut self, out: &mut CallRecord, call: Call, keep: bool) -> Res<Option<String>> {
         let slot = Slot::Running(call, keep);

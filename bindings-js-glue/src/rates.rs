@@ -136,6 +136,40 @@ pub fn check_rate(kind: u32, uses: f64, window_ms: f64, burst: f64) -> Res<()> {
     check(kind, uses, window_ms, burst, 1.0).map(|_| ())
 }
 
+/// Entry `at` of a mixed batch (`kind` 0 the sliding log, 1 GCRA, 2 the counter), checked: a refusal
+/// names `entries[at]`'s field.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn mixed_entry(
+    key: &str,
+    kind: u32,
+    uses: f64,
+    window_ms: f64,
+    burst: f64,
+    cost: f64,
+    at: usize,
+) -> Res<MixedEntry> {
+    let at = Some(at);
+    let rule = match kind {
+        SLIDING => Rule::Sliding(base(uses, window_ms, at)?),
+        GCRA => Rule::Gcra(gcra(uses, window_ms, burst, at)?),
+        COUNTER => Rule::Counter(counter(uses, window_ms, at)?),
+        _ => return Err(unknown_kind(kind)),
+    };
+    let cost = whole(RateField::Cost, cost, at)?;
+    let checked = match rule {
+        // The log's weights (1 to uses), as the core's batch takes them (a build without the core's
+        // `weights`, the wasm package, refuses a cost above 1 when it counts).
+        Rule::Sliding(l) if cost == 0 || cost > u64::from(l.uses()) => {
+            Err(RateError::new(RateField::Cost, cost))
+        }
+        Rule::Sliding(_) => Ok(cost),
+        Rule::Gcra(g) => g.check_cost(cost).map(u64::from),
+        Rule::Counter(c) => c.check_cost(cost).map(u64::from),
+    };
+    checked.map_err(|e| rate_failure(e, at))?;
+    Ok(MixedEntry::new(key, rule, cost))
+}
+
 /// A networked store's GCRA or counter operation (`op`: 0 consume, 1 peek, 2 reset), checked as the
 /// memory store's are (a reset reads `kind` alone).
 pub(crate) fn rate_op(
@@ -243,28 +277,7 @@ impl JsStore {
         burst: f64,
         cost: f64,
     ) -> Res<()> {
-        let at = Some(self.mixed.len());
-        let entry = (|| {
-            let rule = match kind {
-                SLIDING => Rule::Sliding(base(uses, window_ms, at)?),
-                GCRA => Rule::Gcra(gcra(uses, window_ms, burst, at)?),
-                COUNTER => Rule::Counter(counter(uses, window_ms, at)?),
-                _ => return Err(unknown_kind(kind)),
-            };
-            let cost = whole(RateField::Cost, cost, at)?;
-            let checked = match rule {
-                // The log's weights (1 to uses), as the core's batch takes them (a build without
-                // the core's `weights`, the wasm package, refuses a cost above 1 when it counts).
-                Rule::Sliding(l) if cost == 0 || cost > u64::from(l.uses()) => {
-                    Err(RateError::new(RateField::Cost, cost))
-                }
-                Rule::Sliding(_) => Ok(cost),
-                Rule::Gcra(g) => g.check_cost(cost).map(u64::from),
-                Rule::Counter(c) => c.check_cost(cost).map(u64::from),
-            };
-            checked.map_err(|e| rate_failure(e, at))?;
-            Ok(MixedEntry::new(key, rule, cost))
-        })();
+        let entry = mixed_entry(key, kind, uses, window_ms, burst, cost, self.mixed.len());
         match entry {
             Ok(entry) => {
                 self.mixed.push(entry);

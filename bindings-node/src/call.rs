@@ -341,6 +341,39 @@ impl NativeCalls {
         })
     }
 
+    /// A batch mixing algorithms (`op` 0 consume, 1 peek): entry `i` is `keys[i]` under `kinds[i]`
+    /// (0 the sliding log, 1 GCRA, 2 the counter); SQLite only (`now`, its clock).
+    #[napi(
+        ts_args_type = "op: number, keys: Array<string>, kinds: Array<number>, uses: Array<number>, windows: Array<number>, bursts: Array<number>, costs: Array<number>, now?: number | undefined | null",
+        ts_return_type = "string | null"
+    )]
+    #[allow(clippy::too_many_arguments)]
+    pub fn mixed(
+        &mut self,
+        op: u32,
+        keys: Keys,
+        kinds: Vec<u32>,
+        uses: Vec<f64>,
+        windows: Vec<f64>,
+        bursts: Vec<f64>,
+        costs: Vec<f64>,
+        now: Option<f64>,
+    ) -> Result<Joined, String> {
+        self.go(|c, out| {
+            c.mixed(
+                out,
+                op,
+                keys.get()?,
+                &kinds,
+                &uses,
+                &windows,
+                &bursts,
+                &costs,
+                now,
+            )
+        })
+    }
+
     /// Starts `Op::AttemptCost`: an attempt costing `cost` hits.
     #[napi(ts_return_type = "string | null")]
     pub fn attempt_cost(

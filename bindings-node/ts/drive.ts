@@ -310,6 +310,16 @@ function weighs(entries: readonly Entry[]): boolean {
   return false;
 }
 
+/** Whether a batch names a GCRA or counter limit (a mixed batch; its shape is checked when it starts). */
+function namesRates(entries: readonly Entry[]): boolean {
+  if (!Array.isArray(entries)) return false;
+  for (const e of entries) {
+    const algorithm = (e as { limit?: { algorithm?: unknown } } | null)?.limit?.algorithm;
+    if (algorithm === 'gcra' || algorithm === 'counter') return true;
+  }
+  return false;
+}
+
 /** A batch's entries as the engine takes them: three parallel arrays. */
 function columns(entries: readonly Entry[]): [string[], number[], number[]] {
   return [entries.map((e) => e.key), entries.map((e) => e.limit.uses), entries.map((e) => e.limit.windowMs)];
@@ -410,10 +420,14 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
   /**
    * Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait. A
    * {@link GcraLimit} or {@link CounterLimit} (with `options.cost`) is counted by its own script (Redis)
-   * or statement (PostgreSQL, SQLite); batches mixing them with the sliding log are the memory store's
-   * only (UnsupportedError here).
+   * or statement (PostgreSQL, SQLite); batches mixing them with the sliding log run on the memory store
+   * and SQLite (`consumeMany`; UnsupportedError on Redis and PostgreSQL).
    */
   override consume(key: string, limit: AnyLimit, options?: CallOptions): Answer<S, Verdict> {
+    if (options === undefined && this.plans !== undefined) {
+      const p = this.consumePlan(key, limit);
+      if (p !== undefined) return this.sendPlan(p, single) as Answer<S, Verdict>;
+    }
     // The hot path: no closure made per call.
     let first: string | null;
     try {
@@ -481,6 +495,56 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
       return this.startFailed(e, entries);
     }
     if (!batch) return this.driven(first, single);
+    return this.driven(first, (r, id) => verdictOf(r, true, op === 0 ? this.releaser(r[CallSlot.Release] === 1 ? (this.calls.releaseToken(id) ?? undefined) : undefined) : undefined));
+  }
+
+  /**
+   * A batch mixing algorithms (`op` 0 consume, 1 peek): sliding-log, GCRA and counter entries in one
+   * all-or-nothing call, decided by the engine as the memory store decides it. SQLite only: elsewhere
+   * `UnsupportedError`, nothing sent. An allowed consume's `release()` gives back its sliding-log calls
+   * (GCRA and counter uses are not given back on a networked store).
+   */
+  private mixed(op: 0 | 1, entries: readonly Entry[]): Answer<S, BatchVerdict> {
+    let first: string | null;
+    const n = entries.length;
+    const keys: string[] = new Array(n);
+    const kinds: number[] = new Array(n);
+    const uses: number[] = new Array(n);
+    const windows: number[] = new Array(n);
+    const bursts: number[] = new Array(n);
+    const costs: number[] = new Array(n);
+    let algorithm = 'gcra';
+    try {
+      for (let i = 0; i < n; i++) {
+        const entry = entries[i] as Entry | null;
+        if (typeof entry !== 'object' || entry === null) throw typeError('each entry must be { key, limit, cost? }', entry);
+        checkKey(entry.key);
+        const kind = rateKind(entry.limit);
+        if (kind === 0) checkLimitShape(entry.limit);
+        const limit = entry.limit as GcraLimit;
+        if (kind !== 0) algorithm = limit.algorithm;
+        keys[i] = entry.key;
+        kinds[i] = kind;
+        uses[i] = limit.uses;
+        windows[i] = limit.windowMs;
+        bursts[i] = kind === 1 ? (limit.burst ?? limit.uses) : 0;
+        costs[i] = costOf(entry);
+      }
+      const calls = this.calls;
+      if (calls.mixed === undefined) throw new UnsupportedError(algorithm, 'batches mixing algorithms: not in this build (the native addon counts them)');
+      first = calls.mixed(op, keys, kinds, uses, windows, bursts, costs, this.now());
+    } catch (e) {
+      const code = (e as { code?: unknown } | null)?.code;
+      let error = e;
+      if (code === 'invalid_argument:store') error = new UnsupportedError(algorithm, 'batches mixing algorithms run on MemoryStore and SqliteStore');
+      else if (typeof code === 'string' && !code.startsWith('ERR_')) {
+        const at = /^invalid entries\[(\d+)\]\./.exec(String((e as Error).message))?.[1];
+        const i = at === undefined ? 0 : Number(at);
+        error = fromBackend(e, uses[i], windows[i], kinds[i] === 1 ? bursts[i] : undefined, costs[i]);
+      }
+      if (this.sync) throw error;
+      return Promise.reject(error) as Answer<S, BatchVerdict>;
+    }
     return this.driven(first, (r, id) => verdictOf(r, true, op === 0 ? this.releaser(r[CallSlot.Release] === 1 ? (this.calls.releaseToken(id) ?? undefined) : undefined) : undefined));
   }
 
@@ -564,6 +628,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
    * exactly this call.
    */
   override consumeMany(entries: readonly Entry[]): Answer<S, BatchVerdict> {
+    if (namesRates(entries)) return this.mixed(0, entries);
     if (weighs(entries)) return this.weighted(0, entries, true);
     return this.go(
       () => {
@@ -577,6 +642,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
 
   /** The verdict {@link consumeMany} would give, recording nothing. */
   override peekMany(entries: readonly Entry[]): Answer<S, BatchVerdict> {
+    if (namesRates(entries)) return this.mixed(1, entries);
     if (weighs(entries)) return this.weighted(1, entries, true);
     return this.go(
       () => {

@@ -142,6 +142,12 @@ export interface BackendCalls {
    * keep an allowed consume's token. Absent from a build without weights.
    */
   weighted?(op: number, keys: string[], uses: number[], windows: number[], costs: number[], batch: boolean, release: boolean, now?: number | null): string | null;
+  /**
+   * A batch mixing algorithms (`op` 0 consume, 1 peek): entry `i` is `keys[i]` under `kinds[i]` (0 the
+   * sliding log, 1 GCRA, 2 the counter), `bursts[i]` for GCRA. SQLite only (code `invalid_argument:store`
+   * elsewhere); an entry's bad field is named `entries[i].<field>`. Absent from a build without rates.
+   */
+  mixed?(op: number, keys: string[], kinds: number[], uses: number[], windows: number[], bursts: number[], costs: number[], now?: number | null): string | null;
   release(token: BackendRelease, now?: number | null): string | null;
   hit(key: string, decayMs: number, amount: number, now?: number | null): string | null;
   attempt(key: string, max: number, decayMs: number, now?: number | null): string | null;
