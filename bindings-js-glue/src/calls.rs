@@ -141,12 +141,69 @@ enum Slot {
     ),
 }
 
+/// An operation a Redis store plans once and sends again ([`Calls::prepare`], [`Calls::answer`]): a
+/// single consume costing 1 without its release, an attempt costing 1, a GCRA or counter call.
+#[derive(Debug, Clone)]
+pub enum Prepared {
+    /// `Op::Consume` of this one entry (each call its own id).
+    Consume(Entry),
+    /// `Op::Attempt`.
+    Attempt {
+        /// The key.
+        key: String,
+        /// The most hits in a window.
+        max: i64,
+        /// The window.
+        decay: ratewindow_core::Window,
+    },
+    /// A GCRA or counter operation.
+    #[cfg(feature = "rates")]
+    Rate(ratewindow_core::call::RateOp),
+}
+
+impl Prepared {
+    /// A single consume of `key` (`uses` per `window_ms`, as JS gave them).
+    pub fn consume(key: String, uses: f64, window_ms: f64) -> Res<Prepared> {
+        Ok(Prepared::Consume(Entry::new(
+            key,
+            number::limit(uses, window_ms)?,
+        )))
+    }
+
+    /// An attempt on `key` (`max` hits per `decay_ms`).
+    pub fn attempt(key: String, max: f64, decay_ms: f64) -> Res<Prepared> {
+        Ok(Prepared::Attempt {
+            key,
+            max: max as i64,
+            decay: number::decay(decay_ms)?,
+        })
+    }
+
+    /// A GCRA or counter operation, as [`Calls::rate`] takes it.
+    #[cfg(feature = "rates")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn rate(
+        op: u32,
+        key: String,
+        kind: u32,
+        uses: f64,
+        window_ms: f64,
+        burst: f64,
+        cost: f64,
+    ) -> Res<Prepared> {
+        crate::rates::rate_op(op, key, kind, uses, window_ms, burst, cost).map(Prepared::Rate)
+    }
+}
+
 /// One store's call machines and its calls in progress, by id (a slot each).
 pub struct Calls {
     planner: Planner,
     slots: Vec<Slot>,
     free: Vec<u32>,
     ids: CallIds,
+    /// The prefix of the prepared consumes' call ids (the host counts them: [`Calls::prepared_ids`]),
+    /// never [`CallIds`]'s own, so the two kinds of ids never meet.
+    prepared_prefix: u64,
     /// The last allowed consume's token, when nothing else held its call: the host reads it right after
     /// the crossing that ended the call (`release_token`), so the call is freed at once.
     last_release: Option<(u32, ReleaseToken)>,
@@ -190,6 +247,7 @@ impl Calls {
             slots: Vec::new(),
             free: Vec::new(),
             ids: CallIds::new(seed),
+            prepared_prefix: seed ^ 1,
             last_release: None,
         }
     }
@@ -493,6 +551,105 @@ impl Calls {
             Some(Slot::Done(result, failures, keep, _)) => Ok((result, failures, *keep)),
             _ => Err(no_call(id)),
         }
+    }
+
+    /// The prefix of a prepared consume's call ids, 16 hex digits: the host sends the id
+    /// `prefix + n.toString(16)` (`n` counting from 0, below 2^53) and names `n` in its answer; the
+    /// same format as [`CallIds`], under a prefix of its own.
+    pub fn prepared_ids(&self) -> String {
+        format!("{:016x}", self.prepared_prefix)
+    }
+
+    /// Plans `prepared` once (a Redis store only): writes its command's pieces into `out` as a start
+    /// does (the call freed at once: nothing runs) and `VALUE` the piece holding the call id (-1:
+    /// none). The host keeps the pieces and sends them for every call of this operation, the call id
+    /// put in; each reply is then [`Calls::answer`]'s.
+    pub fn prepare(&mut self, out: &mut CallRecord, prepared: &Prepared) -> Res<Option<String>> {
+        if !matches!(self.planner, Planner::Redis(_)) {
+            return Err(unsupported("a prepared call"));
+        }
+        let id = self.ids.next();
+        let call = self.prepared_call(prepared, Some(id.clone()))?;
+        let joined = self.run(out, call, false)?;
+        let id_at = match &joined {
+            Some(s) if out[KIND] == StepKind::Script as u8 as f64 && out[KEYS] >= 0.0 => {
+                let n = (out[KEYS] + out[ARGS]) as usize;
+                let mut at = 0;
+                let mut found = -1.0;
+                for i in 0..n {
+                    let len = out[PIECES + i] as usize;
+                    if s.get(at..at + len) == Some(id.as_str()) {
+                        found = i as f64;
+                    }
+                    at += len;
+                }
+                found
+            }
+            _ => -2.0,
+        };
+        self.end(out[ID] as u32);
+        out[VALUE] = id_at;
+        Ok(joined)
+    }
+
+    /// The reply (or the client's failure) to a prepared operation's command sent with call id `n`
+    /// ([`Calls::prepared_ids`]): its call started and fed in one step, answering as a feed does
+    /// (the outcome in `out`, or the next step: e.g. the source after `NOSCRIPT`, same id).
+    pub fn answer(
+        &mut self,
+        out: &mut CallRecord,
+        prepared: &Prepared,
+        n: f64,
+        fed: Result<Fed, String>,
+    ) -> Res<Option<String>> {
+        let id = match prepared {
+            Prepared::Consume(..) => {
+                if !(n >= 0.0 && n < 9_007_199_254_740_992.0 && n.fract() == 0.0) {
+                    return Err(coded(
+                        "invalid_argument:call",
+                        format!("not a prepared call's number: {n}"),
+                    ));
+                }
+                Some(format!("{:016x}{:x}", self.prepared_prefix, n as u64))
+            }
+            _ => None,
+        };
+        let call = self.prepared_call(prepared, id)?;
+        let slot = Slot::Running(call, false);
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = slot;
+                id
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.step(out, id, |call| match fed {
+            Ok(fed) => call.feed(fed),
+            Err(message) => call.fail(message),
+        })
+    }
+
+    /// `prepared`'s call on this store's planner, with call id `id` for a consume.
+    fn prepared_call(&self, prepared: &Prepared, id: Option<String>) -> Res<Call> {
+        let Planner::Redis(redis) = &self.planner else {
+            return Err(unsupported("a prepared call"));
+        };
+        Ok(match prepared {
+            Prepared::Consume(entry) => redis.start(Op::Consume {
+                entries: vec![entry.clone()],
+                call_id: id.unwrap_or_default(),
+            }),
+            Prepared::Attempt { key, max, decay } => redis.start(Op::Attempt {
+                key: key.clone(),
+                max: *max,
+                decay: *decay,
+            }),
+            #[cfg(feature = "rates")]
+            Prepared::Rate(op) => redis.rate(op.clone()),
+        })
     }
 
     /// Starts `Op::Consume` of `entries`; with `release` false its verdict keeps no release token.

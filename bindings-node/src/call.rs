@@ -12,16 +12,17 @@ use std::ptr;
 
 use napi::bindgen_prelude::{
     Either6, Float64Array, FromNapiValue, JsValue, Null, Result, ToNapiValue, TypeName, Unknown,
+    ValidateNapiValue,
 };
 use napi::sys;
 use napi_derive::napi;
 use ratewindow_core::call::Fed;
 use ratewindow_core::redis::Reply;
 use ratewindow_core::sql::{SqlValue, Statement};
-use ratewindow_js_glue::calls::{self, CallRecord, Calls};
+use ratewindow_js_glue::calls::{self, CallRecord, Calls, Prepared};
 
 use crate::key::{Key, Keys};
-use crate::{coded, guard, thrown, Res};
+use crate::{coded, glue, guard, thrown, Res};
 
 /// What gives an allowed consume's call back (the core's `ReleaseToken`): keep it as it is and hand it
 /// to `release`.
@@ -93,6 +94,62 @@ pub fn call_record_layout() -> Vec<String> {
 pub struct NativeCalls {
     pub(crate) calls: Calls,
     record: Float64Array,
+    /// The operation the last `prepare*` planned, until `prepared` takes it.
+    prepared: Option<Prepared>,
+}
+
+/// A Redis store's operation planned once (`NativeCalls::prepare*`): the host sends its command again
+/// for each call and hands this back with the reply (`NativeCalls::answer*`).
+#[napi]
+pub struct PreparedCall {
+    inner: Prepared,
+}
+
+/// A reply that is a string (a script's one-text answer), read in one napi call into a stack buffer
+/// when short (as `src/key.rs` reads keys), else in full; a lone surrogate becomes U+FFFD, as the
+/// generic `feed` reads a string.
+pub struct ReplyText(String);
+
+impl TypeName for ReplyText {
+    fn type_name() -> &'static str {
+        "string"
+    }
+
+    fn value_type() -> napi::ValueType {
+        napi::ValueType::String
+    }
+}
+
+impl ValidateNapiValue for ReplyText {}
+
+impl FromNapiValue for ReplyText {
+    unsafe fn from_napi_value(env: sys::napi_env, value: sys::napi_value) -> Result<Self> {
+        const ROOM: usize = 128;
+        let mut buffer = [0u8; ROOM];
+        let mut written = 0usize;
+        // SAFETY: `env` and `value` come from napi-rs for this call; V8 writes at most ROOM - 1
+        // bytes and a NUL.
+        let status = unsafe {
+            sys::napi_get_value_string_utf8(
+                env,
+                value,
+                buffer.as_mut_ptr().cast(),
+                ROOM,
+                &mut written,
+            )
+        };
+        napi::check_status!(status, "a reply text must be a string")?;
+        // A character takes at most 4 bytes: a text that stopped 4 or more bytes before the end of
+        // the room was copied whole.
+        if written + 4 < ROOM {
+            Ok(ReplyText(
+                String::from_utf8_lossy(&buffer[..written]).into_owned(),
+            ))
+        } else {
+            // SAFETY: as above.
+            unsafe { String::from_napi_value(env, value) }.map(ReplyText)
+        }
+    }
 }
 
 /// Random bits for the call ids' per-store prefix (std's per-process hasher keys).
@@ -153,6 +210,7 @@ impl NativeCalls {
         Ok(NativeCalls {
             calls: calls.map_err(thrown)?,
             record,
+            prepared: None,
         })
     }
 
@@ -491,6 +549,144 @@ impl NativeCalls {
             let numbers = calls::numbers_in(out, len);
             c.feed_numbers(out, id, &numbers.0[..numbers.1])
         })
+    }
+
+    /// [`Self::feed`] of a reply that is a string (a script's one-text answer: the sliding consume's
+    /// `'count oldest newest now'`, a refusal marker), read without napi's generic value walk.
+    #[napi(ts_return_type = "string | null")]
+    pub fn feed_text(&mut self, id: u32, text: ReplyText) -> Result<Joined, String> {
+        self.go(|c, out| c.feed(out, id, Fed::Reply(Reply::Text(text.0))))
+    }
+
+    /// The prefix of a prepared consume's call ids (16 hex digits): the host sends `prefix +
+    /// n.toString(16)` and names `n` in the answer.
+    #[napi]
+    pub fn prepared_ids(&self) -> String {
+        self.calls.prepared_ids()
+    }
+
+    /// Plans `prepared` once: its command's pieces joined (cut by the record as a start's), `value`
+    /// the piece holding the call id (-1 none; -2 no command: answer every call as an ordinary one).
+    fn prepare(&mut self, prepared: Prepared) -> Result<Joined, String> {
+        let joined = self.go(|c, out| c.prepare(out, &prepared))?;
+        self.prepared = Some(prepared);
+        Ok(joined)
+    }
+
+    /// Plans a single consume of `key` costing 1 (no release) once; `prepared()` then gives it.
+    #[napi(ts_return_type = "string | null")]
+    pub fn prepare_consume(
+        &mut self,
+        key: Key,
+        uses: f64,
+        window_ms: f64,
+    ) -> Result<Joined, String> {
+        let prepared = glue(|| Prepared::consume(key.get()?.to_owned(), uses, window_ms))?;
+        self.prepare(prepared)
+    }
+
+    /// Plans an attempt costing 1 on `key` once; `prepared()` then gives it.
+    #[napi(ts_return_type = "string | null")]
+    pub fn prepare_attempt(&mut self, key: Key, max: f64, decay_ms: f64) -> Result<Joined, String> {
+        let prepared = glue(|| Prepared::attempt(key.get()?.to_owned(), max, decay_ms))?;
+        self.prepare(prepared)
+    }
+
+    /// Plans a GCRA or counter operation once (as `rate` takes it, on the server's clock);
+    /// `prepared()` then gives it.
+    #[napi(ts_return_type = "string | null")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare_rate(
+        &mut self,
+        op: u32,
+        key: Key,
+        kind: u32,
+        uses: f64,
+        window_ms: f64,
+        burst: f64,
+        cost: f64,
+    ) -> Result<Joined, String> {
+        let prepared = glue(|| {
+            Prepared::rate(
+                op,
+                key.get()?.to_owned(),
+                kind,
+                uses,
+                window_ms,
+                burst,
+                cost,
+            )
+        })?;
+        self.prepare(prepared)
+    }
+
+    /// The operation the last `prepare*` planned.
+    #[napi]
+    pub fn prepared(&mut self) -> Result<PreparedCall, String> {
+        match self.prepared.take() {
+            Some(inner) => Ok(PreparedCall { inner }),
+            None => Err(coded(
+                "invalid_argument:call",
+                "nothing prepared".to_owned(),
+            )),
+        }
+    }
+
+    /// The reply to `prepared`'s command sent as call `n`, an array of `len` numbers written into the
+    /// record from the `pieces` slot (as `feedRecord`): its call started and fed in one crossing.
+    #[napi(ts_return_type = "string | null")]
+    pub fn answer_record(
+        &mut self,
+        prepared: &PreparedCall,
+        n: f64,
+        len: u32,
+    ) -> Result<Joined, String> {
+        self.go(|c, out| {
+            let numbers = calls::numbers_in(out, len);
+            let reply = Reply::Array(
+                numbers.0[..numbers.1]
+                    .iter()
+                    .map(|&x| calls::reply_number(x))
+                    .collect(),
+            );
+            c.answer(out, &prepared.inner, n, Ok(Fed::Reply(reply)))
+        })
+    }
+
+    /// [`Self::answer_record`] of a reply that is a string.
+    #[napi(ts_return_type = "string | null")]
+    pub fn answer_text(
+        &mut self,
+        prepared: &PreparedCall,
+        n: f64,
+        text: ReplyText,
+    ) -> Result<Joined, String> {
+        self.go(|c, out| c.answer(out, &prepared.inner, n, Ok(Fed::Reply(Reply::Text(text.0)))))
+    }
+
+    /// [`Self::answer_record`] of any reply, as the client gave it.
+    #[napi(ts_return_type = "string | null")]
+    pub fn answer(
+        &mut self,
+        prepared: &PreparedCall,
+        n: f64,
+        reply: Unknown<'_>,
+    ) -> Result<Joined, String> {
+        let value = reply.value();
+        // SAFETY: the value and its env come from this very call's arguments.
+        let reply = guard(|| unsafe { reply_of(value.env, value.value, 0) })?;
+        self.go(|c, out| c.answer(out, &prepared.inner, n, Ok(Fed::Reply(reply))))
+    }
+
+    /// [`Self::answer_record`] of the client's failure (its message).
+    #[napi(ts_return_type = "string | null")]
+    pub fn answer_failed(
+        &mut self,
+        prepared: &PreparedCall,
+        n: f64,
+        message: String,
+    ) -> Result<Joined, String> {
+        self.go(|c, out| c.answer(out, &prepared.inner, n, Err(message)))
     }
 
     /// Feeds call `id` the rows of its SQL command's last statement (an array of rows, each an array

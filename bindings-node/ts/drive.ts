@@ -15,6 +15,7 @@ import { fromBackend, InternalError, typeError, UnsupportedError } from './error
 import { CALL_RECORD_NUMBERS, CallSlot, StepKind, type BackendCalls, type BackendRelease, type CallErrorInfo, type WindowQuery } from './redis-backend';
 import { Lock, withLock, type LockBackend, type LockDriver, type PreparedLock, type WithLockOptions } from './lock';
 import { cooldownLimit, CooldownStore } from './store';
+import { CallPlan, PLAN_KEYS } from './redis-plan';
 import { GiveBackError, StoreError, StoreReplyError } from './store-errors';
 import type { AnyLimit, AttemptResult, Awaitable, BatchVerdict, CallOptions, CooldownLimit, CounterLimit, Entry, GcraLimit, HitResult, Verdict } from './types';
 
@@ -51,6 +52,7 @@ type Thrown = Map<string, unknown>;
  */
 function feed(calls: BackendCalls, record: Float64Array, id: number, kind: StepKind, answer: unknown): string | null {
   if (kind === StepKind.Sql) return calls.feedRows(id, answer);
+  if (typeof answer === 'string' && calls.feedText !== undefined) return calls.feedText(id, answer);
   if (Array.isArray(answer) && answer.length <= CALL_RECORD_NUMBERS) {
     const a = answer as unknown[];
     let numbers = true;
@@ -67,7 +69,7 @@ function feed(calls: BackendCalls, record: Float64Array, id: number, kind: StepK
 class Driven {
   thrown: Thrown | undefined = undefined;
   open = true;
-  constructor(readonly id: number) {}
+  constructor(public id: number) {}
 
   failed(calls: BackendCalls, error: unknown): string | null {
     const text = message(error);
@@ -282,6 +284,18 @@ const single = (r: Float64Array): Verdict => verdictOf(r, false);
 /** A reset's outcome (none), typed as the verdicts it shares a driver with. */
 const nothing = (): Verdict => undefined as unknown as Verdict;
 
+/** An attempt's outcome from the record. */
+const attempted = (r: Float64Array): AttemptResult => ({ allowed: r[CallSlot.Allowed] === 1, count: r[CallSlot.Value]!, resetAfterMs: r[CallSlot.ResetAfterMs]! });
+
+/** What the client threw for a planned call: the failure and its message, as a call is fed it. */
+function planFailed(calls: BackendCalls, p: CallPlan, n: number, error: unknown): [string | null, Driven] {
+  const text = message(error);
+  const command = calls.answerFailed!(p.native, n, text);
+  const call = new Driven(0);
+  (call.thrown = new Map()).set(text, error);
+  return [command, call];
+}
+
 /** A lock operation's outcome from the record: whether it took or freed the lock. */
 const lockFlag = (r: Float64Array): boolean => r[CallSlot.Value] === 1;
 
@@ -384,6 +398,134 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
 
   /** The `release` of a held token (an allowed consume's, or a failed one's), made once. */
   private readonly releaseOf: Releaser = (token) => this.releaser(token)!;
+
+  /**
+   * The plans of a store whose calls are planned once per key and limit (Redis: `ts/redis-plan.ts`),
+   * by kind (0 sliding consume, 1 GCRA, 2 counter, 3 attempt); undefined on the others.
+   */
+  protected plans: Map<string, CallPlan>[] | undefined = undefined;
+
+  /** The prefix of planned consumes' call ids (the engine's), and how many were sent. */
+  private planIds = '';
+  private planCount = 0;
+
+  /** Turns the plans on when the engine build has them (a Redis store calls it once made). */
+  protected usePlans(): void {
+    const c = this.calls;
+    if (typeof c.prepareConsume !== 'function' || typeof c.answerFailed !== 'function' || typeof c.preparedIds !== 'function') return;
+    this.planIds = c.preparedIds();
+    this.plans = [new Map(), new Map(), new Map(), new Map()];
+  }
+
+  /** Sends a planned call's command with the user's client (`args`: the plan's, its call id put in). */
+  protected sendPlanned(_p: CallPlan, _args: string[]): unknown {
+    throw new InternalError('ratewindow: this store plans no calls');
+  }
+
+  /**
+   * A single consume's plan (GCRA and counter limits too), or undefined: then the ordinary path runs,
+   * checking the arguments and answering any error as before.
+   */
+  private consumePlan(key: string, limit: AnyLimit): CallPlan | undefined {
+    if (typeof key !== 'string' || typeof limit !== 'object' || limit === null) return undefined;
+    const algorithm = (limit as { algorithm?: unknown }).algorithm;
+    if (algorithm === undefined || algorithm === 'sliding') {
+      const { uses, windowMs } = limit as CooldownLimit;
+      if (typeof uses !== 'number' || typeof windowMs !== 'number') return undefined;
+      return this.plan(0, key, uses, windowMs, 0);
+    }
+    const g = limit as GcraLimit;
+    if (typeof g.uses !== 'number' || typeof g.windowMs !== 'number') return undefined;
+    if (algorithm === 'gcra') {
+      const burst = g.burst ?? g.uses;
+      return typeof burst === 'number' ? this.plan(1, key, g.uses, g.windowMs, burst) : undefined;
+    }
+    return algorithm === 'counter' ? this.plan(2, key, g.uses, g.windowMs, 0) : undefined;
+  }
+
+  /** Kind `kind`'s plan of `key` for these numbers: the kept one, or planned now (undefined: none). */
+  private plan(kind: number, key: string, a: number, b: number, c: number): CallPlan | undefined {
+    const plans = this.plans![kind]!;
+    const p = plans.get(key);
+    if (p !== undefined && p.a === a && p.b === b && p.c === c) return p;
+    const calls = this.calls;
+    let made: CallPlan | undefined;
+    try {
+      const joined =
+        kind === 0 ? calls.prepareConsume!(key, a, b) : kind === 3 ? calls.prepareAttempt!(key, a, b) : calls.prepareRate!(0, key, kind, a, b, c, 1);
+      made = CallPlan.of(this.record, joined, calls.prepared!(), a, b, c);
+    } catch {
+      // A refused argument or limit: the ordinary path answers it with its typed error.
+      return undefined;
+    }
+    if (made === undefined) return undefined;
+    if (plans.size >= PLAN_KEYS) plans.clear();
+    plans.set(key, made);
+    return made;
+  }
+
+  /** Sends a planned call and reads its reply (`then`: its outcome from the record). */
+  private sendPlan<T>(p: CallPlan, then: (record: Float64Array, id: number) => T): Promise<T> {
+    let n = 0;
+    let args = p.args;
+    if (p.idAt >= 0) {
+      n = this.planCount++;
+      args = args.slice();
+      args[p.idAt] = this.planIds + n.toString(16);
+    }
+    let answer: unknown;
+    try {
+      answer = this.sendPlanned(p, args);
+    } catch (e) {
+      answer = Promise.reject(e);
+    }
+    if (answer instanceof Promise) {
+      return answer.then(
+        (reply: unknown) => this.planAnswered(p, n, reply, false, then),
+        (e: unknown) => this.planAnswered(p, n, e, true, then),
+      );
+    }
+    return Promise.resolve(answer).then(
+      (reply: unknown) => this.planAnswered(p, n, reply, false, then),
+      (e: unknown) => this.planAnswered(p, n, e, true, then),
+    );
+  }
+
+  /**
+   * A planned call's reply (or, `failed`, what its client threw) handed to the engine in one crossing;
+   * a call with more to do (the source after `NOSCRIPT`) or an error is driven on as any call.
+   */
+  private planAnswered<T>(p: CallPlan, n: number, reply: unknown, failed: boolean, then: (record: Float64Array, id: number) => T): Promise<T> | T {
+    const calls = this.calls;
+    const r = this.record;
+    let command: string | null;
+    let call: Driven | undefined;
+    if (failed) {
+      [command, call] = planFailed(calls, p, n, reply);
+    } else if (typeof reply === 'string') {
+      command = calls.answerText!(p.native, n, reply);
+    } else {
+      command = null;
+      let numbers = Array.isArray(reply) && reply.length <= CALL_RECORD_NUMBERS;
+      if (numbers) {
+        const a = reply as unknown[];
+        for (let i = 0; i < a.length; i++) if (typeof a[i] !== 'number') numbers = false;
+        if (numbers) {
+          for (let i = 0; i < a.length; i++) r[CallSlot.Pieces + i] = a[i] as number;
+          command = calls.answerRecord!(p.native, n, a.length);
+        }
+      }
+      if (!numbers) command = calls.answer!(p.native, n, reply);
+    }
+    const id: number = r[CallSlot.Id]!;
+    const kind: StepKind = r[CallSlot.Kind]!;
+    if (kind === StepKind.Script || kind === StepKind.Sql || r[CallSlot.Held] !== 0) {
+      call ??= new Driven(id);
+      call.id = id;
+      return driveRest(calls, r, this.runner, call, kind, command, then, this.reportsGiveBacks ? this.giveBacks : undefined, this.releaseOf, true);
+    }
+    return then(r, id);
+  }
 
   /** Starts a call (`begin` checks the arguments too), drives it, reads its outcome (`then`), frees it. */
   protected go<T>(begin: () => string | null, then: (record: Float64Array, id: number) => T, entries?: readonly Entry[], decayMs?: number): Answer<S, T> {
@@ -692,6 +834,10 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
    * the count plus `cost` is at most `max` (else nothing).
    */
   attempt(key: string, max: number, decayMs: number, options?: CallOptions): Answer<S, AttemptResult> {
+    if (options === undefined && this.plans !== undefined && typeof key === 'string' && typeof decayMs === 'number' && Number.isSafeInteger(max)) {
+      const p = this.plan(3, key, max, decayMs, 0);
+      if (p !== undefined) return this.sendPlan(p, attempted) as Answer<S, AttemptResult>;
+    }
     let cost = 1;
     return this.go(
       () => {
@@ -708,7 +854,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
           throw e;
         }
       },
-      (r): AttemptResult => ({ allowed: r[CallSlot.Allowed] === 1, count: r[CallSlot.Value]!, resetAfterMs: r[CallSlot.ResetAfterMs]! }),
+      attempted,
       undefined,
       decayMs,
     );

@@ -175,6 +175,25 @@ export interface BackendCalls {
    */
   lockCommands?(key: string, owner: string, ttl: number): string | null;
 
+  /** A reply that is a string (a script's one-text answer), read without the generic walk. Absent from older builds. */
+  feedText?(id: number, text: string): string | null;
+  /**
+   * Redis: a call planned once (`ts/redis-plan.ts`): a single consume costing 1, an attempt costing 1,
+   * a GCRA / counter operation; its command's pieces as a start's, `value` the call id's piece (-1
+   * none, -2 no plan). `prepared()` then gives the operation to hand back with each reply. Absent
+   * from builds without them.
+   */
+  prepareConsume?(key: string, uses: number, windowMs: number): string | null;
+  prepareAttempt?(key: string, max: number, decayMs: number): string | null;
+  prepareRate?(op: number, key: string, kind: number, uses: number, windowMs: number, burst: number, cost: number): string | null;
+  prepared?(): object;
+  /** The prefix of a planned consume's call ids (16 hex digits): `prefix + n.toString(16)`. */
+  preparedIds?(): string;
+  /** The reply to a planned call's command sent as call `n`: its call started and fed in one crossing. */
+  answerRecord?(prepared: object, n: number, len: number): string | null;
+  answerText?(prepared: object, n: number, text: string): string | null;
+  answer?(prepared: object, n: number, reply: unknown): string | null;
+  answerFailed?(prepared: object, n: number, message: string): string | null;
   /** A reply, as the client gave it. */
   feed(id: number, reply: unknown): string | null;
   /**

@@ -21,10 +21,14 @@ import { getDefaultBackend } from './store';
 import type { LockBackend, PreparedLock } from './lock';
 import { RedisLockPlan, type PreparedLockHost } from './redis-lock';
 import type { GiveBackError } from './store-errors';
+import type { CallPlan } from './redis-plan';
 
 /**
  * Runs a Lua script with the user's client (`EVAL script numkeys ...keys ...args`) and resolves to its
- * reply as the client decodes it (numbers and arrays of them, for ratewindow's scripts).
+ * reply as the client decodes it (numbers and arrays of them, for ratewindow's scripts). The store
+ * plans a key's single consume, attempt and GCRA / counter call once and sends the same `keys` array
+ * (and, but for a consume's call id, the same arguments) for each of them: read the arrays, never
+ * change or keep them.
  */
 export type RedisRun = (script: string, keys: string[], args: string[]) => PromiseLike<unknown> | unknown;
 
@@ -169,6 +173,15 @@ export class RedisStore extends CallStore<false> {
     this.evalsha = evalsha;
     this.command = command;
     this.onGiveBackError = onGiveBackError;
+    this.usePlans();
+  }
+
+  /** A planned call's command (`ts/redis-plan.ts`): its keys and `args`, by SHA1 when it may. */
+  protected override sendPlanned(p: CallPlan, args: string[]): unknown {
+    const which = p.script;
+    const script =
+      which === 0 ? this.sliding : which === 1 ? this.fixed : which === 4 ? this.gcraScript : which === 5 ? this.counterScript : which === 6 ? this.weightedScript : this.weightedAttemptScript;
+    return p.bySha1 && this.evalsha !== undefined ? this.evalsha(script.sha1, p.keys, args) : this.run(script.source, p.keys, args);
   }
 
   /** The scripts' SHA1s, e.g. to `SCRIPT LOAD` them ahead of a failover. */
