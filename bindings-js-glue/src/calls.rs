@@ -604,7 +604,7 @@ impl Calls {
     ) -> Res<Option<String>> {
         let id = match prepared {
             Prepared::Consume(..) => {
-                if !(n >= 0.0 && n < 9_007_199_254_740_992.0 && n.fract() == 0.0) {
+                if !((0.0..9_007_199_254_740_992.0).contains(&n) && n.fract() == 0.0) {
                     return Err(coded(
                         "invalid_argument:call",
                         format!("not a prepared call's number: {n}"),
