@@ -1624,8 +1624,9 @@ impl MemoryStore {
 /// own rules: `core/src/call/mixed.rs`.
 #[cfg(all(feature = "rates", feature = "sql"))]
 impl MemoryStore {
-    /// Puts `times` (ascending) into `key`'s sliding log, which lives until taken out.
-    pub(crate) fn seed_log(&self, key: &str, times: &[u64], limit: Limit) {
+    /// Puts `times` (ascending) into `key`'s sliding log, which lives until `expires_at` (the latest
+    /// expiry of the calls it held, trimmed ones included).
+    pub(crate) fn seed_log(&self, key: &str, times: &[u64], limit: Limit, expires_at: u64) {
         let (shard, key) = self.key(key);
         let mut shard = self.lock(shard);
         let mut index = None;
@@ -1634,8 +1635,15 @@ impl MemoryStore {
             index = Some(shard.record(key, index, limit, 0, 1, at).2);
         }
         if let Some(index) = index {
-            shard.logs[index].expires_at = u64::MAX;
+            shard.logs[index].expires_at = expires_at;
         }
+    }
+
+    /// When `key`'s sliding log expires (its calls and those trimmed from it in this life).
+    pub(crate) fn log_expiry(&self, key: &str) -> Option<u64> {
+        let (shard, key) = self.key(key);
+        let shard = self.lock(shard);
+        shard.log_index(key).map(|i| shard.logs[i].expires_at)
     }
 
     /// Puts `key`'s GCRA TAT.

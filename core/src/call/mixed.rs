@@ -90,7 +90,8 @@ fn decide_rows(
     let scratch = MemoryStore::with_shards(1);
     let mut times: Vec<Vec<u64>> = vec![Vec::new(); keys[0].len()];
     // A key lives until its last call's expiry (the memory store's rule: a log whose calls have all
-    // left the windows they were counted under is gone, whatever window asks now).
+    // left the windows they were counted under is gone, whatever window asks now). Each row holds
+    // its key's expiry as it stood when the row was written, trimmed rows' included.
     let mut expires: Vec<u64> = vec![0; keys[0].len()];
     for row in rows {
         let [kind, SqlValue::Text(key), rest @ ..] = row.as_slice() else {
@@ -155,7 +156,7 @@ fn decide_rows(
                 _ => None,
             })
             .ok_or_else(err)?;
-        scratch.seed_log(keys[0][i], log, limit);
+        scratch.seed_log(keys[0][i], log, limit, expires[i]);
     }
     let consumed = if record {
         scratch.consume_mixed(entries, now)
@@ -377,6 +378,11 @@ impl MixedCall {
              (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) SELECT ?, ?, ?, ? FROM n"
         );
         for call in release.calls() {
+            // The key's expiry, which a trimmed call's longer window may have set (the memory
+            // store's log keeps it until the log empties).
+            let expires_at = scratch
+                .log_expiry(&call.key)
+                .unwrap_or(call.at.saturating_add(call.window_ms));
             statements.push(statement(
                 insert.clone(),
                 vec![
@@ -384,7 +390,7 @@ impl MixedCall {
                     SqlValue::Text(call.key.clone()),
                     int(call.at),
                     SqlValue::Text(call_id.clone()),
-                    int(call.at.saturating_add(call.window_ms)),
+                    int(expires_at),
                 ],
             ));
         }
