@@ -168,7 +168,7 @@ venv="$work/venv"
 "$py" -c 'import sys; print(sys.base_prefix)' > /dev/null
 "$(readlink -f "$ROOT/.venv/bin/python")" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-  "$wheel[redis,postgres,fastapi,flask]" pytest==9.2.0 'psycopg[binary]==3.3.9' psycopg-pool==3.3.3 \
+  "$wheel[redis,postgres,fastapi,flask]" pytest==9.2.0 pytest-xdist==3.8.0 execnet==2.1.2 'psycopg[binary]==3.3.9' psycopg-pool==3.3.3 \
   fastapi==0.163.2 flask==3.1.3 httpx==0.28.1 uvicorn==0.54.0  # the HTTP tests' frameworks, server, client
 mkdir -p "$work/pytree/bindings-python" "$work/pytree/tests"
 cp -r "$PY_PKG/tests" "$work/pytree/bindings-python/tests"
@@ -188,8 +188,13 @@ fi
 # workspace's build from outside the tree, so they are told where it is (built here if absent).
 proxy="${CARGO_TARGET_DIR:-$ROOT/target}/release/ratewindow-faultproxy"
 [ -x "$proxy" ] || (cd "$ROOT" && cargo build --release -p ratewindow-faultproxy --quiet)
+# As scripts/test-python.sh: most files in 4 parallel processes, the timed ones alone after them.
+timed=(tests/test_guard_servers.py tests/test_http_asgi.py tests/test_http_wsgi.py)
 (cd "$work/pytree/bindings-python" && RATEWINDOW_FAULTPROXY="$proxy" RUST_BACKTRACE=0 \
-  "$venv/bin/python" -m pytest -q -p no:cacheprovider tests)
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "${RATEWINDOW_PYTEST_WORKERS:-4}" --dist loadfile \
+  "${timed[@]/#/--ignore=}" tests)
+(cd "$work/pytree/bindings-python" && RATEWINDOW_FAULTPROXY="$proxy" RUST_BACKTRACE=0 \
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider "${timed[@]}")
 
 step "Python: the README example from the installed wheel"
 "$venv/bin/python" - <<'EOF'

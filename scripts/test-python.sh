@@ -35,8 +35,16 @@ cargo build --release -p ratewindow-faultproxy --quiet
 cargo test --release -p ratewindow-faultproxy --quiet
 
 echo "== pytest"
-# Run from the tests directory against the installed package, not the source tree.
-(cd "$root/bindings-python" && "$py" -m pytest -q tests)
+# Run from the tests directory against the installed package, not the source tree. The files run in
+# parallel processes (pytest-xdist), each file whole in one: most tests wait on servers, timers and
+# worker processes, not CPU; the files share no port or key (private servers on ranges of their own,
+# prefixes unique per run). The files that time answers against limits of a few hundred ms or seconds
+# (the fault-proxy guards, the HTTP middleware's reset fields) run alone after them, as before.
+# RATEWINDOW_PYTEST_WORKERS=0 runs the first files in this process too, one after another.
+timed=(tests/test_guard_servers.py tests/test_http_asgi.py tests/test_http_wsgi.py)
+(cd "$root/bindings-python" && "$py" -m pytest -q -n "${RATEWINDOW_PYTEST_WORKERS:-4}" --dist loadfile \
+  "${timed[@]/#/--ignore=}" tests)
+(cd "$root/bindings-python" && "$py" -m pytest -q "${timed[@]}")
 
 echo "== mypy --strict"
 (cd "$root/bindings-python/python" && "$py" -m mypy --strict -p ratewindow)
