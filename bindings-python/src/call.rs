@@ -406,6 +406,41 @@ impl Machine {
         })
     }
 
+    /// Starts a batch mixing algorithms (`consume`, else a peek): SQLite's `Sqlite::mixed` at its
+    /// clock; on Redis and PostgreSQL `UnsupportedError` naming the batch's GCRA or counter algorithm.
+    fn start_mixed(
+        &self,
+        py: Python<'_>,
+        entries: Vec<ratewindow_core::MixedEntry>,
+        consume: bool,
+    ) -> PyResult<Call> {
+        let Store::Sqlite(store, clock) = &self.store else {
+            let algorithm = entries
+                .iter()
+                .find_map(|e| match e.rule {
+                    ratewindow_core::Rule::Gcra(_) => Some("gcra"),
+                    ratewindow_core::Rule::Counter(_) => Some("counter"),
+                    ratewindow_core::Rule::Sliding(_) => None,
+                })
+                .unwrap_or("gcra");
+            return Err(crate::errors::unsupported(py, algorithm));
+        };
+        let now = read_clock(py, clock.as_ref())?;
+        let id = consume.then(call_id);
+        let call = store.mixed(entries, now, id.as_deref());
+        Ok(Call {
+            call,
+            shape: Shape::Batch,
+            release: self
+                .release
+                .as_ref()
+                .filter(|_| consume)
+                .map(|f| f.clone_ref(py)),
+            report: self.report.as_ref().map(|f| f.clone_ref(py)),
+            causes: Vec::new(),
+        })
+    }
+
     /// Starts a weighted sliding-log consume (`consume`) or peek of one entry (its cost checked): a
     /// single verdict, an allowed consume's `release()` giving back exactly its cost.
     pub(crate) fn start_weighted(
@@ -681,8 +716,12 @@ impl Machine {
     /// Consume of a batch, all or nothing.
     fn consume_many(&self, py: Python<'_>, entries: &Bound<'_, PyAny>) -> PyResult<Call> {
         guard(|| {
+            let entries = match crate::rates::sliding_or_mixed(entries)? {
+                Ok(entries) => entries,
+                Err(mixed) => return self.start_mixed(py, mixed, true),
+            };
             let op = Op::Consume {
-                entries: crate::rates::weighted_entries(entries)?,
+                entries,
                 call_id: call_id(),
             };
             self.start(py, op, Shape::Batch)
@@ -692,10 +731,11 @@ impl Machine {
     /// Peek of a batch.
     fn peek_many(&self, py: Python<'_>, entries: &Bound<'_, PyAny>) -> PyResult<Call> {
         guard(|| {
-            let op = Op::Peek {
-                entries: crate::rates::weighted_entries(entries)?,
+            let entries = match crate::rates::sliding_or_mixed(entries)? {
+                Ok(entries) => entries,
+                Err(mixed) => return self.start_mixed(py, mixed, false),
             };
-            self.start(py, op, Shape::Batch)
+            self.start(py, Op::Peek { entries }, Shape::Batch)
         })
     }
 

@@ -339,28 +339,24 @@ pub(crate) fn batch(items: &Bound<'_, PyAny>) -> PyResult<Batch> {
     })
 }
 
-/// A networked store's batch: the sliding log's entries, each with its cost (checked, `entries[i].cost`
-/// naming a bad one); a GCRA or counter entry is `UnsupportedError`. A batch costing 1 throughout is
-/// converted as before.
-pub(crate) fn weighted_entries(items: &Bound<'_, PyAny>) -> PyResult<Vec<Entry>> {
+/// A batch for a networked store: its sliding-log entries (`Ok`, costs included), or the entries of a
+/// batch naming a GCRA or counter limit (`Err`: a mixed batch, `Sqlite::mixed`).
+pub(crate) fn sliding_or_mixed(
+    items: &Bound<'_, PyAny>,
+) -> PyResult<Result<Vec<Entry>, Vec<MixedEntry>>> {
     match batch(items)? {
-        Batch::Sliding(entries) => Ok(entries),
-        Batch::Mixed(entries) => {
-            if let Some(algorithm) = entries.iter().find_map(|e| match e.rule {
-                Rule::Sliding(_) => None,
-                Rule::Gcra(_) => Some("gcra"),
-                Rule::Counter(_) => Some("counter"),
-            }) {
-                return Err(unsupported(items.py(), algorithm));
-            }
-            entries
+        Batch::Sliding(entries) => Ok(Ok(entries)),
+        Batch::Mixed(entries) if entries.iter().all(|e| matches!(e.rule, Rule::Sliding(_))) => {
+            let entries = entries
                 .into_iter()
                 .map(|e| match e.rule {
                     Rule::Sliding(l) => weighted_entry(e.key, l, e.cost),
-                    _ => Err(unsupported(items.py(), "gcra")),
+                    _ => unreachable!("every entry is a sliding one"),
                 })
-                .collect()
+                .collect::<PyResult<_>>()?;
+            Ok(Ok(entries))
         }
+        Batch::Mixed(entries) => Ok(Err(entries)),
     }
 }
 
