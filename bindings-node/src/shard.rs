@@ -203,12 +203,18 @@ impl NativeShardClient {
                             key,
                             uses,
                             window_ms,
+                            algorithm: None,
+                            burst: None,
+                            cost: 1,
                         }
                     } else {
                         ShardOp::Peek {
                             key,
                             uses,
                             window_ms,
+                            algorithm: None,
+                            burst: None,
+                            cost: 1,
                         }
                     }
                 }
@@ -236,6 +242,7 @@ impl NativeShardClient {
                     key: key()?,
                     max: int("max", a, -SAFE, SAFE)? as i64,
                     decay_ms: int("decayMs", b, 1.0, SAFE)? as u64,
+                    cost: 1,
                 },
                 "tooManyAttempts" => ShardOp::TooManyAttempts {
                     key: key()?,
@@ -286,11 +293,7 @@ impl NativeShardClient {
                     u32::MAX as f64,
                 )? as u32;
                 let w = int("windowMs", *windows.get(i).unwrap_or(&f64::NAN), 1.0, SAFE)? as u64;
-                entries.push(ShardEntry {
-                    key,
-                    uses: u,
-                    window_ms: w,
-                });
+                entries.push(ShardEntry::sliding(key, u, w));
             }
             let op = if op == "consumeMany" {
                 ShardOp::ConsumeMany { entries }
@@ -411,6 +414,38 @@ pub struct ShardCallJs {
     pub refused: Option<String>,
 }
 
+/// What a request carries that the Node manager does not run yet (GCRA, the sliding-window counter,
+/// a cost), named; `None` for a request it runs as it always has.
+fn not_carried(op: &ShardOp) -> Option<&'static str> {
+    match op {
+        ShardOp::Consume {
+            algorithm,
+            burst,
+            cost,
+            ..
+        }
+        | ShardOp::Peek {
+            algorithm,
+            burst,
+            cost,
+            ..
+        } => match algorithm {
+            Some(a) => Some(a.name()),
+            None => (*cost != 1 || burst.is_some()).then_some("a cost or a burst"),
+        },
+        ShardOp::ConsumeMany { entries } | ShardOp::PeekMany { entries } => entries
+            .iter()
+            .find(|e| !e.is_plain())
+            .map(|e| match e.algorithm {
+                Some(a) => a.name(),
+                None => "a cost or a burst",
+            }),
+        ShardOp::Attempt { cost, .. } => (*cost != 1).then_some("an attempt's cost"),
+        ShardOp::Reset { algorithm, .. } => Some(algorithm.name()),
+        _ => None,
+    }
+}
+
 /// Reads and validates a request (the manager's side).
 #[napi(js_name = "shardDecode")]
 pub fn shard_decode(text: String) -> Result<ShardCallJs, String> {
@@ -439,6 +474,15 @@ pub fn shard_decode(text: String) -> Result<ShardCallJs, String> {
             }
         };
         c.id = request.id as f64;
+        if let Some(what) = not_carried(&request.op) {
+            // Sent by a shard of another binding: refused, never counted as the sliding log's call.
+            let failure = ShardFailure::new(
+                FailureKind::Unsupported,
+                format!("this manager (Node) does not carry {what} yet"),
+            );
+            c.refused = Some(encode_failure(request.id, &failure));
+            return Ok(c);
+        }
         c.op = request.op.name().to_owned();
         c.hold_ms = request.op.hold_ms() as f64;
         let lim = |uses: u32, window_ms: u64| {
@@ -452,11 +496,13 @@ pub fn shard_decode(text: String) -> Result<ShardCallJs, String> {
                 key,
                 uses,
                 window_ms,
+                ..
             }
             | ShardOp::Peek {
                 key,
                 uses,
                 window_ms,
+                ..
             } => {
                 c.key = Some(key);
                 c.limit = lim(uses, window_ms);
@@ -490,7 +536,9 @@ pub fn shard_decode(text: String) -> Result<ShardCallJs, String> {
                 c.decay_ms = Some(decay_ms as f64);
                 c.amount = Some(amount as f64);
             }
-            ShardOp::Attempt { key, max, decay_ms } => {
+            ShardOp::Attempt {
+                key, max, decay_ms, ..
+            } => {
                 c.key = Some(key);
                 c.max = Some(max as f64);
                 c.decay_ms = Some(decay_ms as f64);
@@ -512,6 +560,7 @@ pub fn shard_decode(text: String) -> Result<ShardCallJs, String> {
                 c.owner = Some(owner);
                 c.ttl = Some(ttl);
             }
+            ShardOp::Reset { .. } => {} // refused by `not_carried`
         }
         Ok(c)
     })

@@ -24,7 +24,7 @@ use ratewindow_core::{Entry, Window};
 
 use crate::entry::Key;
 use crate::errors::guard;
-use crate::limit::{hit_args, whole, Limit};
+use crate::limit::{attempt_cost, hit_args, whole, Limit};
 use crate::store::read_clock;
 use crate::verdict::{AttemptResult, HitResult, PyReleaseToken, Verdict};
 
@@ -771,19 +771,33 @@ impl Machine {
         guard(|| self.hit_as(py, key.0, hit_args(decay_ms, amount)?, Shape::Plain))
     }
 
-    /// Atomically, one hit if `key` has fewer than `max`; the outcome an `AttemptResult`.
+    /// Atomically, one hit if `key` has fewer than `max`; the outcome an `AttemptResult`. With `cost`,
+    /// `cost` hits, counted only when the count plus `cost` is at most `max` (`Op::AttemptCost`).
+    #[pyo3(signature = (key, max, decay_ms, cost = None))]
     fn attempt(
         &self,
         py: Python<'_>,
         key: Key<'_>,
         max: &Bound<'_, PyAny>,
         decay_ms: &Bound<'_, PyAny>,
+        cost: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Call> {
         guard(|| {
             let max = whole("max", max)?;
             let (decay, _) = hit_args(decay_ms, None)?;
+            let cost = attempt_cost(cost)?;
             let key = key.0.to_owned();
-            self.start(py, Op::Attempt { key, max, decay }, Shape::Plain)
+            let op = if cost == 1 {
+                Op::Attempt { key, max, decay }
+            } else {
+                Op::AttemptCost {
+                    key,
+                    max,
+                    decay,
+                    cost,
+                }
+            };
+            self.start(py, op, Shape::Plain)
         })
     }
 

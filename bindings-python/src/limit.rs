@@ -103,6 +103,26 @@ pub(crate) fn hit_args(
     Ok((decay, amount))
 }
 
+/// A fixed-window attempt's `cost` (`None`: 1): an `int` that is not a `bool`, else a `TypeError`; an
+/// `int` outside 1 to 4294967295 is `InvalidArgumentError` naming `cost` with the value given.
+pub(crate) fn attempt_cost(cost: Option<&Bound<'_, PyAny>>) -> PyResult<u32> {
+    let Some(given) = cost else { return Ok(1) };
+    if given.is_instance_of::<PyBool>() || !given.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "cost must be an int, not {}",
+            given.get_type().name()?
+        )));
+    }
+    match given.extract::<u32>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(invalid_argument(
+            "cost",
+            given,
+            "a whole number from 1 to 4294967295",
+        )),
+    }
+}
+
 /// An `int` argument that is not a `bool` (counts, amounts, maxima): a `TypeError` for another type,
 /// `InvalidArgumentError` naming `name` for an `int` outside a signed 64-bit integer.
 pub(crate) fn whole(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<i64> {

@@ -4,17 +4,19 @@
 //! `shard_answer`: encodes what the store answered, refusing a value of the wrong shape).
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 use ratewindow_core::input::KeyPosition;
 use ratewindow_core::shard::{
-    decode_request, encode_failure, encode_value, expects, Expect, FailureKind, ShardAttempt,
-    ShardClient as CoreClient, ShardEntry, ShardFailure, ShardHit, ShardOp, ShardValue,
-    ShardVerdict,
+    decode_request, encode_failure, encode_value, expects, shard_rule, Expect, FailureKind,
+    ShardAlgorithm, ShardAttempt, ShardClient as CoreClient, ShardEntry, ShardFailure, ShardHit,
+    ShardOp, ShardValue, ShardVerdict,
 };
+use ratewindow_core::Rule;
 
 use crate::entry::{key_str, Entry, Key};
 use crate::guard;
-use crate::limit::{core_window, whole, Limit};
+use crate::limit::{attempt_cost, core_window, whole, Limit};
+use crate::rates::{checked_cost, cost_arg, rule_of, CounterLimit, GcraLimit};
 use crate::verdict::{AttemptResult, HitResult};
 
 /// A failure as `(kind, message, field, store_failure)`.
@@ -39,12 +41,44 @@ impl ShardClient {
     }
 }
 
-fn limit_of(limit: &Bound<'_, PyAny>) -> PyResult<(u32, u64)> {
-    let limit = limit
-        .cast::<Limit>()
-        .map_err(|_| pyo3::exceptions::PyTypeError::new_err("limit must be a ratewindow.Limit"))?;
-    let inner = limit.get().inner;
-    Ok((inner.uses(), inner.window_ms()))
+/// A rule as it crosses: `(algorithm, uses, windowMs, burst)`, the sliding log's without the two
+/// options.
+fn wire_rule(rule: Rule) -> (Option<ShardAlgorithm>, u32, u64, Option<u32>) {
+    match rule {
+        Rule::Sliding(l) => (None, l.uses(), l.window_ms(), None),
+        Rule::Gcra(g) => {
+            let burst = (g.burst() != g.uses()).then_some(g.burst());
+            (Some(ShardAlgorithm::Gcra), g.uses(), g.window_ms(), burst)
+        }
+        Rule::Counter(c) => (
+            Some(ShardAlgorithm::Counter),
+            c.limit().uses(),
+            c.limit().window_ms(),
+            None,
+        ),
+    }
+}
+
+/// A rule as the manager's store takes it: a `Limit`, `GcraLimit` or `CounterLimit`.
+fn limit_object<'py>(py: Python<'py>, rule: Rule) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match rule {
+        Rule::Sliding(inner) => Py::new(py, Limit { inner })?.into_bound(py).into_any(),
+        Rule::Gcra(inner) => Py::new(py, GcraLimit { inner })?.into_bound(py).into_any(),
+        Rule::Counter(inner) => Py::new(py, CounterLimit { inner })?
+            .into_bound(py)
+            .into_any(),
+    })
+}
+
+/// `{"cost": cost}` for a call costing more than 1 (a store of the user's own that takes no `cost`
+/// still serves every call costing 1).
+fn cost_kwargs(py: Python<'_>, cost: u32) -> PyResult<Option<Bound<'_, PyDict>>> {
+    if cost == 1 {
+        return Ok(None);
+    }
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("cost", cost)?;
+    Ok(Some(kwargs))
 }
 
 #[pymethods]
@@ -56,22 +90,53 @@ impl ShardClient {
         }
     }
 
-    /// A consume or peek: `(id, text)`.
-    fn limited(&self, op: &str, key: Key<'_>, limit: &Bound<'_, PyAny>) -> PyResult<(u64, String)> {
+    /// A consume, peek or reset (`reset`: a `GcraLimit` or `CounterLimit`) under a limit of any
+    /// algorithm, costing `cost` (checked as every store checks it, naming `cost`): `(id, text)`.
+    #[pyo3(signature = (op, key, limit, cost = None))]
+    fn limited(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        key: Key<'_>,
+        limit: &Bound<'_, PyAny>,
+        cost: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(u64, String)> {
         guard(|| {
-            let (uses, window_ms) = limit_of(limit)?;
+            let rule = rule_of(limit)?;
+            let (algorithm, uses, window_ms, burst) = wire_rule(rule);
             let key = key.0.to_owned();
+            if op == "reset" {
+                let Some(algorithm) = algorithm else {
+                    return Err(pyo3::exceptions::PyTypeError::new_err(
+                        "reset takes a GcraLimit or a CounterLimit",
+                    ));
+                };
+                return Ok(self.send(ShardOp::Reset {
+                    key,
+                    algorithm,
+                    uses,
+                    window_ms,
+                    burst,
+                }));
+            }
+            let cost = checked_cost(rule, cost_arg(cost, "cost")?, "cost", cost, py)? as u32;
             Ok(self.send(if op == "peek" {
                 ShardOp::Peek {
                     key,
                     uses,
                     window_ms,
+                    algorithm,
+                    burst,
+                    cost,
                 }
             } else {
                 ShardOp::Consume {
                     key,
                     uses,
                     window_ms,
+                    algorithm,
+                    burst,
+                    cost,
                 }
             }))
         })
@@ -89,12 +154,18 @@ impl ShardClient {
                     )
                 })?;
                 let entry = entry.get();
-                let key = key_str(entry.key.bind(item.py()), KeyPosition::Entry(i))?.to_owned();
-                let inner = entry.sliding(item.py())?;
+                let py = item.py();
+                let key = key_str(entry.key.bind(py), KeyPosition::Entry(i))?.to_owned();
+                let rule = rule_of(entry.limit.bind(py))?;
+                let cost = checked_cost(rule, entry.cost, &format!("entries[{i}].cost"), None, py)?;
+                let (algorithm, uses, window_ms, burst) = wire_rule(rule);
                 out.push(ShardEntry {
                     key,
-                    uses: inner.uses(),
-                    window_ms: inner.window_ms(),
+                    uses,
+                    window_ms,
+                    algorithm,
+                    burst,
+                    cost: cost as u32,
                 });
             }
             Ok(self.send(if op == "peek_many" {
@@ -105,16 +176,18 @@ impl ShardClient {
         })
     }
 
-    /// A fixed-window operation: `hit`/`hit_window` `(decay_ms, amount)`, `attempt` `(max, decay_ms)`,
+    /// A fixed-window operation: `hit`/`hit_window` `(decay_ms, amount)`, `attempt` `(max, decay_ms,
+    /// cost)`,
     /// `too_many_attempts`/`remaining` `(max,)`, the rest `()`. Arguments checked as the memory store
     /// checks them (the same errors, naming them as Python does).
-    #[pyo3(signature = (op, key, a = None, b = None))]
+    #[pyo3(signature = (op, key, a = None, b = None, c = None))]
     fn fixed(
         &self,
         op: &str,
         key: Key<'_>,
         a: Option<&Bound<'_, PyAny>>,
         b: Option<&Bound<'_, PyAny>>,
+        c: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(u64, String)> {
         guard(|| {
             let key = key.0.to_owned();
@@ -139,7 +212,13 @@ impl ShardClient {
                 "attempt" => {
                     let max = whole("max", need(op, a)?)?;
                     let decay_ms = core_window("decay_ms", need(op, b)?)?.as_ms();
-                    ShardOp::Attempt { key, max, decay_ms }
+                    let cost = attempt_cost(c)?;
+                    ShardOp::Attempt {
+                        key,
+                        max,
+                        decay_ms,
+                        cost,
+                    }
                 }
                 "too_many_attempts" => ShardOp::TooManyAttempts {
                     key,
@@ -320,6 +399,7 @@ fn method(op: &ShardOp) -> &'static str {
         ShardOp::AvailableInMs { .. } => "available_in_ms",
         ShardOp::ResetAttempts { .. } => "reset_attempts",
         ShardOp::Clear { .. } => "clear",
+        ShardOp::Reset { .. } => "reset",
         // The manager builds `store.lock(key, ttl, owner)` and runs the step (the first argument).
         ShardOp::LockAcquire { .. }
         | ShardOp::LockRelease { .. }
@@ -328,37 +408,130 @@ fn method(op: &ShardOp) -> &'static str {
     }
 }
 
-fn limit_obj(py: Python<'_>, uses: u32, window_ms: u64) -> PyResult<Py<Limit>> {
-    let inner = ratewindow_core::Limit::new(uses.into(), window_ms).map_err(|e| {
-        crate::errors::invalid_limit(
-            py,
-            &e,
-            &(uses, window_ms)
-                .into_pyobject(py)
-                .map(|t| t.into_any())
-                .unwrap_or_else(|_| py.None().into_bound(py)),
-        )
-    })?;
-    Py::new(py, Limit { inner })
-}
-
-/// Reads and validates a request (the manager's side): `(id, op, method, args, hold_ms, refused)`.
-/// `op` is the wire name (what `shard_answer` takes), `method` the store's Python method, `args` its
-/// arguments (`Limit`s and `Entry`s built, refused here by the core's checks if out of range);
-/// `refused` is the answer to send at once (then `method` is `None`).
-#[allow(clippy::type_complexity)]
-#[pyfunction]
-pub(crate) fn shard_decode<'py>(
-    py: Python<'py>,
-    text: &str,
-) -> PyResult<(
+/// What `shard_decode` gives the manager: `(id, op, method, args, kwargs, hold_ms, refused)`.
+type Decoded<'py> = (
     u64,
     &'static str,
     Option<&'static str>,
     Bound<'py, PyTuple>,
+    Option<Bound<'py, PyDict>>,
     u64,
     Option<String>,
-)> {
+);
+
+/// A store method's arguments: positional, and `{"cost": n}` or none.
+type StoreArgs<'py> = (Bound<'py, PyTuple>, Option<Bound<'py, PyDict>>);
+
+/// A request's arguments as the store takes them, or the failure to answer (a limit the core's checks
+/// refuse, `invalid_limit` naming its field; a `burst` without GCRA, `malformed`).
+fn store_args<'py>(py: Python<'py>, op: ShardOp) -> Result<PyResult<StoreArgs<'py>>, ShardFailure> {
+    let plain = |args: PyResult<Bound<'py, PyTuple>>| args.map(|a| (a, None));
+    Ok(match op {
+        ShardOp::Consume {
+            key,
+            uses,
+            window_ms,
+            algorithm,
+            burst,
+            cost,
+        }
+        | ShardOp::Peek {
+            key,
+            uses,
+            window_ms,
+            algorithm,
+            burst,
+            cost,
+        } => {
+            let rule = shard_rule(algorithm, uses, window_ms, burst)?;
+            (|| {
+                Ok((
+                    (key, limit_object(py, rule)?).into_pyobject(py)?,
+                    cost_kwargs(py, cost)?,
+                ))
+            })()
+        }
+        ShardOp::Reset {
+            key,
+            algorithm,
+            uses,
+            window_ms,
+            burst,
+        } => {
+            let rule = shard_rule(Some(algorithm), uses, window_ms, burst)?;
+            plain(limit_object(py, rule).and_then(|l| (key, l).into_pyobject(py)))
+        }
+        ShardOp::ConsumeMany { entries } | ShardOp::PeekMany { entries } => {
+            let rules = entries
+                .iter()
+                .map(ShardEntry::rule)
+                .collect::<Result<Vec<_>, _>>()?;
+            plain((|| {
+                let list = PyList::empty(py);
+                for (e, rule) in entries.into_iter().zip(rules) {
+                    let entry = Entry {
+                        key: PyString::new(py, &e.key).unbind(),
+                        limit: limit_object(py, rule)?.unbind(),
+                        cost: e.cost.into(),
+                    };
+                    list.append(Py::new(py, entry)?)?;
+                }
+                PyTuple::new(py, [list.into_any()])
+            })())
+        }
+        ShardOp::Attempt {
+            key,
+            max,
+            decay_ms,
+            cost,
+        } => (|| {
+            Ok((
+                (key, max, decay_ms).into_pyobject(py)?,
+                cost_kwargs(py, cost)?,
+            ))
+        })(),
+        ShardOp::Release { token } => plain(PyTuple::new(py, [token])),
+        ShardOp::Hit {
+            key,
+            decay_ms,
+            amount,
+        }
+        | ShardOp::HitWindow {
+            key,
+            decay_ms,
+            amount,
+        } => plain((key, decay_ms, amount).into_pyobject(py)),
+        ShardOp::TooManyAttempts { key, max } | ShardOp::Remaining { key, max } => {
+            plain((key, max).into_pyobject(py))
+        }
+        ShardOp::Attempts { key }
+        | ShardOp::AvailableIn { key }
+        | ShardOp::AvailableInMs { key }
+        | ShardOp::ResetAttempts { key }
+        | ShardOp::Clear { key } => plain(PyTuple::new(py, [key])),
+        // `(step, key, owner, ttl)`: the manager runs `step` on `store.lock(key, ttl, owner)`.
+        ShardOp::LockAcquire { key, owner, ttl } => {
+            plain(("acquire", key, owner, ttl).into_pyobject(py))
+        }
+        ShardOp::LockRelease { key, owner, ttl } => {
+            plain(("release", key, owner, ttl).into_pyobject(py))
+        }
+        ShardOp::LockForceRelease { key, owner, ttl } => {
+            plain(("force_release", key, owner, ttl).into_pyobject(py))
+        }
+        ShardOp::LockOwner { key, owner, ttl } => {
+            plain(("owner", key, owner, ttl).into_pyobject(py))
+        }
+    })
+}
+
+/// Reads and validates a request (the manager's side): `(id, op, method, args, kwargs, hold_ms,
+/// refused)`. `op` is the wire name (what `shard_answer` takes), `method` the store's Python method,
+/// `args` its arguments (`Limit`, `GcraLimit`, `CounterLimit` and `Entry`s built, refused here by the
+/// core's checks if out of range), `kwargs` `{"cost": n}` for a call costing more than 1, else
+/// `None`; `refused` is the answer to send at once (then `method` is `None`).
+#[pyfunction]
+pub(crate) fn shard_decode<'py>(py: Python<'py>, text: &str) -> PyResult<Decoded<'py>> {
     guard(|| {
         let request = match decode_request(text) {
             Ok(r) => r,
@@ -368,6 +541,7 @@ pub(crate) fn shard_decode<'py>(
                     "",
                     None,
                     PyTuple::empty(py),
+                    None,
                     0,
                     Some(refused.answer()),
                 ))
@@ -377,86 +551,24 @@ pub(crate) fn shard_decode<'py>(
         let name = request.op.name();
         let hold = request.op.hold_ms();
         let m = method(&request.op);
-        let built: PyResult<Bound<'py, PyTuple>> = (|| {
-            Ok(match request.op {
-                ShardOp::Consume {
-                    key,
-                    uses,
-                    window_ms,
-                }
-                | ShardOp::Peek {
-                    key,
-                    uses,
-                    window_ms,
-                } => PyTuple::new(
-                    py,
-                    [
-                        key.into_pyobject(py)?.into_any(),
-                        limit_obj(py, uses, window_ms)?.into_bound(py).into_any(),
-                    ],
-                )?,
-                ShardOp::ConsumeMany { entries } | ShardOp::PeekMany { entries } => {
-                    let list = PyList::empty(py);
-                    for e in entries {
-                        let entry = Entry {
-                            key: PyString::new(py, &e.key).unbind(),
-                            limit: limit_obj(py, e.uses, e.window_ms)?.into_any(),
-                            cost: 1,
-                        };
-                        list.append(Py::new(py, entry)?)?;
-                    }
-                    PyTuple::new(py, [list.into_any()])?
-                }
-                ShardOp::Release { token } => PyTuple::new(py, [token])?,
-                ShardOp::Hit {
-                    key,
-                    decay_ms,
-                    amount,
-                }
-                | ShardOp::HitWindow {
-                    key,
-                    decay_ms,
-                    amount,
-                } => (key, decay_ms, amount).into_pyobject(py)?,
-                ShardOp::Attempt { key, max, decay_ms } => {
-                    (key, max, decay_ms).into_pyobject(py)?
-                }
-                ShardOp::TooManyAttempts { key, max } | ShardOp::Remaining { key, max } => {
-                    (key, max).into_pyobject(py)?
-                }
-                ShardOp::Attempts { key }
-                | ShardOp::AvailableIn { key }
-                | ShardOp::AvailableInMs { key }
-                | ShardOp::ResetAttempts { key }
-                | ShardOp::Clear { key } => PyTuple::new(py, [key])?,
-                // `(step, key, owner, ttl)`: the manager runs `step` on `store.lock(key, ttl, owner)`.
-                ShardOp::LockAcquire { key, owner, ttl } => {
-                    ("acquire", key, owner, ttl).into_pyobject(py)?
-                }
-                ShardOp::LockRelease { key, owner, ttl } => {
-                    ("release", key, owner, ttl).into_pyobject(py)?
-                }
-                ShardOp::LockForceRelease { key, owner, ttl } => {
-                    ("force_release", key, owner, ttl).into_pyobject(py)?
-                }
-                ShardOp::LockOwner { key, owner, ttl } => {
-                    ("owner", key, owner, ttl).into_pyobject(py)?
-                }
-            })
-        })();
-        match built {
-            Ok(args) => Ok((id, name, Some(m), args, hold, None)),
-            Err(e) => {
-                let failure = ShardFailure::new(FailureKind::InvalidLimit, e.value(py).to_string());
-                Ok((
-                    id,
-                    name,
-                    None,
-                    PyTuple::empty(py),
-                    0,
-                    Some(encode_failure(id, &failure)),
-                ))
-            }
+        let refuse = |failure: ShardFailure| {
+            Ok((
+                id,
+                name,
+                None,
+                PyTuple::empty(py),
+                None,
+                0,
+                Some(encode_failure(id, &failure)),
+            ))
+        };
+        match store_args(py, request.op) {
+            Ok(Ok((args, kwargs))) => Ok((id, name, Some(m), args, kwargs, hold, None)),
+            Ok(Err(e)) => refuse(ShardFailure::new(
+                FailureKind::InvalidLimit,
+                e.value(py).to_string(),
+            )),
+            Err(failure) => refuse(failure),
         }
     })
 }

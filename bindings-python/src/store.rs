@@ -13,7 +13,7 @@ use ratewindow_core::{Clock, Rule, SystemClock};
 
 use crate::entry::Key;
 use crate::errors::{guard, invalid_argument};
-use crate::limit::{hit_args, whole, Limit};
+use crate::limit::{attempt_cost, hit_args, whole, Limit};
 use crate::rates::Batch;
 use crate::verdict::{AttemptResult, HitResult, Verdict};
 
@@ -315,19 +315,31 @@ impl MemoryStore {
     }
 
     /// Atomically: one hit on `key` if it has fewer than `max` in its window (opening one of
-    /// `decay_ms` if none runs), else nothing.
+    /// `decay_ms` if none runs), else nothing. With `cost`, `cost` hits, counted only when the count
+    /// plus `cost` is at most `max` (else nothing).
+    #[pyo3(signature = (key, max, decay_ms, cost = None))]
     fn attempt(
         &self,
         py: Python<'_>,
         key: Key<'_>,
         max: &Bound<'_, PyAny>,
         decay_ms: &Bound<'_, PyAny>,
+        cost: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<AttemptResult> {
         guard(|| {
             let max = whole("max", max)?;
             let (decay, _) = hit_args(decay_ms, None)?;
+            let cost = attempt_cost(cost)?;
             let now = self.shared.now(py)?;
-            let (allowed, count, ms) = self.shared.store.attempt(key.0, max, decay, now);
+            let (allowed, count, ms) = if cost == 1 {
+                self.shared.store.attempt(key.0, max, decay, now)
+            } else {
+                // The cost is checked above: the core's only refusal (a cost of 0) cannot come.
+                self.shared
+                    .store
+                    .attempt_cost(key.0, max, cost, decay, now)
+                    .map_err(|e| mixed_error(py, &e))?
+            };
             Ok(AttemptResult::new(allowed, count, ms))
         })
     }

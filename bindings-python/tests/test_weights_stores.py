@@ -3,7 +3,7 @@ tests/vectors/weights/ case on MemoryStore and SqliteStore at the vectors' times
 cost that is not an ``int`` is Python's ``TypeError``), through the public
 API; RedisStore and AsyncRedisStore (127.0.0.1:6379, the server's clock) and SqliteStore on their own
 clocks by the same behaviours; PostgreSQL refusing a weighted call as UnsupportedError with nothing
-written."""
+written (or counting it). The fixed window's ``attempt(..., cost=n)`` on every store, sync and asyncio."""
 
 from __future__ import annotations
 
@@ -12,12 +12,15 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+import psycopg
 import pytest
 import redis
 import redis_servers as rs
 import sql_support as sql
 
 from ratewindow import (
+    AsyncMemoryStore,
+    AsyncPostgresStore,
     Entry,
     InvalidArgumentError,
     Limit,
@@ -228,5 +231,121 @@ def test_postgres_refuses_a_weighted_call_writing_nothing_or_counts_it() -> None
             with pytest.raises(InvalidArgumentError):
                 store.consume("k", limit, cost=0)
             assert store.consume("k", limit, cost=1).remaining == 4
+    finally:
+        sql.drop_schema(prefix)
+
+
+# --- the fixed window's attempt with a cost ----------------------------------------------------------
+
+
+def attempt_cost(store: Any) -> None:
+    """``attempt(..., cost=n)`` on a store whose window outlives the test: ``cost`` hits counted only
+    when the count plus ``cost`` is at most ``max``, else nothing; bad costs typed, counting nothing."""
+    key = rs.unique_prefix("a")
+    first = store.attempt(key, 5, 60_000, cost=3)
+    assert (first.allowed, first.count) == (True, 3)
+    assert 0 < first.reset_after_ms <= 60_000
+    refused = store.attempt(key, 5, 60_000, cost=3)
+    assert (refused.allowed, refused.count) == (False, 3), "a cost above what is left counts nothing"
+    assert 0 < refused.reset_after_ms <= 60_000
+    assert store.attempt(key, 5, 60_000, cost=2).allowed and store.attempts(key) == 5
+    assert not store.attempt(key, 5, 60_000).allowed and store.attempts(key) == 5
+    big = store.attempt(key + ":big", 5, 60_000, cost=6)
+    assert (big.allowed, big.count, store.attempts(key + ":big")) == (False, 0, 0)
+    assert store.attempt(key + ":one", 5, 60_000, cost=1).count == 1
+    for cost in (0, -1, 2**32, -(2**70)):
+        with pytest.raises(InvalidArgumentError) as caught:
+            store.attempt(key + ":x", 5, 60_000, cost=cost)
+        assert (caught.value.field, caught.value.value) == ("cost", cost)
+    for wrong in (1.5, "2", True):
+        with pytest.raises(TypeError):
+            store.attempt(key + ":x", 5, 60_000, cost=wrong)
+    assert store.attempts(key + ":x") == 0
+
+
+async def attempt_cost_async(store: Any) -> None:
+    """:func:`attempt_cost`'s behaviours, awaited."""
+    key = rs.unique_prefix("a")
+    first = await store.attempt(key, 5, 60_000, cost=3)
+    assert (first.allowed, first.count) == (True, 3)
+    assert not (await store.attempt(key, 5, 60_000, cost=3)).allowed
+    assert (await store.attempt(key, 5, 60_000, cost=2)).allowed and await store.attempts(key) == 5
+    assert not (await store.attempt(key, 5, 60_000)).allowed
+    with pytest.raises(InvalidArgumentError) as caught:
+        await store.attempt(key + ":x", 5, 60_000, cost=0)
+    assert (caught.value.field, caught.value.value) == ("cost", 0)
+    with pytest.raises(TypeError):
+        await store.attempt(key + ":x", 5, 60_000, cost=1.5)
+    assert await store.attempts(key + ":x") == 0
+
+
+def test_memory_attempt_with_a_cost() -> None:
+    attempt_cost(MemoryStore())
+
+
+def test_memory_attempt_with_a_cost_at_the_window_edge() -> None:
+    now = [1_000]
+    store = MemoryStore(lambda: now[0])
+    assert store.attempt("k", 4, 100, cost=4).allowed
+    now[0] = 1_099
+    assert (store.attempt("k", 4, 100, cost=1).allowed, store.available_in_ms("k")) == (False, 1)
+    now[0] = 1_100
+    fresh = store.attempt("k", 4, 100, cost=3)
+    assert (fresh.allowed, fresh.count, fresh.reset_after_ms) == (True, 3, 100), "a window that ended counts from 0"
+
+
+def test_async_memory_attempt_with_a_cost() -> None:
+    asyncio.run(attempt_cost_async(AsyncMemoryStore()))
+
+
+@pytest.mark.parametrize("evalsha", [True, False])
+def test_redis_attempt_with_a_cost(evalsha: bool) -> None:
+    client = rs.sync_client(connections=2)
+    try:
+        attempt_cost(rs.sync_store(client, evalsha=evalsha, prefix=rs.unique_prefix("wattempt")))
+    finally:
+        client.close()
+
+
+def test_async_redis_attempt_with_a_cost() -> None:
+    async def run() -> None:
+        client = rs.async_client()
+        try:
+            await attempt_cost_async(rs.async_store(client, prefix=rs.unique_prefix("wattempt-async")))
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
+
+
+def test_sqlite_attempt_with_a_cost(tmp_path: Path) -> None:
+    attempt_cost(SqliteStore(sql.sqlite_connect(tmp_path / "attempt.db")))
+
+
+def test_postgres_attempt_with_a_cost() -> None:
+    prefix = sql.new_prefix("wattempt")
+    try:
+        with sql.connect() as conn:
+            store = PostgresStore(conn, prefix=prefix)
+            store.install_schema()
+            attempt_cost(store)
+    finally:
+        sql.drop_schema(prefix)
+
+
+def test_async_postgres_attempt_with_a_cost() -> None:
+    prefix = sql.new_prefix("wattempta")
+
+    async def run() -> None:
+        conn = await psycopg.AsyncConnection.connect(sql.DSN, autocommit=True)
+        try:
+            store = AsyncPostgresStore(conn, prefix=prefix)
+            await store.install_schema()
+            await attempt_cost_async(store)
+        finally:
+            await conn.close()
+
+    try:
+        asyncio.run(run())
     finally:
         sql.drop_schema(prefix)

@@ -32,7 +32,71 @@ use serde_json::Value;
 /// The protocol version every message carries as `rw`.
 pub const PROTOCOL: u64 = 1;
 
-/// One entry of a batch, as it crosses.
+/// The algorithm of a limit that crosses; absent on the wire, the sliding log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShardAlgorithm {
+    /// GCRA (`uses` per `windowMs`, up to `burst` at once).
+    Gcra,
+    /// The sliding-window counter.
+    Counter,
+}
+
+impl ShardAlgorithm {
+    /// The algorithm's name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShardAlgorithm::Gcra => "gcra",
+            ShardAlgorithm::Counter => "counter",
+        }
+    }
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+/// The rule a request's `algorithm`, `uses`, `windowMs` and `burst` name, checked by the core's
+/// limits (the same checks as every store's): a `burst` without `"algorithm":"gcra"` is refused.
+pub fn shard_rule(
+    algorithm: Option<ShardAlgorithm>,
+    uses: u32,
+    window_ms: u64,
+    burst: Option<u32>,
+) -> Result<crate::Rule, ShardFailure> {
+    let limit = |uses: u32| {
+        crate::Limit::new(uses.into(), window_ms).map_err(|e| {
+            ShardFailure::new(FailureKind::InvalidLimit, e.to_string())
+                .with_field(Some(e.field.name().to_owned()))
+        })
+    };
+    let rate = |e: crate::gcra::RateError| {
+        ShardFailure::new(FailureKind::InvalidLimit, e.to_string())
+            .with_field(Some(e.field.name().to_owned()))
+    };
+    match (algorithm, burst) {
+        (None, None) => limit(uses).map(crate::Rule::Sliding),
+        (None | Some(ShardAlgorithm::Counter), Some(_)) => Err(ShardFailure::new(
+            FailureKind::Malformed,
+            "`burst` is a GCRA limit's only (\"algorithm\":\"gcra\")",
+        )),
+        (Some(ShardAlgorithm::Gcra), burst) => {
+            crate::gcra::Gcra::new(uses.into(), window_ms, burst.unwrap_or(uses).into())
+                .map(crate::Rule::Gcra)
+                .map_err(rate)
+        }
+        (Some(ShardAlgorithm::Counter), None) => crate::counter::Counter::new(limit(uses)?)
+            .map(crate::Rule::Counter)
+            .map_err(rate),
+    }
+}
+
+/// One entry of a batch, as it crosses. `algorithm`, `burst` and `cost` are sent only when they are
+/// not the sliding log's defaults (none, none, 1), so a plain entry crosses as before.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShardEntry {
@@ -43,6 +107,39 @@ pub struct ShardEntry {
     /// The window, in milliseconds.
     #[serde(rename = "windowMs")]
     pub window_ms: u64,
+    /// GCRA or the sliding-window counter; absent: the sliding log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<ShardAlgorithm>,
+    /// A GCRA limit's burst (absent: `uses`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
+    /// Uses the call costs this entry (absent: 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub cost: u32,
+}
+
+impl ShardEntry {
+    /// A sliding-log entry costing 1.
+    pub fn sliding(key: String, uses: u32, window_ms: u64) -> ShardEntry {
+        ShardEntry {
+            key,
+            uses,
+            window_ms,
+            algorithm: None,
+            burst: None,
+            cost: 1,
+        }
+    }
+
+    /// Whether the entry is a sliding-log entry costing 1 (what every manager has always taken).
+    pub fn is_plain(&self) -> bool {
+        self.algorithm.is_none() && self.burst.is_none() && self.cost == 1
+    }
+
+    /// Its rule, checked ([`shard_rule`]).
+    pub fn rule(&self) -> Result<crate::Rule, ShardFailure> {
+        shard_rule(self.algorithm, self.uses, self.window_ms, self.burst)
+    }
 }
 
 /// One operation a shard asks the manager to run on its store.
@@ -50,17 +147,30 @@ pub struct ShardEntry {
 #[serde(tag = "op", rename_all = "camelCase", deny_unknown_fields)]
 #[allow(missing_docs)]
 pub enum ShardOp {
+    /// One call; `algorithm`, `burst`, `cost` as in [`ShardEntry`] (sent only when not the defaults).
     Consume {
         key: String,
         uses: u32,
         #[serde(rename = "windowMs")]
         window_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        algorithm: Option<ShardAlgorithm>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        burst: Option<u32>,
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        cost: u32,
     },
     Peek {
         key: String,
         uses: u32,
         #[serde(rename = "windowMs")]
         window_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        algorithm: Option<ShardAlgorithm>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        burst: Option<u32>,
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        cost: u32,
     },
     ConsumeMany {
         entries: Vec<ShardEntry>,
@@ -84,11 +194,14 @@ pub enum ShardOp {
         decay_ms: u64,
         amount: i64,
     },
+    /// `cost` hits (absent: 1), counted only when the count plus `cost` is at most `max`.
     Attempt {
         key: String,
         max: i64,
         #[serde(rename = "decayMs")]
         decay_ms: u64,
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        cost: u32,
     },
     Attempts {
         key: String,
@@ -137,10 +250,20 @@ pub enum ShardOp {
         owner: String,
         ttl: f64,
     },
+    /// Forgets a GCRA bucket or a counter (`store.reset(key, limit)`).
+    Reset {
+        key: String,
+        algorithm: ShardAlgorithm,
+        uses: u32,
+        #[serde(rename = "windowMs")]
+        window_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        burst: Option<u32>,
+    },
 }
 
 /// The operations' names on the wire, in the order of [`ShardOp`].
-pub const OPS: [&str; 19] = [
+pub const OPS: [&str; 20] = [
     "consume",
     "peek",
     "consumeMany",
@@ -160,6 +283,7 @@ pub const OPS: [&str; 19] = [
     "lockRelease",
     "lockForceRelease",
     "lockOwner",
+    "reset",
 ];
 
 /// What shape of answer an operation expects.
@@ -210,6 +334,7 @@ impl ShardOp {
             ShardOp::LockRelease { .. } => 16,
             ShardOp::LockForceRelease { .. } => 17,
             ShardOp::LockOwner { .. } => 18,
+            ShardOp::Reset { .. } => 19,
         }
     }
 
@@ -238,7 +363,7 @@ pub fn expects(op: &str) -> Option<Expect> {
         "hit" | "attempts" | "remaining" | "availableIn" | "availableInMs" => Expect::Number,
         "tooManyAttempts" | "lockAcquire" | "lockRelease" | "lockForceRelease" => Expect::Bool,
         "lockOwner" => Expect::Owner,
-        "release" | "resetAttempts" | "clear" => Expect::Unit,
+        "release" | "resetAttempts" | "clear" | "reset" => Expect::Unit,
         "hitWindow" => Expect::Hit,
         "attempt" => Expect::Attempt,
         _ => return None,
@@ -719,11 +844,17 @@ mod tests {
                 key: "a".into(),
                 uses: 1,
                 window_ms: 500,
+                algorithm: None,
+                burst: None,
+                cost: 1,
             },
             ShardEntry {
                 key: "b".into(),
                 uses: 2,
                 window_ms: 900,
+                algorithm: None,
+                burst: None,
+                cost: 1,
             },
         ];
         let ops = vec![
@@ -731,11 +862,17 @@ mod tests {
                 key: "k".into(),
                 uses: 3,
                 window_ms: 1000,
+                algorithm: None,
+                burst: None,
+                cost: 1,
             },
             ShardOp::Peek {
                 key: "k".into(),
                 uses: 3,
                 window_ms: 1000,
+                algorithm: None,
+                burst: None,
+                cost: 1,
             },
             ShardOp::ConsumeMany {
                 entries: entries.clone(),
@@ -756,6 +893,7 @@ mod tests {
                 key: "k".into(),
                 max: 5,
                 decay_ms: 1000,
+                cost: 1,
             },
             ShardOp::Attempts { key: "k".into() },
             ShardOp::TooManyAttempts {
@@ -790,6 +928,13 @@ mod tests {
                 owner: "o".into(),
                 ttl: 1.5,
             },
+            ShardOp::Reset {
+                key: "k".into(),
+                algorithm: ShardAlgorithm::Gcra,
+                uses: 3,
+                window_ms: 1000,
+                burst: Some(5),
+            },
         ];
         assert_eq!(ops.len(), OPS.len());
         let mut client = ShardClient::new();
@@ -816,6 +961,9 @@ mod tests {
                 key: "click:alice".into(),
                 uses: 3,
                 window_ms: 10_000,
+                algorithm: None,
+                burst: None,
+                cost: 1,
             },
         );
         assert_eq!(
@@ -926,6 +1074,9 @@ mod tests {
             key: "k".into(),
             uses: 1,
             window_ms: 5,
+            algorithm: None,
+            burst: None,
+            cost: 1,
         });
         let bad = ShardVerdict {
             allowed: true,
@@ -988,6 +1139,95 @@ mod tests {
     }
 
     #[test]
+    fn rules_and_costs_cross_only_when_not_the_defaults() {
+        let gcra = ShardOp::Consume {
+            key: "k".into(),
+            uses: 10,
+            window_ms: 1000,
+            algorithm: Some(ShardAlgorithm::Gcra),
+            burst: Some(4),
+            cost: 3,
+        };
+        assert_eq!(
+            encode_request(2, &gcra),
+            r#"{"rw":1,"id":2,"op":"consume","key":"k","uses":10,"windowMs":1000,"algorithm":"gcra","burst":4,"cost":3}"#
+        );
+        assert_eq!(decode_request(&encode_request(2, &gcra)).unwrap().op, gcra);
+        let batch = ShardOp::PeekMany {
+            entries: vec![
+                ShardEntry::sliding("a".into(), 2, 50),
+                ShardEntry {
+                    algorithm: Some(ShardAlgorithm::Counter),
+                    cost: 2,
+                    ..ShardEntry::sliding("b".into(), 5, 100)
+                },
+            ],
+        };
+        let text = encode_request(3, &batch);
+        assert!(
+            text.contains(r#"{"key":"a","uses":2,"windowMs":50}"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"{"key":"b","uses":5,"windowMs":100,"algorithm":"counter","cost":2}"#),
+            "{text}"
+        );
+        assert_eq!(decode_request(&text).unwrap().op, batch);
+        let attempt = ShardOp::Attempt {
+            key: "k".into(),
+            max: 5,
+            decay_ms: 100,
+            cost: 2,
+        };
+        assert!(encode_request(4, &attempt).ends_with(r#""decayMs":100,"cost":2}"#));
+        let kind = |t: &str| req(t).map_err(|r| r.failure.kind).err();
+        for bad in [
+            r#"{"rw":1,"id":5,"op":"consume","key":"k","uses":1,"windowMs":3,"algorithm":"leaky"}"#,
+            r#"{"rw":1,"id":5,"op":"consume","key":"k","uses":1,"windowMs":3,"cost":-1}"#,
+            r#"{"rw":1,"id":5,"op":"attempt","key":"k","max":1,"decayMs":3,"cost":1.5}"#,
+            r#"{"rw":1,"id":5,"op":"reset","key":"k","uses":1,"windowMs":3}"#,
+        ] {
+            assert_eq!(kind(bad), Some(FailureKind::Malformed), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_rule_is_checked_as_every_store_checks_it() {
+        use crate::Rule;
+        assert!(matches!(
+            shard_rule(None, 3, 100, None),
+            Ok(Rule::Sliding(l)) if l.uses() == 3
+        ));
+        assert!(matches!(
+            shard_rule(Some(ShardAlgorithm::Gcra), 3, 100, None),
+            Ok(Rule::Gcra(g)) if g.burst() == 3
+        ));
+        assert!(matches!(
+            shard_rule(Some(ShardAlgorithm::Gcra), 3, 100, Some(7)),
+            Ok(Rule::Gcra(g)) if g.burst() == 7
+        ));
+        assert!(matches!(
+            shard_rule(Some(ShardAlgorithm::Counter), 3, 100, None),
+            Ok(Rule::Counter(_))
+        ));
+        let refused = shard_rule(None, 0, 100, None).unwrap_err();
+        assert_eq!(
+            (refused.kind, refused.field.as_deref()),
+            (FailureKind::InvalidLimit, Some("uses"))
+        );
+        let refused = shard_rule(Some(ShardAlgorithm::Gcra), 3, 100, Some(0)).unwrap_err();
+        assert_eq!(
+            (refused.kind, refused.field.as_deref()),
+            (FailureKind::InvalidLimit, Some("burst"))
+        );
+        assert_eq!(
+            shard_rule(None, 3, 100, Some(4)).unwrap_err().kind,
+            FailureKind::Malformed
+        );
+        assert!(ShardEntry::sliding("k".into(), 1, 5).is_plain());
+    }
+
+    #[test]
     fn whole_numbers_only() {
         assert_eq!(whole("consume", "retryAfterMs", 5.0, false), Ok(5));
         assert_eq!(whole("hit", "count", -1.0, true), Ok(-1));
@@ -1017,11 +1257,17 @@ mod tests {
                 key: "a".into(),
                 uses: 1,
                 window_ms: 500,
+                algorithm: None,
+                burst: None,
+                cost: 1,
             },
             ShardEntry {
                 key: "b".into(),
                 uses: 2,
                 window_ms: 900,
+                algorithm: None,
+                burst: None,
+                cost: 1,
             },
         ];
         assert_eq!(ShardOp::ConsumeMany { entries }.hold_ms(), 900);

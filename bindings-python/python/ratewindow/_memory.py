@@ -88,9 +88,13 @@ class MemoryStore(CooldownStore):
         """:meth:`hit`, answering the count and the ms until the window ends together."""
         return self._native.hit_window(key, decay_ms, amount)
 
-    def attempt(self, key: str, max: int, decay_ms: int | float) -> AttemptResult:
-        """Atomically: one hit on ``key`` if it has fewer than ``max`` in its window, else nothing."""
-        return self._native.attempt(key, max, decay_ms)
+    def attempt(self, key: str, max: int, decay_ms: int | float, *, cost: int = 1) -> AttemptResult:
+        """Atomically: one hit on ``key`` if it has fewer than ``max`` in its window, else nothing.
+
+        With ``cost``, the attempt takes ``cost`` hits, counted only when the count plus ``cost`` is at
+        most ``max`` (else nothing). A ``cost`` that is not an ``int`` is a ``TypeError``; an ``int``
+        outside 1 to 4294967295 is :class:`~ratewindow.InvalidArgumentError` naming ``cost``."""
+        return self._native.attempt(key, max, decay_ms, cost)
 
     def attempts(self, key: str) -> int:
         """Hits in ``key``'s current window; 0 when none runs."""
@@ -188,9 +192,9 @@ class AsyncMemoryStore(AsyncCooldownStore):
         """See :meth:`MemoryStore.hit_window`."""
         return self.sync.hit_window(key, decay_ms, amount)
 
-    async def attempt(self, key: str, max: int, decay_ms: int | float) -> AttemptResult:
+    async def attempt(self, key: str, max: int, decay_ms: int | float, *, cost: int = 1) -> AttemptResult:
         """See :meth:`MemoryStore.attempt`."""
-        return self.sync.attempt(key, max, decay_ms)
+        return self.sync.attempt(key, max, decay_ms, cost=cost)
 
     async def attempts(self, key: str) -> int:
         """See :meth:`MemoryStore.attempts`."""

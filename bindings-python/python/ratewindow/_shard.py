@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from . import _ratewindow
 from ._errors import InternalError, InvalidArgumentError, InvalidLimitError, StoreError, StoreReplyError
-from ._limits import Entry, Limit
+from ._limits import CounterLimit, Entry, GcraLimit, Limit
 from ._lock import AsyncLock, Lock
 from ._memory import AsyncMemoryStore, MemoryStore
 from ._store import AsyncCooldownStore, AttemptResult, CooldownStore, HitResult, Verdict
@@ -226,17 +226,25 @@ class ShardedStore(CooldownStore):
 
         return release
 
-    def consume(self, key: str, limit: Limit) -> Verdict:
-        """Counts one call to ``key`` under ``limit`` in the manager."""
+    def consume(self, key: str, limit: Limit | GcraLimit | CounterLimit, *, cost: int = 1) -> Verdict:
+        """Counts one call to ``key`` under ``limit`` (the sliding log's :class:`Limit`, a
+        :class:`GcraLimit` or a :class:`CounterLimit`), costing ``cost``, in the manager."""
         if self._local is not None:
-            return self._local.consume(key, limit)
-        return _value(self._ask(self._link.client.limited("consume", key, limit)), None)  # type: ignore[no-any-return]
+            return self._local.consume(key, limit, cost=cost)
+        return _value(self._ask(self._link.client.limited("consume", key, limit, cost)), None)  # type: ignore[no-any-return]
 
-    def peek(self, key: str, limit: Limit) -> Verdict:
+    def peek(self, key: str, limit: Limit | GcraLimit | CounterLimit, *, cost: int = 1) -> Verdict:
         """The verdict :meth:`consume` would give, recording nothing."""
         if self._local is not None:
-            return self._local.peek(key, limit)
-        return _value(self._ask(self._link.client.limited("peek", key, limit)), None)  # type: ignore[no-any-return]
+            return self._local.peek(key, limit, cost=cost)
+        return _value(self._ask(self._link.client.limited("peek", key, limit, cost)), None)  # type: ignore[no-any-return]
+
+    def reset(self, key: str, limit: GcraLimit | CounterLimit) -> None:
+        """Forgets ``key``'s GCRA bucket or counter in the manager."""
+        if self._local is not None:
+            self._local.reset(key, limit)
+            return
+        self._ask(self._link.client.limited("reset", key, limit))
 
     def consume_many(self, entries: Iterable[Entry]) -> Verdict:
         """Counts one call against every entry at once; an allowed verdict's ``release()`` gives it back."""
@@ -264,9 +272,12 @@ class ShardedStore(CooldownStore):
         """:meth:`hit`, with the milliseconds until the window ends."""
         return self._fixed("hit_window", key, decay_ms, amount)  # type: ignore[no-any-return]
 
-    def attempt(self, key: str, max: int, decay_ms: int | float) -> AttemptResult:
-        """Fixed window, atomically: one hit if ``key`` has fewer than ``max``."""
-        return self._fixed("attempt", key, max, decay_ms)  # type: ignore[no-any-return]
+    def attempt(self, key: str, max: int, decay_ms: int | float, *, cost: int = 1) -> AttemptResult:
+        """Fixed window, atomically: one hit if ``key`` has fewer than ``max`` (``cost`` hits, counted
+        only when the count plus ``cost`` is at most ``max``)."""
+        if self._local is not None:
+            return self._local.attempt(key, max, decay_ms, cost=cost)
+        return self._fixed("attempt", key, max, decay_ms, cost)  # type: ignore[no-any-return]
 
     def attempts(self, key: str) -> int:
         """Hits in ``key``'s current window."""
@@ -376,17 +387,24 @@ class AsyncShardedStore(AsyncCooldownStore):
 
         return release
 
-    async def consume(self, key: str, limit: Limit) -> Verdict:
-        """Counts one call to ``key`` under ``limit`` in the manager."""
+    async def consume(self, key: str, limit: Limit | GcraLimit | CounterLimit, *, cost: int = 1) -> Verdict:
+        """Counts one call to ``key`` under ``limit`` (any algorithm), costing ``cost``, in the manager."""
         if self._local is not None:
-            return await self._local.consume(key, limit)
-        return _value(await self._ask(self._link.client.limited("consume", key, limit)), None)  # type: ignore[no-any-return]
+            return await self._local.consume(key, limit, cost=cost)
+        return _value(await self._ask(self._link.client.limited("consume", key, limit, cost)), None)  # type: ignore[no-any-return]
 
-    async def peek(self, key: str, limit: Limit) -> Verdict:
+    async def peek(self, key: str, limit: Limit | GcraLimit | CounterLimit, *, cost: int = 1) -> Verdict:
         """The verdict :meth:`consume` would give, recording nothing."""
         if self._local is not None:
-            return await self._local.peek(key, limit)
-        return _value(await self._ask(self._link.client.limited("peek", key, limit)), None)  # type: ignore[no-any-return]
+            return await self._local.peek(key, limit, cost=cost)
+        return _value(await self._ask(self._link.client.limited("peek", key, limit, cost)), None)  # type: ignore[no-any-return]
+
+    async def reset(self, key: str, limit: GcraLimit | CounterLimit) -> None:
+        """Forgets ``key``'s GCRA bucket or counter in the manager."""
+        if self._local is not None:
+            await self._local.reset(key, limit)
+            return
+        await self._ask(self._link.client.limited("reset", key, limit))
 
     async def consume_many(self, entries: Iterable[Entry]) -> Verdict:
         """Counts one call against every entry at once; ``await verdict.release()`` gives it back."""
@@ -414,9 +432,12 @@ class AsyncShardedStore(AsyncCooldownStore):
         """:meth:`hit`, with the milliseconds until the window ends."""
         return await self._fixed("hit_window", key, decay_ms, amount)  # type: ignore[no-any-return]
 
-    async def attempt(self, key: str, max: int, decay_ms: int | float) -> AttemptResult:
-        """Fixed window, atomically: one hit if ``key`` has fewer than ``max``."""
-        return await self._fixed("attempt", key, max, decay_ms)  # type: ignore[no-any-return]
+    async def attempt(self, key: str, max: int, decay_ms: int | float, *, cost: int = 1) -> AttemptResult:
+        """Fixed window, atomically: one hit if ``key`` has fewer than ``max`` (``cost`` hits, counted
+        only when the count plus ``cost`` is at most ``max``)."""
+        if self._local is not None:
+            return await self._local.attempt(key, max, decay_ms, cost=cost)
+        return await self._fixed("attempt", key, max, decay_ms, cost)  # type: ignore[no-any-return]
 
     async def attempts(self, key: str) -> int:
         """Hits in ``key``'s current window."""
@@ -530,33 +551,33 @@ class ShardServer:
 
     def handle(self, text: str) -> str:
         """The answer to one request's text (sync stores)."""
-        rid, op, method, args, hold_ms, refused = _ratewindow.shard_decode(text)
+        rid, op, method, args, kwargs, hold_ms, refused = _ratewindow.shard_decode(text)
         if refused is not None:
             if self._on_error is not None:
                 self._on_error(ShardError("malformed", f"refused a request: {refused}"))
             return refused
         try:
-            value = self._run(op, method, args)
+            value = self._run(op, method, args, kwargs)
         except Exception as e:  # noqa: BLE001 - every failure is answered, never raised in the manager
             return self._fail(rid, e)
         return self._encode(rid, op, value, hold_ms)
 
     async def handle_async(self, text: str) -> str:
         """The answer to one request's text (asyncio stores)."""
-        rid, op, method, args, hold_ms, refused = _ratewindow.shard_decode(text)
+        rid, op, method, args, kwargs, hold_ms, refused = _ratewindow.shard_decode(text)
         if refused is not None:
             if self._on_error is not None:
                 self._on_error(ShardError("malformed", f"refused a request: {refused}"))
             return refused
         try:
-            value = self._run(op, method, args)
+            value = self._run(op, method, args, kwargs)
             if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
                 value = await value
         except Exception as e:  # noqa: BLE001
             return self._fail(rid, e)
         return self._encode(rid, op, value, hold_ms)
 
-    def _run(self, op: str, method: str | None, args: Sequence[Any]) -> Any:
+    def _run(self, op: str, method: str | None, args: Sequence[Any], kwargs: dict[str, Any] | None) -> Any:
         if method == "release":
             with self._holds_lock:
                 held = self._holds.pop(args[0], None)
@@ -569,7 +590,9 @@ class ShardServer:
             step, key, owner, ttl = args
             lock = f(key, ttl, owner)
             return getattr(lock, _LOCK_STEPS[step])()
-        return f(*args)
+        # A call costing more than 1 passes `cost=`; a store of the user's own without it still serves
+        # every call costing 1.
+        return f(*args) if kwargs is None else f(*args, **kwargs)
 
     def _encode(self, rid: int, op: str, value: Any, hold_ms: int) -> str:
         token = None

@@ -261,9 +261,14 @@ class CallStore(CooldownStore):
         """:meth:`hit`, answering the count and the ms until the window ends together."""
         return self._run(self._machine.hit_window(key, decay_ms, amount))
 
-    def attempt(self, key: str, max: int, decay_ms: int | float) -> AttemptResult:
-        """Atomically: one hit on ``key`` if it has fewer than ``max`` in its window, else nothing."""
-        return self._run(self._machine.attempt(key, max, decay_ms))
+    def attempt(self, key: str, max: int, decay_ms: int | float, *, cost: int = 1) -> AttemptResult:
+        """Atomically: one hit on ``key`` if it has fewer than ``max`` in its window, else nothing.
+
+        With ``cost``, the attempt takes ``cost`` hits in the same one step (one script on Redis, one
+        statement on PostgreSQL, one transaction on SQLite), counted only when the count plus ``cost``
+        is at most ``max`` (else nothing). A ``cost`` that is not an ``int`` is a ``TypeError``; an
+        ``int`` outside 1 to 4294967295 is :class:`~ratewindow.InvalidArgumentError` naming ``cost``."""
+        return self._run(self._machine.attempt(key, max, decay_ms, cost))
 
     def attempts(self, key: str) -> int:
         """Hits in ``key``'s current window; 0 when none runs."""
@@ -353,9 +358,9 @@ class AsyncCallStore(AsyncCooldownStore):
         """See :meth:`CallStore.hit_window`."""
         return await self._run(self._machine.hit_window(key, decay_ms, amount))
 
-    async def attempt(self, key: str, max: int, decay_ms: int | float) -> AttemptResult:
+    async def attempt(self, key: str, max: int, decay_ms: int | float, *, cost: int = 1) -> AttemptResult:
         """See :meth:`CallStore.attempt`."""
-        return await self._run(self._machine.attempt(key, max, decay_ms))
+        return await self._run(self._machine.attempt(key, max, decay_ms, cost))
 
     async def attempts(self, key: str) -> int:
         """See :meth:`CallStore.attempts`."""
