@@ -250,13 +250,36 @@ pub fn request_entries(name: &str, limits: &[HttpLimit<'_>]) -> Result<RequestEn
 /// under `key`: the entry [`request_entries`] makes of `[HttpLimit::new(key, limit)]` (its `sources` are
 /// `[0]`), without the two lists of one.
 pub fn request_entry(name: &str, key: &str, limit: Limit) -> Result<Entry, HttpError> {
+    request_entry_in(name, key, limit, String::new())
+}
+
+/// [`request_entry`] writing the store key in `buf` (cleared first; its allocation reused): a host
+/// that takes the key back from the [`Entry`] once the store has answered (`entry.key`) counts a
+/// request without allocating a key.
+pub fn request_entry_in(
+    name: &str,
+    key: &str,
+    limit: Limit,
+    buf: String,
+) -> Result<Entry, HttpError> {
     check_name(name)?;
-    Ok(Entry::new(store_key(name, key, "")?, limit))
+    Ok(Entry::new(store_key_in(name, key, "", buf)?, limit))
 }
 
 /// `throttle:{name}:{key escaped}{suffix}`, or [`HttpError::KeyTooLong`].
 fn store_key(name: &str, key: &str, suffix: &str) -> Result<String, HttpError> {
-    // Measured before anything is copied: a huge key costs one scan.
+    store_key_in(name, key, suffix, String::new())
+}
+
+/// [`store_key`] written in `buf` (cleared first).
+fn store_key_in(
+    name: &str,
+    key: &str,
+    suffix: &str,
+    mut store_key: String,
+) -> Result<String, HttpError> {
+    // Measured before anything is copied: a huge key costs one scan (a key without `%` or control
+    // characters, the usual one, is measured by its length alone).
     let bytes = PREFIX.len() + name.len() + 1 + escaped_len(key) + suffix.len();
     if bytes > MAX_KEY_BYTES {
         return Err(HttpError::KeyTooLong {
@@ -264,7 +287,8 @@ fn store_key(name: &str, key: &str, suffix: &str) -> Result<String, HttpError> {
             max: MAX_KEY_BYTES,
         });
     }
-    let mut store_key = String::with_capacity(bytes);
+    store_key.clear();
+    store_key.reserve(bytes);
     store_key.push_str(PREFIX);
     store_key.push_str(name);
     store_key.push(':');
@@ -429,9 +453,44 @@ pub fn write_response_headers(
     verdict: &BatchVerdict,
     now_ms: u64,
     options: HeaderOptions,
+    buf: Vec<u8>,
+    emit: impl FnMut(&'static str, Vec<u8>) -> Vec<u8>,
+) -> Vec<u8> {
+    write_fields(name, limits, verdict, now_ms, options, true, buf, emit)
+}
+
+/// [`write_response_headers`] without the `RateLimit-Policy` field, for a host that holds its value
+/// already: it depends on the limiter's name and the limits alone (their uses and windows), never on
+/// the verdict, so a route with fixed limits sends the same one on every request. The host writes it
+/// once (from [`write_response_headers`]) and sets its own copy in the field's place (after
+/// `Retry-After`, before `RateLimit`); the other fields are the same, in the same order.
+pub fn write_response_headers_but_policy(
+    name: &str,
+    limits: &[Limit],
+    verdict: &BatchVerdict,
+    now_ms: u64,
+    options: HeaderOptions,
+    buf: Vec<u8>,
+    emit: impl FnMut(&'static str, Vec<u8>) -> Vec<u8>,
+) -> Vec<u8> {
+    write_fields(name, limits, verdict, now_ms, options, false, buf, emit)
+}
+
+/// The fields of [`write_response_headers`], `RateLimit-Policy` only when `policy`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn write_fields(
+    name: &str,
+    limits: &[Limit],
+    verdict: &BatchVerdict,
+    now_ms: u64,
+    options: HeaderOptions,
+    policy: bool,
     mut buf: Vec<u8>,
     mut emit: impl FnMut(&'static str, Vec<u8>) -> Vec<u8>,
 ) -> Vec<u8> {
+    // A buffer given with bytes in it is reused, not appended to.
+    buf.clear();
     let mut field = |buf: &mut Vec<u8>, name: &'static str| {
         *buf = emit(name, std::mem::take(buf));
         buf.clear();
@@ -448,18 +507,20 @@ pub fn write_response_headers(
     // Numbers written by hand into one buffer a field: this runs on every request.
     let count = limits.len();
     if options.ietf {
-        buf.reserve(count * (name.len() + 24));
-        for (i, limit) in limits.iter().enumerate() {
-            if i > 0 {
-                buf.extend_from_slice(b", ");
+        if policy {
+            buf.reserve(count * (name.len() + 24));
+            for (i, limit) in limits.iter().enumerate() {
+                if i > 0 {
+                    buf.extend_from_slice(b", ");
+                }
+                push_policy_name(&mut buf, name, i, count);
+                buf.extend_from_slice(b";q=");
+                push_u64(&mut buf, u64::from(limit.uses()));
+                buf.extend_from_slice(b";w=");
+                push_u64(&mut buf, ceil_seconds(limit.window_ms()).max(1));
             }
-            push_policy_name(&mut buf, name, i, count);
-            buf.extend_from_slice(b";q=");
-            push_u64(&mut buf, u64::from(limit.uses()));
-            buf.extend_from_slice(b";w=");
-            push_u64(&mut buf, ceil_seconds(limit.window_ms()).max(1));
+            field(&mut buf, FIELD_NAMES[1]);
         }
-        field(&mut buf, FIELD_NAMES[1]);
         if let Some(i) = tightest {
             buf.reserve(name.len() + 32);
             push_policy_name(&mut buf, name, i, count);
@@ -727,6 +788,80 @@ impl Trust {
     }
 }
 
+/// A client address as [`client_ip_of`] writes it, held inline (no allocation): an IPv4 address, an
+/// IPv6 address (RFC 5952) or an IPv6 block (`2001:db8:1:2::/64`), at most 43 bytes. Reads as a
+/// `&str` ([`Address::as_str`], `Deref`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Address {
+    len: u8,
+    buf: [u8; Address::CAPACITY],
+}
+
+impl Address {
+    /// Room for the longest address (39 bytes), a `/` and a prefix, with bytes to spare.
+    const CAPACITY: usize = 47;
+
+    /// The address as text.
+    pub fn as_str(&self) -> &str {
+        // Only ASCII is ever written (digits, hex, `.`, `:`, `/`); a write past the capacity is
+        // dropped whole, never cut inside a character.
+        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or_default()
+    }
+
+    fn new() -> Address {
+        Address {
+            len: 0,
+            buf: [0; Address::CAPACITY],
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) -> std::fmt::Result {
+        let at = usize::from(self.len);
+        let end = at + bytes.len();
+        let slot = self.buf.get_mut(at..end).ok_or(std::fmt::Error)?;
+        slot.copy_from_slice(bytes);
+        self.len = end as u8;
+        Ok(())
+    }
+}
+
+impl std::fmt::Write for Address {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.push(s.as_bytes())
+    }
+}
+
+impl std::ops::Deref for Address {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for Address {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Debug for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl From<Address> for String {
+    fn from(a: Address) -> String {
+        a.as_str().to_owned()
+    }
+}
+
 /// The client's address: the key a per-IP limit counts under.
 ///
 /// `peer` is the connection's remote address (`1.2.3.4`, `::1`, `::ffff:1.2.3.4`, `[::1]:80`,
@@ -769,7 +904,7 @@ pub fn client_address(
     trust: &Trust,
 ) -> Result<String, HttpError> {
     match walk(parse_address(peer), forwarded_for, forwarded, trust) {
-        Some(ip) => Ok(render_address(ip, trust.ipv6_prefix)),
+        Some(ip) => Ok(render_address(ip, trust.ipv6_prefix).into()),
         None => match peer.trim_matches([' ', '\t']) {
             "" => Err(HttpError::NoPeer),
             text => Ok(text.to_owned()),
@@ -785,12 +920,30 @@ pub fn client_address_of(
     forwarded: Option<&str>,
     trust: &Trust,
 ) -> String {
-    let peer = match peer {
+    client_ip_of(Some(peer), forwarded_for, forwarded, trust)
+        .map(String::from)
+        .unwrap_or_default()
+}
+
+/// [`client_address`] for a host that holds the peer as an [`IpAddr`] (a Rust server's
+/// `SocketAddr::ip()`), or has none (`None`: a Unix socket, a server without connect info), answered
+/// inline ([`Address`]: no allocation). The same answer as [`client_address`] of the peer spelled out
+/// (`None` as `""`): an address, or [`HttpError::NoPeer`] when there is no peer and no forwarded
+/// address is believed.
+pub fn client_ip_of(
+    peer: Option<IpAddr>,
+    forwarded_for: Option<&str>,
+    forwarded: Option<&str>,
+    trust: &Trust,
+) -> Result<Address, HttpError> {
+    let peer = peer.map(|peer| match peer {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, IpAddr::V4),
         v4 => v4,
-    };
-    let ip = walk(Some(peer), forwarded_for, forwarded, trust).unwrap_or(peer);
-    render_address(ip, trust.ipv6_prefix)
+    });
+    match walk(peer, forwarded_for, forwarded, trust) {
+        Some(ip) => Ok(render_address(ip, trust.ipv6_prefix)),
+        None => Err(HttpError::NoPeer),
+    }
 }
 
 /// The walk of [`client_address`] from `start` (`None`: a peer that is not an IP address) through the
@@ -836,28 +989,49 @@ fn walk(
     current
 }
 
-fn render_address(ip: IpAddr, ipv6_prefix: u8) -> String {
+fn render_address(ip: IpAddr, ipv6_prefix: u8) -> Address {
+    use std::fmt::Write as _;
+    let mut out = Address::new();
+    // The longest text is 43 bytes (39 and `/128`): every write fits, the results are `Ok`.
     match ip {
         IpAddr::V6(v6) if ipv6_prefix < 128 => {
             let mask = u128::MAX
                 .checked_shl(128 - u32::from(ipv6_prefix))
                 .unwrap_or(0);
-            format!("{}/{ipv6_prefix}", Ipv6Addr::from(u128::from(v6) & mask))
+            let _ = write!(
+                out,
+                "{}/{ipv6_prefix}",
+                Ipv6Addr::from(u128::from(v6) & mask)
+            );
         }
         IpAddr::V4(v4) => {
             // By hand: the standard formatter is most of a request's cost in the tower layer.
-            let mut out = Vec::with_capacity(15);
+            let mut text = [0u8; 15];
+            let mut len = 0;
             for (i, octet) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    out.push(b'.');
+                    text[len] = b'.';
+                    len += 1;
                 }
-                push_u64(&mut out, u64::from(octet));
+                let pair = usize::from(octet % 100) * 2;
+                if octet >= 100 {
+                    text[len] = b'0' + octet / 100;
+                    len += 1;
+                }
+                if octet >= 10 {
+                    text[len] = DIGIT_PAIRS[pair];
+                    len += 1;
+                }
+                text[len] = DIGIT_PAIRS[pair + 1];
+                len += 1;
             }
-            // ASCII digits and dots: never the empty default.
-            String::from_utf8(out).unwrap_or_default()
+            let _ = out.push(&text[..len]);
         }
-        ip => ip.to_string(),
+        ip => {
+            let _ = write!(out, "{ip}");
+        }
     }
+    out
 }
 
 /// One address as a peer or a forwarded entry spells it: `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`,

@@ -115,6 +115,16 @@ fn request_entries() {
         ) {
             Ok(plan) => {
                 assert_eq!(plan.entries.len(), plan.sources.len());
+                // One limit: `request_entry_in` makes the same entry in a reused (dirty) buffer.
+                if let [(key, Some(limit))] = owned.as_slice() {
+                    let one = http::request_entry_in(
+                        case["limiter"].as_str().unwrap(),
+                        key.as_deref().unwrap_or(""),
+                        *limit,
+                        String::from("left over from an earlier request"),
+                    );
+                    assert_eq!(one.as_ref(), Ok(&plan.entries[0]), "{}", case["name"]);
+                }
                 let entries: Vec<Value> = plan
                     .entries
                     .iter()
@@ -165,6 +175,26 @@ fn response_headers() {
             case["now_ms"].as_u64().unwrap(),
             options(case),
         );
+        // The same fields but the policy, for a host that holds the policy's value.
+        let mut but_policy = Vec::new();
+        http::write_response_headers_but_policy(
+            case["limiter"].as_str().unwrap(),
+            &limits,
+            &verdict,
+            case["now_ms"].as_u64().unwrap(),
+            options(case),
+            b"stale".to_vec(),
+            |field, value| {
+                but_policy.push((field, String::from_utf8(value.clone()).unwrap()));
+                value
+            },
+        );
+        let without: Vec<_> = h
+            .iter()
+            .filter(|(field, _)| *field != "RateLimit-Policy")
+            .cloned()
+            .collect();
+        assert_eq!(but_policy, without, "{}", case["name"]);
         let got = json!({ "status": status(&verdict), "headers": headers(&h) });
         check(&mut failures, "response_headers", case, got);
     }
@@ -213,12 +243,23 @@ fn client_address() {
             Ok(trust) => {
                 let xff = case.get("x_forwarded_for").map(text);
                 let fwd = case.get("forwarded").map(text);
-                match http::client_address(
-                    &text(&case["peer"]),
-                    xff.as_deref(),
-                    fwd.as_deref(),
-                    &trust,
-                ) {
+                let peer = text(&case["peer"]);
+                let answer = http::client_address(&peer, xff.as_deref(), fwd.as_deref(), &trust);
+                // A peer a Rust server holds as an `IpAddr` (or none): the same answer, inline.
+                let held = match peer.as_str() {
+                    "" => Some(None),
+                    p => p.parse::<std::net::IpAddr>().ok().map(Some),
+                };
+                if let Some(held) = held {
+                    let inline = http::client_ip_of(held, xff.as_deref(), fwd.as_deref(), &trust);
+                    assert_eq!(
+                        inline.as_ref().map(|a| a.as_str()),
+                        answer.as_deref(),
+                        "{}",
+                        case["name"]
+                    );
+                }
+                match answer {
                     Ok(address) => json!({ "address": address }),
                     Err(e) => error(&e),
                 }

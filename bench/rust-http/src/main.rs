@@ -34,7 +34,7 @@ fn app(guard: &str, scenario: &str) -> Router {
                     legacy: false,
                 })
                 .limiter("bench", move |req| {
-                    Ok(vec![RouteLimit::new(limit).by(req.client_ip()?)])
+                    Ok(RouteLimit::new(limit).by(req.client_ip()?))
                 });
             router.layer(limiter.throttle("bench").unwrap())
         }

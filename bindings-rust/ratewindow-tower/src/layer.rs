@@ -1,6 +1,6 @@
 //! The registry of named limiters ([`RateLimiter`]), its per-route [`Throttle`] layer and the service.
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::fmt;
@@ -14,12 +14,14 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Extensions, HeaderMap, Method, Request, Response, StatusCode, Uri};
-use ratewindow_core::http::{self as core_http, HeaderOptions, HttpError, HttpLimit, Trust};
+use ratewindow_core::http::{
+    self as core_http, Address, HeaderOptions, HttpError, HttpLimit, Trust,
+};
 use ratewindow_core::{Entry, Limit};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::limit::{Refusal, RouteLimit};
+use crate::limit::{Refusal, RouteLimit, RouteLimits};
 use crate::store::{Consumed, Store};
 
 /// What a named limiter's callback sees of a request.
@@ -29,7 +31,7 @@ pub struct RequestInfo<'a> {
     headers: &'a HeaderMap,
     extensions: &'a Extensions,
     trust: &'a Trust,
-    ip: OnceCell<Result<String, HttpError>>,
+    ip: OnceCell<Result<Address, HttpError>>,
 }
 
 impl fmt::Debug for RequestInfo<'_> {
@@ -100,19 +102,15 @@ impl<'a> RequestInfo<'a> {
                     }
                     _ => {}
                 }
-                match peer {
-                    Some(peer) => Ok(core_http::client_address_of(
-                        peer.ip(),
-                        xff.as_deref(),
-                        fwd.as_deref(),
-                        self.trust,
-                    )),
-                    None => {
-                        core_http::client_address("", xff.as_deref(), fwd.as_deref(), self.trust)
-                    }
-                }
+                core_http::client_ip_of(
+                    peer.map(|p| p.ip()),
+                    xff.as_deref(),
+                    fwd.as_deref(),
+                    self.trust,
+                )
             })
-            .as_deref()
+            .as_ref()
+            .map(Address::as_str)
             .map_err(Clone::clone)
     }
 }
@@ -130,7 +128,7 @@ fn joined(headers: &HeaderMap, name: &str) -> Option<String> {
     )
 }
 
-type LimiterFn = dyn Fn(&RequestInfo<'_>) -> Result<Vec<RouteLimit>, HttpError> + Send + Sync;
+type LimiterFn = dyn Fn(&RequestInfo<'_>) -> Result<RouteLimits, HttpError> + Send + Sync;
 type StoreErrorFn = dyn Fn(&(dyn StdError + Send + Sync + 'static)) -> Response<Body> + Send + Sync;
 
 #[derive(Clone)]
@@ -226,18 +224,18 @@ impl<S: Store> RateLimiter<S> {
         self
     }
 
-    /// Registers the limiter `name`: `callback` returns the request's limits (several are counted as
-    /// one all-or-nothing batch; [`RouteLimit::none`] skips). An error it returns (a missing client
-    /// address …) answers with [`HttpError::status`].
-    pub fn limiter(
+    /// Registers the limiter `name`: `callback` returns the request's limits — one [`RouteLimit`], or
+    /// several (a `Vec`, an array: counted as one all-or-nothing batch); [`RouteLimit::none`] skips.
+    /// An error it returns (a missing client address …) answers with [`HttpError::status`].
+    pub fn limiter<L: Into<RouteLimits>>(
         mut self,
         name: impl Into<String>,
-        callback: impl Fn(&RequestInfo<'_>) -> Result<Vec<RouteLimit>, HttpError>
-            + Send
-            + Sync
-            + 'static,
+        callback: impl Fn(&RequestInfo<'_>) -> Result<L, HttpError> + Send + Sync + 'static,
     ) -> Self {
-        self.limiters.insert(name.into(), Arc::new(callback));
+        self.limiters.insert(
+            name.into(),
+            Arc::new(move |req: &RequestInfo<'_>| callback(req).map(Into::into)),
+        );
         self
     }
 
@@ -329,7 +327,7 @@ impl<S, I: fmt::Debug> fmt::Debug for ThrottleService<S, I> {
 
 /// A request's plan: its limits (with their hooks) and the core's entries.
 struct Plan {
-    limits: Vec<RouteLimit>,
+    limits: RouteLimits,
     /// The entry of a request with one limit (the usual one): then `many` is empty (no lists of one
     /// to allocate).
     one: Option<Entry>,
@@ -370,18 +368,24 @@ impl<S: Store> Shared<S> {
             sources: Vec::new(),
         };
         let (one, many) = match limits.as_slice() {
-            // The usual request, one limit: its entry alone, no lists of one to allocate.
+            // The usual request, one limit: its entry alone, no lists of one to allocate, and its key
+            // written in the thread's spare buffer (given back once the store has answered).
             [RouteLimit {
                 limit: Some(limit),
                 key,
                 ..
             }] => (
-                Some(core_http::request_entry(&self.name, key, *limit)?),
+                Some(core_http::request_entry_in(
+                    &self.name,
+                    key,
+                    *limit,
+                    KEY_BUF.with(Cell::take),
+                )?),
                 none,
             ),
             [_] => (None, core_http::request_entries(&self.name, &[])?),
             _ => {
-                let http_limits: Vec<HttpLimit<'_>> = limits.iter().map(http).collect();
+                let http_limits: Vec<HttpLimit<'_>> = limits.as_slice().iter().map(http).collect();
                 (None, core_http::request_entries(&self.name, &http_limits)?)
             }
         };
@@ -418,17 +422,18 @@ where
         // The usual request: one limit and no `after()` hook. Its future holds the entry and the
         // limit's `response()` alone (not the plan, nor the hooks' give-back state): less to allocate
         // and copy into the box on every request.
-        if plan.one.is_some() && plan.limits[0].after.is_none() {
+        if plan.one.is_some() && plan.limits.as_slice()[0].after.is_none() {
             let entry = plan.one.take().unwrap_or_else(|| unreachable!());
-            let custom = plan.limits.swap_remove(0).response;
-            drop(plan);
+            let custom = plan.limits.take(0).and_then(|l| l.response);
             return Box::pin(async move {
-                let verdict = match shared.store.consume(&entry).await {
+                let verdict = shared.store.consume(&entry).await;
+                let limits = [entry.limit];
+                // The key's buffer back to the thread, for the next request's key.
+                KEY_BUF.with(|spare| spare.set(entry.key));
+                let verdict = match verdict {
                     Ok(verdict) => verdict,
                     Err(e) => return Ok((shared.config.store_error)(&e)),
                 };
-                let limits = [entry.limit];
-                drop(entry);
                 let (name, options) = (&shared.name, shared.config.headers);
                 // Only X-RateLimit-Reset reads the clock: no second clock read without it.
                 let now = if options.legacy {
@@ -449,7 +454,8 @@ where
             if entries.is_empty() {
                 return inner.call(req).await;
             }
-            let hooks = (0..entries.len()).any(|i| plan.limits[plan.source(i)].after.is_some());
+            let hooks =
+                (0..entries.len()).any(|i| plan.limits.as_slice()[plan.source(i)].after.is_some());
             // One entry and nothing to give back: the store's single call (no release handle).
             let consumed = if let ([entry], false) = (entries, hooks) {
                 shared.store.consume(entry).await.map(|verdict| Consumed {
@@ -482,7 +488,11 @@ where
             };
             if !verdict.allowed {
                 let source = verdict.blocked.map_or(0, |b| plan.source(b));
-                let custom = plan.limits.get(source).and_then(|l| l.response.clone());
+                let custom = plan
+                    .limits
+                    .as_slice()
+                    .get(source)
+                    .and_then(|l| l.response.clone());
                 return Ok(refusal(&shared, limits, &verdict, now, custom, |b| {
                     plan.source(b)
                 }));
@@ -494,7 +504,7 @@ where
                     .iter()
                     .enumerate()
                     .filter(|&(i, _)| {
-                        let limit = &plan.limits[plan.source(i)];
+                        let limit = &plan.limits.as_slice()[plan.source(i)];
                         limit.after.as_ref().is_none_or(|f| f(&response))
                     })
                     .map(|(_, e)| e.clone())
@@ -584,20 +594,33 @@ fn set_fields(response: &mut Response<Body>, fields: Vec<(&'static str, String)>
 }
 
 /// What [`write_fields`] keeps between the requests a thread serves: the buffer the core writes the
-/// fields in, and the last `RateLimit-Policy` value (the same on every request of a route with fixed
-/// limits: a copy of the cached value costs a reference count, not an allocation and a check).
+/// fields in, and the last `RateLimit-Policy` value with the name and limits it was written for (the
+/// same on every request of a route with fixed limits: neither written again nor checked, its copy
+/// costs a reference count).
 #[derive(Default)]
 struct Scratch {
     buf: Vec<u8>,
-    policy: Option<HeaderValue>,
+    policy: Option<Policy>,
+}
+
+/// A `RateLimit-Policy` value, and what it depends on (the core's
+/// [`write_response_headers_but_policy`](core_http::write_response_headers_but_policy)).
+struct Policy {
+    name: Box<str>,
+    limits: Vec<Limit>,
+    value: HeaderValue,
 }
 
 thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+    /// A spare buffer for a one-limit request's store key: taken when the key is written, given back
+    /// when the store has answered (no allocation a request once the thread has served one).
+    static KEY_BUF: Cell<String> = const { Cell::new(String::new()) };
 }
 
 /// The core's response fields of an allowed request, written straight onto `response` (through the
-/// thread's one buffer: no `String` a field, no list of them).
+/// thread's one buffer: no `String` a field, no list of them; the policy the thread's cached one when
+/// the name and limits are those it was written for).
 fn write_fields(
     response: &mut Response<Body>,
     name: &str,
@@ -609,36 +632,57 @@ fn write_fields(
     let headers = response.headers_mut();
     let mut write = |scratch: &mut Scratch| {
         let buf = std::mem::take(&mut scratch.buf);
-        let policy = &mut scratch.policy;
-        scratch.buf = core_http::write_response_headers(
-            name,
-            limits,
-            verdict,
-            now,
-            options,
-            buf,
-            |field, value| {
-                if let Some(header) = field_name(field) {
-                    let cached = match (field, &*policy) {
-                        ("RateLimit-Policy", Some(p)) if p.as_bytes() == value.as_slice() => {
-                            Some(p.clone())
+        let cached = match &scratch.policy {
+            Some(p) if options.ietf && &*p.name == name && p.limits == limits => {
+                Some(p.value.clone())
+            }
+            _ => None,
+        };
+        if let Some(policy) = &cached {
+            set_field(headers, RATELIMIT_POLICY, policy.clone());
+        }
+        let mut set = |field: &'static str, value: &[u8]| {
+            let header = field_name(field)?;
+            let v = HeaderValue::from_bytes(value).ok()?;
+            set_field(headers, header, v.clone());
+            Some(v)
+        };
+        scratch.buf = match cached {
+            Some(_) => core_http::write_response_headers_but_policy(
+                name,
+                limits,
+                verdict,
+                now,
+                options,
+                buf,
+                |field, value| {
+                    set(field, &value);
+                    value
+                },
+            ),
+            None => {
+                let policy = &mut scratch.policy;
+                core_http::write_response_headers(
+                    name,
+                    limits,
+                    verdict,
+                    now,
+                    options,
+                    buf,
+                    |field, value| {
+                        let made = set(field, &value);
+                        if let (Some(v), "RateLimit-Policy") = (made, field) {
+                            *policy = Some(Policy {
+                                name: name.into(),
+                                limits: limits.to_vec(),
+                                value: v,
+                            });
                         }
-                        _ => None,
-                    };
-                    let made = cached.or_else(|| {
-                        let v = HeaderValue::from_bytes(&value).ok()?;
-                        if field == "RateLimit-Policy" {
-                            *policy = Some(v.clone());
-                        }
-                        Some(v)
-                    });
-                    if let Some(v) = made {
-                        set_field(headers, header, v);
-                    }
-                }
-                value
-            },
-        );
+                        value
+                    },
+                )
+            }
+        };
     };
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut scratch) => write(&mut scratch),

@@ -501,3 +501,59 @@ fn throttle_refuses_unknown_and_invalid_names() {
         ThrottleError::Invalid(HttpError::InvalidName { .. })
     ));
 }
+
+/// The layer reuses a thread's last `RateLimit-Policy` value while the limiter's name and limits are
+/// the ones it was written for: routes with other limits, and a callback whose limit changes from one
+/// request to the next, each get their own policy (a current-thread runtime: one thread serves all).
+#[tokio::test]
+async fn the_policy_follows_the_name_and_limits_of_each_request() {
+    let memory = Memory::with_clock(ManualClock::new(1_000_000));
+    let limiter = RateLimiter::new(memory.clone())
+        // One RouteLimit (no Vec), its uses read from the request.
+        .limiter("vary", |req| {
+            let uses = req
+                .headers()
+                .get("x-uses")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(5);
+            Ok(RouteLimit::new(limit(uses, 60_000)).by(req.client_ip()?))
+        })
+        .limiter("fixed", |req| {
+            Ok([RouteLimit::new(limit(9, 2_000)).by(String::from(req.client_ip()?))])
+        });
+    let app = Router::new()
+        .route("/vary", get(|| async { "ok" }))
+        .route_layer(limiter.throttle("vary").unwrap())
+        .merge(
+            Router::new()
+                .route("/fixed", get(|| async { "ok" }))
+                .route_layer(limiter.throttle("fixed").unwrap()),
+        );
+    let addr = serve(app).await;
+    let c = client();
+    let mut vary_calls = [0u64; 2];
+    for round in 0..3 {
+        for (i, uses) in ["5", "7"].into_iter().enumerate() {
+            let a = send(&c, addr, "/vary", &[("x-uses", uses)]).await;
+            assert_eq!(a.status, StatusCode::OK, "round {round}");
+            let want = format!("\"vary\";q={uses};w=60");
+            assert_eq!(a.header("ratelimit-policy"), Some(want.as_str()));
+            // Both limits count the one key: 5 a minute and 7 a minute see every call to it.
+            vary_calls[i] += 1;
+            let calls = vary_calls.iter().sum::<u64>();
+            let left = uses.parse::<u64>().unwrap().saturating_sub(calls);
+            let want = format!("\"vary\";r={left};t=60");
+            assert_eq!(a.header("ratelimit"), Some(want.as_str()), "round {round}");
+            let f = send(&c, addr, "/fixed", &[]).await;
+            assert_eq!(f.header("ratelimit-policy"), Some("\"fixed\";q=9;w=2"));
+        }
+    }
+    assert_eq!(
+        memory
+            .store()
+            .peek("throttle:fixed:127.0.0.1", limit(9, 2_000), 1_000_000)
+            .quota
+            .remaining,
+        3
+    );
+}

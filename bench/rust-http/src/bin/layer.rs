@@ -54,7 +54,7 @@ async fn main() {
             legacy: false,
         })
         .limiter("bench", move |req| {
-            Ok(vec![RouteLimit::new(limit).by(req.client_ip()?)])
+            Ok(RouteLimit::new(limit).by(req.client_ip()?))
         });
     let ours = limiter.throttle("bench").unwrap().layer(inner);
     let mut builder = GovernorConfigBuilder::default();
