@@ -56,8 +56,8 @@ mod limit;
 mod store;
 
 pub use layer::{RateLimiter, RequestInfo, Throttle, ThrottleError, ThrottleService};
-pub use limit::{Refusal, RouteLimit};
-pub use ratewindow_core::http::{HeaderOptions, HttpError, ProxyHeader, Trust};
+pub use limit::{Refusal, RouteKey, RouteLimit, RouteLimits};
+pub use ratewindow_core::http::{Address, HeaderOptions, HttpError, ProxyHeader, Trust};
 pub use store::{Consumed, Memory, Store};
 
 /// The README's example compiles as a doc test.
