@@ -553,7 +553,10 @@ impl NativeCalls {
 
     /// [`Self::feed`] of a reply that is a string (a script's one-text answer: the sliding consume's
     /// `'count oldest newest now'`, a refusal marker), read without napi's generic value walk.
-    #[napi(ts_return_type = "string | null")]
+    #[napi(
+        ts_args_type = "id: number, text: string",
+        ts_return_type = "string | null"
+    )]
     pub fn feed_text(&mut self, id: u32, text: ReplyText) -> Result<Joined, String> {
         self.go(|c, out| c.feed(out, id, Fed::Reply(Reply::Text(text.0))))
     }
@@ -654,7 +657,10 @@ impl NativeCalls {
     }
 
     /// [`Self::answer_record`] of a reply that is a string.
-    #[napi(ts_return_type = "string | null")]
+    #[napi(
+        ts_args_type = "prepared: PreparedCall, n: number, text: string",
+        ts_return_type = "string | null"
+    )]
     pub fn answer_text(
         &mut self,
         prepared: &PreparedCall,
