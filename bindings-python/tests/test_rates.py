@@ -237,18 +237,26 @@ def test_a_weighted_gcra_and_a_mixed_batch() -> None:
     assert repr(Entry("k", per_user, 2)) == "Entry(key='k', limit=GcraLimit(uses=2, window_ms=1000, burst=2), cost=2)"
 
 
-def test_the_networked_stores_refuse_batches_mixing_algorithms() -> None:
+def test_the_networked_stores_refuse_batches_mixing_algorithms_but_sqlite() -> None:
     import sqlite3
 
-    from ratewindow import SqliteStore
+    from ratewindow import PostgresStore, RedisStore, SqliteStore
 
-    store = SqliteStore(sqlite3.connect(":memory:", isolation_level=None))
+    def never(*_: object) -> object:
+        raise AssertionError("nothing may be sent")
+
     limits: list[GcraLimit | CounterLimit] = [GcraLimit(1, 1000), CounterLimit(1, 1000)]
+    for other in (RedisStore.using(never), PostgresStore.using(never)):
+        for limit in limits:
+            with pytest.raises(UnsupportedError) as caught:
+                other.consume_many([Entry("k", limit)])
+            assert caught.value.algorithm == limit.algorithm and caught.value.code == "unsupported"
+            with pytest.raises(UnsupportedError):
+                other.peek_many([Entry("k", limit), Entry("s", Limit(1, 1000))])
+    # SqliteStore counts a mixed batch (test_mixed_stores.py).
+    store = SqliteStore(sqlite3.connect(":memory:", isolation_level=None))
     for limit in limits:
-        with pytest.raises(UnsupportedError) as caught:
-            store.consume_many([Entry("k", limit)])
-        assert caught.value.algorithm == limit.algorithm and caught.value.code == "unsupported"
-        with pytest.raises(UnsupportedError):
-            store.peek_many([Entry("k", limit), Entry("s", Limit(1, 1000))])
-        assert store.consume("k", limit).allowed
+        assert store.peek_many([Entry("k", limit), Entry("s", Limit(1, 1000))]).allowed
+        assert store.consume_many([Entry("k", limit)]).allowed
+        assert not store.consume("k", limit).allowed
     assert store.consume("k", Limit(1, 1000)).allowed
