@@ -842,6 +842,7 @@ module.exports.NativeLocks = nativeBinding.NativeLocks
 module.exports.NativeLockWait = nativeBinding.NativeLockWait
 module.exports.NativeShardClient = nativeBinding.NativeShardClient
 module.exports.NativeStore = nativeBinding.NativeStore
+module.exports.PreparedCall = nativeBinding.PreparedCall
 module.exports.__panicForTest = nativeBinding.__panicForTest
 module.exports.callRecordLayout = nativeBinding.callRecordLayout
 module.exports.checkLimit = nativeBinding.checkLimit
