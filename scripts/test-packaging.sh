@@ -189,7 +189,7 @@ fi
 proxy="${CARGO_TARGET_DIR:-$ROOT/target}/release/ratewindow-faultproxy"
 [ -x "$proxy" ] || (cd "$ROOT" && cargo build --release -p ratewindow-faultproxy --quiet)
 # As scripts/test-python.sh: most files in 4 parallel processes, the timed ones alone after them.
-timed=(tests/test_guard_servers.py tests/test_http_asgi.py tests/test_http_wsgi.py)
+timed=(tests/test_guard_servers.py tests/test_http_asgi.py tests/test_http_wsgi.py tests/test_redis_kit.py)
 (cd "$work/pytree/bindings-python" && RATEWINDOW_FAULTPROXY="$proxy" RUST_BACKTRACE=0 \
   "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "${RATEWINDOW_PYTEST_WORKERS:-4}" --dist loadfile \
   "${timed[@]/#/--ignore=}" tests)
