@@ -436,8 +436,14 @@ impl Calls {
 
     /// Holds `call` in a free slot (or a new one) and writes its first step into `out`.
     fn run(&mut self, out: &mut CallRecord, call: Call, keep: bool) -> Res<Option<String>> {
+        let id = self.hold(call, keep);
+        self.step(out, id, |_| {})
+    }
+
+    /// Puts `call` in a free slot (or a new one): its id.
+    fn hold(&mut self, call: Call, keep: bool) -> u32 {
         let slot = Slot::Running(call, keep);
-        let id = match self.free.pop() {
+        match self.free.pop() {
             Some(id) => {
                 self.slots[id as usize] = slot;
                 id
@@ -446,8 +452,7 @@ impl Calls {
                 self.slots.push(slot);
                 (self.slots.len() - 1) as u32
             }
-        };
-        self.step(out, id, |_| {})
+        }
     }
 
     /// Feeds (with `f`) the running call `id`, then writes its next step (or its outcome) into `out`
@@ -615,17 +620,7 @@ impl Calls {
             _ => None,
         };
         let call = self.prepared_call(prepared, id)?;
-        let slot = Slot::Running(call, false);
-        let id = match self.free.pop() {
-            Some(id) => {
-                self.slots[id as usize] = slot;
-                id
-            }
-            None => {
-                self.slots.push(slot);
-                (self.slots.len() - 1) as u32
-            }
-        };
+        let id = self.hold(call, false);
         self.step(out, id, |call| match fed {
             Ok(fed) => call.feed(fed),
             Err(message) => call.fail(message),
