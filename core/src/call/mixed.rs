@@ -1,5 +1,5 @@
 //! Batches mixing algorithms (sliding-log, GCRA and counter entries in one all-or-nothing call) on
-//! the networked stores (cargo features `rates` and `sql`): SQLite for now.
+//! the networked stores (cargo features `rates` and `sql`): SQLite here, Redis in `mixed_redis.rs`.
 //!
 //! The store answers the state it holds for every key of the batch; the call decides in a scratch
 //! [`MemoryStore`] seeded with that state, by [`MemoryStore::consume_mixed`]'s own rules, so a mixed
@@ -50,7 +50,7 @@ fn kind(rule: &Rule) -> i64 {
 }
 
 /// The distinct keys of each kind, in first-seen order: `[sliding, gcra, counter]`.
-fn keys_by_kind(entries: &[MixedEntry]) -> [Vec<&str>; 3] {
+pub(super) fn keys_by_kind(entries: &[MixedEntry]) -> [Vec<&str>; 3] {
     let mut keys: [Vec<&str>; 3] = Default::default();
     for e in entries {
         let list = &mut keys[kind(&e.rule) as usize];
@@ -62,7 +62,7 @@ fn keys_by_kind(entries: &[MixedEntry]) -> [Vec<&str>; 3] {
 }
 
 /// The longest window each sliding key is counted under in this batch.
-fn longest(entries: &[MixedEntry], key: &str) -> u64 {
+pub(super) fn longest(entries: &[MixedEntry], key: &str) -> u64 {
     entries
         .iter()
         .filter_map(|e| match e.rule {
@@ -79,7 +79,7 @@ const ROWS_EXPECTED: &str = "rows (kind 0, key, at, expires_at) of the calls, (1
 /// The batch decided in a scratch store seeded with `rows` (the mixed `SELECT`'s): the outcome, the
 /// scratch store, which holds the state to write, and which sliding keys were gone (every call past
 /// its expiry: their rows all go when the key records again).
-fn decide_rows(
+pub(super) fn decide_rows(
     entries: &[MixedEntry],
     rows: &[Vec<SqlValue>],
     now: u64,

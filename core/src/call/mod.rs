@@ -27,6 +27,8 @@ mod ids;
 mod lock;
 #[cfg(all(feature = "rates", feature = "sql"))]
 mod mixed;
+#[cfg(all(feature = "rates", feature = "sql"))]
+mod mixed_redis;
 #[cfg(feature = "rates")]
 mod rates;
 mod redis;
@@ -40,6 +42,8 @@ pub use self::lock::LockCommands;
 pub use self::lock::LOCK;
 #[cfg(all(feature = "rates", feature = "sql"))]
 pub use self::mixed::check_mixed;
+#[cfg(all(feature = "rates", feature = "sql"))]
+pub use self::mixed_redis::{MIXED, MIXED_RACES};
 #[cfg(all(feature = "rates", feature = "sql"))]
 pub(crate) use self::rates::postgres_rates_purge_ctes;
 #[cfg(feature = "rates")]
@@ -344,6 +348,8 @@ enum Inner {
     Rate(Box<self::rates::RateCall>),
     #[cfg(all(feature = "rates", feature = "sql"))]
     Mixed(Box<self::mixed::MixedCall>),
+    #[cfg(all(feature = "rates", feature = "sql"))]
+    MixedRedis(Box<self::mixed_redis::MixedRedisCall>),
     Finished(Option<Result<Outcome, CallError>>),
 }
 
@@ -389,6 +395,14 @@ impl Call {
         }
     }
 
+    #[cfg(all(feature = "rates", feature = "sql"))]
+    pub(crate) fn mixed_redis(call: self::mixed_redis::MixedRedisCall) -> Call {
+        Call {
+            inner: Inner::MixedRedis(Box::new(call)),
+            ..Call::done(Ok(Outcome::Unit))
+        }
+    }
+
     /// A call that is over before it starts (an empty batch, a refused argument).
     pub(crate) fn done(result: Result<Outcome, CallError>) -> Call {
         Call {
@@ -414,6 +428,8 @@ impl Call {
             Inner::Rate(call) => call.result(),
             #[cfg(all(feature = "rates", feature = "sql"))]
             Inner::Mixed(call) => call.result(),
+            #[cfg(all(feature = "rates", feature = "sql"))]
+            Inner::MixedRedis(call) => call.result(),
             Inner::Finished(_) => None,
         } {
             self.inner = Inner::Finished(Some(result));
@@ -428,6 +444,8 @@ impl Call {
             Inner::Rate(call) => Next::Run(call.command()),
             #[cfg(all(feature = "rates", feature = "sql"))]
             Inner::Mixed(call) => Next::Run(call.command()),
+            #[cfg(all(feature = "rates", feature = "sql"))]
+            Inner::MixedRedis(call) => Next::Run(call.command()),
             Inner::Finished(result) => {
                 Next::Done(result.take().unwrap_or(Err(CallError::Protocol {
                     expected: "nothing (the call is over)",
@@ -449,6 +467,8 @@ impl Call {
             Inner::Rate(call) => call.feed(Ok(fed)),
             #[cfg(all(feature = "rates", feature = "sql"))]
             Inner::Mixed(call) => call.feed(Ok(fed)),
+            #[cfg(all(feature = "rates", feature = "sql"))]
+            Inner::MixedRedis(call) => call.feed(Ok(fed)),
             Inner::Finished(_) => self.protocol("nothing (the call is over)", fed.name()),
         }
     }
@@ -467,6 +487,8 @@ impl Call {
             Inner::Rate(call) => call.feed(Err(message)),
             #[cfg(all(feature = "rates", feature = "sql"))]
             Inner::Mixed(call) => call.feed(Err(message)),
+            #[cfg(all(feature = "rates", feature = "sql"))]
+            Inner::MixedRedis(call) => call.feed(Err(message)),
             Inner::Finished(_) => self.protocol("nothing (the call is over)", "a failure"),
         }
     }

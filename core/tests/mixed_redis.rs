@@ -1,0 +1,509 @@
+//! Batches mixing algorithms on a real Redis (127.0.0.1:6379, or `REDIS_URL`) and a real Redis
+//! Cluster (`RATEWINDOW_CLUSTER_PORTS`): a seeded walk on the server's clock equal to the memory
+//! store's `consume_mixed` / `peek_mixed` field by field, the release of the sliding-log calls,
+//! threads racing a batch whose global entry is the bottleneck (exactly its uses pass, all or nothing),
+//! a write that lost its race read again, replies of the wrong shape, and the Cluster's one slot.
+
+#![cfg(all(feature = "rates", feature = "sql", feature = "weights"))]
+
+mod servers;
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ratewindow_core::call::{
+    CallError, Command, Fed, Next, Op, Outcome, Redis, ReleaseToken, MIXED,
+};
+use ratewindow_core::counter::Counter;
+use ratewindow_core::gcra::Gcra;
+use ratewindow_core::redis::{RedisOptions, Reply};
+use ratewindow_core::{BatchVerdict, Limit, MemoryStore, MixedEntry, Rule};
+use servers::{redis_connection as connection, to_reply};
+
+fn options(test: &str) -> RedisOptions {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    RedisOptions::default().with_prefix(format!("ratewindow-test:mixed:{test}:{nanos}:"))
+}
+
+fn forget(con: &mut redis::Connection, options: &RedisOptions) {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", options.prefix()))
+        .query(con)
+        .unwrap();
+    if !keys.is_empty() {
+        let _: i64 = redis::cmd("DEL").arg(keys).query(con).unwrap();
+    }
+}
+
+/// Runs a command as a host does; `clock` gets the server time (ms) of every read.
+fn run_on(
+    con: &mut impl redis::ConnectionLike,
+    command: Command<'_>,
+    clock: &Cell<u64>,
+) -> Result<Fed, String> {
+    let Command::Script {
+        script,
+        keys,
+        args,
+        by_sha1,
+    } = command
+    else {
+        panic!("a Redis call asked for something else");
+    };
+    let mut cmd = redis::cmd(if by_sha1 { "EVALSHA" } else { "EVAL" });
+    cmd.arg(if by_sha1 { script.sha1 } else { script.source })
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args);
+    let reply = cmd
+        .query::<redis::Value>(con)
+        .map(to_reply)
+        .map_err(|e| e.to_string())?;
+    if script.name == "mixed" && args[0] == "r" {
+        if let Reply::Array(items) = &reply {
+            let n = |r: &Reply| match r {
+                Reply::Text(s) => s.parse::<u64>().unwrap(),
+                Reply::Int(i) => *i as u64,
+                _ => panic!("{r:?}"),
+            };
+            clock.set(n(&items[0]) * 1000 + n(&items[1]) / 1000);
+        }
+    }
+    Ok(Fed::Reply(reply))
+}
+
+fn mixed(
+    con: &mut impl redis::ConnectionLike,
+    redis: &Redis,
+    entries: &[MixedEntry],
+    call_id: Option<&str>,
+    clock: &Cell<u64>,
+) -> Result<(BatchVerdict, Option<ReleaseToken>), CallError> {
+    let (result, failures) = redis
+        .mixed(entries.to_vec(), None, call_id)
+        .drive(|c| run_on(con, c, clock));
+    assert!(failures.is_empty());
+    match result? {
+        Outcome::Verdict { verdict, release } => Ok((verdict, release)),
+        other => panic!("expected a verdict, got {other:?}"),
+    }
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("RATEWINDOW_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        })
+}
+
+fn sliding(uses: u64, window_ms: u64) -> Rule {
+    Rule::Sliding(Limit::new(uses, window_ms).unwrap())
+}
+
+fn gcra(uses: u64, window_ms: u64, burst: u64) -> Rule {
+    Rule::Gcra(Gcra::new(uses, window_ms, burst).unwrap())
+}
+
+fn counter(uses: u64, window_ms: u64) -> Rule {
+    Rule::Counter(Counter::new(Limit::new(uses, window_ms).unwrap()).unwrap())
+}
+
+/// Short windows: the walk runs on the server's clock, so time passes by sleeping.
+fn rules() -> Vec<(&'static str, Vec<Rule>)> {
+    vec![
+        ("a", vec![sliding(3, 120), sliding(5, 300)]),
+        ("a", vec![gcra(3, 120, 2), gcra(3, 120, 3)]),
+        ("b", vec![gcra(10, 120, 5), gcra(7, 360, 4)]),
+        ("c", vec![counter(4, 120)]),
+        ("d", vec![counter(9, 90), counter(9, 180)]),
+        ("g", vec![sliding(6, 180)]),
+    ]
+}
+
+fn cost_for(rng: &mut Rng, rule: &Rule) -> u64 {
+    let top = match rule {
+        Rule::Sliding(l) => l.uses() as u64,
+        Rule::Gcra(g) => g.burst() as u64,
+        Rule::Counter(c) => c.limit().uses() as u64,
+    };
+    1 + rng.below(top.min(3))
+}
+
+#[test]
+fn a_seeded_walk_on_the_server_clock_gives_the_memory_stores_verdicts() {
+    let seed = seed();
+    println!("RATEWINDOW_SEED={seed}");
+    let mut rng = Rng(seed);
+    let mut con = connection();
+    let options = options("walk");
+    let redis = Redis::new(options.clone());
+    let memory = MemoryStore::new();
+    let rules = rules();
+    let clock = Cell::new(0);
+    for step in 0..400 {
+        let pause = rng.below(4) * rng.below(25);
+        std::thread::sleep(std::time::Duration::from_millis(pause));
+        let n = 1 + rng.below(4) as usize;
+        let entries: Vec<MixedEntry> = (0..n)
+            .map(|_| {
+                let (key, choices) = &rules[rng.below(rules.len() as u64) as usize];
+                let rule = choices[rng.below(choices.len() as u64) as usize];
+                let cost = cost_for(&mut rng, &rule);
+                MixedEntry::new(*key, rule, cost)
+            })
+            .collect();
+        let peek = rng.below(4) == 0;
+        let id = format!("walk-{step}");
+        let (got, release) =
+            mixed(&mut con, &redis, &entries, (!peek).then_some(&id), &clock).unwrap();
+        let now = clock.get();
+        let want = if peek {
+            memory.peek_mixed(&entries, now).unwrap()
+        } else {
+            memory.consume_mixed(&entries, now).unwrap().verdict
+        };
+        assert_eq!(
+            got, want,
+            "step {step} at {now}, entries {entries:?} (RATEWINDOW_SEED={seed})"
+        );
+        let sliding = entries.iter().any(|e| matches!(e.rule, Rule::Sliding(_)));
+        assert_eq!(release.is_some(), got.allowed && !peek && sliding);
+    }
+    forget(&mut con, &options);
+}
+
+#[test]
+fn a_release_gives_back_the_sliding_calls_and_keeps_the_gcra_uses() {
+    let mut con = connection();
+    let options = options("release");
+    let redis = Redis::new(options.clone());
+    let clock = Cell::new(0);
+    let entries = [
+        MixedEntry::new("u", gcra(2, 60_000, 2), 1),
+        MixedEntry::new("all", sliding(2, 60_000), 2),
+    ];
+    let (v, release) = mixed(&mut con, &redis, &entries, Some("one"), &clock).unwrap();
+    assert!(v.allowed);
+    let token = release.expect("a release");
+    let log = options.log_key("all");
+    let members: u64 = redis::cmd("ZCARD").arg(&log).query(&mut con).unwrap();
+    assert_eq!(members, 2, "a call costing 2 is two members");
+    let ttl: i64 = redis::cmd("PTTL").arg(&log).query(&mut con).unwrap();
+    assert!(
+        (59_000..=60_000).contains(&ttl),
+        "the log expires with its window: {ttl}"
+    );
+    // The global log is full: refused, and the refusal takes nothing of the GCRA key.
+    let (v, _) = mixed(&mut con, &redis, &entries, Some("two"), &clock).unwrap();
+    assert_eq!((v.allowed, v.blocked), (false, Some(1)));
+    let (result, _) = redis
+        .start(Op::Release { token })
+        .drive(|c| run_on(&mut con, c, &clock));
+    assert_eq!(result, Ok(Outcome::Unit));
+    let members: u64 = redis::cmd("ZCARD").arg(&log).query(&mut con).unwrap();
+    assert_eq!(members, 0);
+    // The GCRA use stays taken: one of two left.
+    let (v, _) = mixed(&mut con, &redis, &entries[..1], None, &clock).unwrap();
+    assert!(v.allowed);
+    let (v, _) = mixed(
+        &mut con,
+        &redis,
+        &[MixedEntry::new("u", gcra(2, 60_000, 2), 2)],
+        None,
+        &clock,
+    )
+    .unwrap();
+    assert!(!v.allowed, "the first call's GCRA use was not given back");
+    forget(&mut con, &options);
+}
+
+/// 4 × 64 calls in flight at once (threads, each with its own connection), every call a user's GCRA,
+/// the user's counter and one global log: exactly the global log's uses pass, and each user's keys
+/// hold exactly the calls that passed (all or nothing).
+#[test]
+fn calls_racing_a_global_entry_let_exactly_its_uses_pass() {
+    let options = options("race");
+    let redis = Redis::new(options.clone());
+    let global = 40u64;
+    let threads = 16u64;
+    let tries = 16u64;
+    let allowed = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (redis, allowed) = (&redis, &allowed);
+            s.spawn(move || {
+                let mut con = connection();
+                let clock = Cell::new(0);
+                for i in 0..tries {
+                    let entries = [
+                        MixedEntry::new(format!("user{}", t % 4), gcra(1_000, 60_000, 1_000), 1),
+                        MixedEntry::new(format!("user{}", t % 4), counter(1_000, 3_600_000), 1),
+                        MixedEntry::new("global", sliding(global, 3_600_000), 1),
+                    ];
+                    let id = format!("race-{t}-{i}");
+                    let (v, _) = mixed(&mut con, redis, &entries, Some(&id), &clock).unwrap();
+                    if v.allowed {
+                        allowed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(allowed.into_inner(), global);
+    let mut con = connection();
+    let calls: u64 = redis::cmd("ZCOUNT")
+        .arg(options.log_key("global"))
+        .arg(0)
+        .arg("+inf")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(calls, global);
+    let mut counted = 0;
+    for u in 0..4 {
+        let value: String = redis::cmd("GET")
+            .arg(options.counter_key(&format!("user{u}")))
+            .query(&mut con)
+            .unwrap_or_default();
+        let cur: u64 = value.split(':').nth(2).map_or(0, |c| c.parse().unwrap());
+        counted += cur;
+    }
+    assert_eq!(counted, global, "each allowed call counted once per user");
+    forget(&mut con, &options);
+}
+
+#[test]
+fn a_write_that_lost_its_race_reads_again_and_bad_replies_are_typed() {
+    let entries = vec![
+        MixedEntry::new("u", gcra(2, 1_000, 2), 1),
+        MixedEntry::new("all", sliding(3, 1_000), 1),
+    ];
+    let redis = Redis::new(RedisOptions::default());
+    let read = Reply::Array(vec![
+        Reply::Text("1800000000".into()),
+        Reply::Text("5000".into()),
+        Reply::Array(vec![Reply::Int(-2), Reply::Text("da39".into())]),
+        Reply::Text(String::new()),
+    ]);
+    let mut call = redis.mixed(entries.clone(), None, Some("x"));
+    let Next::Run(Command::Script {
+        script,
+        keys,
+        args,
+        by_sha1: true,
+    }) = call.next()
+    else {
+        panic!("the read by SHA1")
+    };
+    assert_eq!(script, &MIXED);
+    assert_eq!(keys, ["ratewindow:log:all", "ratewindow:gcr:u"]);
+    assert_eq!(args, ["r", "1"]);
+    call.fail("NOSCRIPT No matching script. Please use EVAL.");
+    let Next::Run(Command::Script { by_sha1: false, .. }) = call.next() else {
+        panic!("the read again, with the source")
+    };
+    call.feed(Fed::Reply(read.clone()));
+    let Next::Run(Command::Script { args, .. }) = call.next() else {
+        panic!("the write")
+    };
+    // 'w', one log, the id, what was found (the log's SHA1, no GCRA value), then the writes.
+    assert_eq!(&args[..5], ["w", "1", "x", "da39", ""]);
+    assert_eq!(
+        &args[5..],
+        [
+            "x",
+            "1800000000005",
+            "1",
+            "1800000001005",
+            "501",
+            "1800000000505"
+        ]
+    );
+    call.feed(Fed::Reply(Reply::Int(0)));
+    let Next::Run(Command::Script { args, .. }) = call.next() else {
+        panic!("a lost race reads again")
+    };
+    assert_eq!(args, ["r", "1"]);
+    call.feed(Fed::Reply(read.clone()));
+    let _ = call.next();
+    call.feed(Fed::Reply(Reply::Int(1)));
+    let Next::Done(Ok(Outcome::Verdict {
+        verdict,
+        release: Some(_),
+    })) = call.next()
+    else {
+        panic!("allowed")
+    };
+    assert!(verdict.allowed);
+    for bad in [
+        Reply::Int(1),
+        Reply::Array(vec![Reply::Text("1800000000".into())]),
+        Reply::Array(vec![
+            Reply::Text("1800000000".into()),
+            Reply::Text("5000".into()),
+            Reply::Array(vec![Reply::Int(-2), Reply::Text("da39".into())]),
+            Reply::Text("not a tat".into()),
+        ]),
+        Reply::Array(vec![
+            Reply::Text("1800000000".into()),
+            Reply::Text("5000".into()),
+            Reply::Array(vec![
+                Reply::Int(1_800_000_000_900),
+                Reply::Text("da39".into()),
+                Reply::Text("-5".into()),
+            ]),
+            Reply::Text(String::new()),
+        ]),
+    ] {
+        let mut call = redis.mixed(entries.clone(), None, None);
+        let _ = call.next();
+        call.feed(Fed::Reply(bad.clone()));
+        let Next::Done(Err(e)) = call.next() else {
+            panic!("an error for {bad:?}")
+        };
+        assert_eq!(e.kind(), "reply", "{bad:?}");
+    }
+    let mut call = redis.mixed(entries.clone(), None, None);
+    let _ = call.next();
+    call.fail("CROSSSLOT Keys in request don't hash to the same slot");
+    let Next::Done(Err(e)) = call.next() else {
+        panic!("refused")
+    };
+    assert_eq!(e.kind(), "unsupported");
+    let mut call = redis.mixed(entries, None, None);
+    let _ = call.next();
+    call.fail("Connection reset");
+    assert!(matches!(
+        call.next(),
+        Next::Done(Err(CallError::Store { .. }))
+    ));
+}
+
+fn cluster() -> Option<redis::cluster::ClusterConnection> {
+    let ports = std::env::var("RATEWINDOW_CLUSTER_PORTS").ok()?;
+    let nodes: Vec<String> = ports
+        .split_whitespace()
+        .map(|p| format!("redis://127.0.0.1:{p}/"))
+        .collect();
+    let client = redis::cluster::ClusterClient::new(nodes).expect("cluster nodes");
+    Some(client.get_connection().expect("the Redis Cluster"))
+}
+
+/// On a Cluster a mixed batch is one script a step: its keys share a slot by a hash tag; keys across
+/// slots are refused with nothing written.
+#[test]
+fn a_cluster_runs_a_batch_whose_keys_share_a_slot() {
+    let Some(mut con) = cluster() else {
+        eprintln!("skipped: RATEWINDOW_CLUSTER_PORTS is not set (scripts/test-core.sh sets it)");
+        return;
+    };
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let clock = Cell::new(0);
+    let tagged = RedisOptions::default()
+        .with_prefix(format!("rwt-mixed-{nanos}:"))
+        .with_hash_tag_before(":")
+        .unwrap();
+    let redis = Redis::new(tagged.clone());
+    let entries = [
+        MixedEntry::new("api:alice", gcra(5, 60_000, 5), 1),
+        MixedEntry::new("api:alice", counter(5, 60_000), 1),
+        MixedEntry::new("api", sliding(2, 60_000), 1),
+    ];
+    for (i, want) in [true, true, false].into_iter().enumerate() {
+        let id = format!("c{i}");
+        let (v, _) = mixed(&mut con, &redis, &entries, Some(&id), &clock).unwrap();
+        assert_eq!(v.allowed, want, "call {i}");
+    }
+    let (v, _) = mixed(&mut con, &redis, &entries, None, &clock).unwrap();
+    assert_eq!(v.blocked, Some(2));
+    let plain = Redis::new(RedisOptions::default().with_prefix(format!("rwt-mixed-{nanos}:")));
+    let spread = [
+        MixedEntry::new("alice", gcra(5, 60_000, 5), 1),
+        MixedEntry::new("bob", sliding(2, 60_000), 1),
+    ];
+    let err = mixed(&mut con, &plain, &spread, Some("s"), &clock).unwrap_err();
+    assert_eq!(err.kind(), "unsupported", "{err}");
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(plain.options().gcra_key("alice"))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(exists, 0, "nothing written");
+}
+
+/// For measuring the server's cost (not a check): `RATEWINDOW_MIXED_CALLS` allowed consumes of a
+/// 3-entry batch (a user's GCRA, the user's counter, a global log), then as many refused ones, on
+/// `REDIS_URL`. Run it against a redis-server of your own under callgrind, or read its `INFO
+/// commandstats`: `cargo test -p ratewindow-core --test mixed_redis -- --ignored measure`.
+#[test]
+#[ignore]
+fn measure_a_three_entry_batch() {
+    let n: u64 = std::env::var("RATEWINDOW_MIXED_CALLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000);
+    let entries: usize = std::env::var("RATEWINDOW_MIXED_ENTRIES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let mut con = connection();
+    let options = options("measure");
+    let redis = Redis::new(options.clone());
+    let clock = Cell::new(0);
+    let batch = |user: u64, global: u64| {
+        let all = [
+            MixedEntry::new(format!("u{user}"), gcra(1_000, 1_000, 1_000), 1),
+            MixedEntry::new("all", sliding(global, 3_600_000), 1),
+            MixedEntry::new(format!("u{user}"), counter(1_000, 3_600_000), 1),
+        ];
+        all[..entries].to_vec()
+    };
+    for i in 0..n {
+        let (v, _) = mixed(
+            &mut con,
+            &redis,
+            &batch(i % 10, n),
+            Some(&format!("m{i}")),
+            &clock,
+        )
+        .unwrap();
+        assert!(v.allowed);
+    }
+    for i in 0..n {
+        let (v, _) = mixed(
+            &mut con,
+            &redis,
+            &batch(i % 10, n),
+            Some(&format!("r{i}")),
+            &clock,
+        )
+        .unwrap();
+        assert!(!v.allowed);
+    }
+    forget(&mut con, &options);
+}
