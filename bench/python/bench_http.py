@@ -149,10 +149,24 @@ def free_port() -> int:
         return port
 
 
+# --port-base P: the servers listen on P, P+1, ... (a machine shared with other benches gives each its
+# own ports); by default on free ports the system picks.
+PORT_BASE = 0
+_next_port = 0
+
+
+def next_port() -> int:
+    global _next_port
+    if not PORT_BASE:
+        return free_port()
+    _next_port += 1
+    return PORT_BASE + _next_port - 1
+
+
 class Server:
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.port = free_port()
+        self.port = next_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.process = subprocess.Popen(
             [sys.executable, __file__, "--serve", kind, "--port", str(self.port)],
@@ -261,12 +275,15 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--only", choices=sorted(PAIRS))
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--port-base", type=int, default=0, help="servers on this port and the next ones")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(args.serve, args.port)
         return
+    global PORT_BASE
+    PORT_BASE = args.port_base
     if args.check:
         check()
         return
