@@ -516,6 +516,14 @@ impl Machine {
         })
     }
 
+    /// The Redis store's planner, or `None` on another store.
+    pub(crate) fn redis_planner(&self) -> Option<&core::Redis> {
+        match &self.store {
+            Store::Redis(store) => Some(store),
+            _ => None,
+        }
+    }
+
     fn redis(&self) -> PyResult<&RedisOptions> {
         match &self.store {
             Store::Redis(store) => Ok(store.options()),

@@ -57,6 +57,8 @@ fn _ratewindow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lock::LockWait>()?;
     m.add_function(wrap_pyfunction!(lock::check_lock, m)?)?;
     m.add_function(wrap_pyfunction!(lock::lock_call, m)?)?;
+    m.add_function(wrap_pyfunction!(lock::lock_commands, m)?)?;
+    m.add_function(wrap_pyfunction!(lock::lock_answer, m)?)?;
     m.add_function(wrap_pyfunction!(limit::check_window, m)?)?;
     m.add_function(wrap_pyfunction!(rates::rate_call, m)?)?;
     m.add_class::<shard::ShardClient>()?;

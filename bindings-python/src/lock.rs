@@ -102,6 +102,75 @@ pub(crate) fn lock_call(
     })
 }
 
+/// `lock_commands`' answer: see there.
+type LockPlan = (
+    Vec<String>,
+    usize,
+    Vec<String>,
+    Vec<String>,
+    usize,
+    bool,
+    &'static str,
+);
+
+/// A Redis lock's commands planned once (`Redis::lock_commands`; the TTL and owner checked, refused
+/// as `check_lock` refuses them): `(acquire, acquire_owner, release_keys, release_args,
+/// release_owner, by_sha1, script)` — the acquire's `SET key owner NX PX ttl`, the release script's
+/// keys and arguments, where the owner is in each (another owner's lock on the key and TTL: these
+/// with its owner there), whether the release runs by SHA1, and the script to run (its SHA1, else
+/// its source). `None` on another store, or a Redis store without plain commands: every operation is
+/// then a call (`lock_call`).
+#[pyfunction]
+pub(crate) fn lock_commands(
+    machine: &Bound<'_, Machine>,
+    key: &str,
+    owner: &Bound<'_, PyAny>,
+    ttl: &Bound<'_, PyAny>,
+) -> PyResult<Option<LockPlan>> {
+    guard(|| {
+        let ttl_ms = ttl_of(ttl)?;
+        let token = owner_of(owner)?;
+        let Some(redis) = machine.get().redis_planner() else {
+            return Ok(None);
+        };
+        // Both were checked above: a refusal here names the owner.
+        let plan = redis
+            .lock_commands(key, &token, ttl_ms)
+            .map_err(|e| refused(&e, owner))?;
+        let by_sha1 = redis.runs_by_sha1();
+        let script = &ratewindow_core::call::LOCK;
+        Ok(plan.map(|p| {
+            (
+                p.acquire,
+                p.acquire_owner,
+                p.release_keys,
+                p.release_args,
+                p.release_owner,
+                by_sha1,
+                if by_sha1 { script.sha1 } else { script.source },
+            )
+        }))
+    })
+}
+
+/// The answer in the client's reply to a command of `lock_commands` (`acquire`: its `SET … NX`, in
+/// redis-py's spelling `True` / `None` or `b'OK'`; else the release script's 1 / 0), decided by the
+/// core (`Redis::lock_answer`): 1 taken or freed, 0 not, -1 no answer (drive the operation as a
+/// `lock_call` fed this reply: its error names what came).
+#[pyfunction]
+pub(crate) fn lock_answer(acquire: bool, reply: &Bound<'_, PyAny>) -> PyResult<i32> {
+    guard(|| {
+        let reply = crate::redis::reply(reply, 0);
+        Ok(
+            match ratewindow_core::call::Redis::lock_answer(acquire, &reply) {
+                Some(true) => 1,
+                Some(false) => 0,
+                None => -1,
+            },
+        )
+    })
+}
+
 /// The memory store's locks, timed by the `now` (Unix ms) given to each operation.
 #[pyclass(frozen, module = "ratewindow._ratewindow", name = "MemoryLocks")]
 pub(crate) struct MemoryLocks {

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aredis
+import redis_servers as rs
 import sql_support as sq
 
 from ratewindow import (
@@ -455,6 +456,165 @@ def test_lock_conversations(case: dict[str, Any], flavour: str) -> None:
         else:
             assert run() == (want["bool"] if "bool" in want else want["owner"]), case["name"]
         assert not steps, f"{case['name']}: steps left"
+
+
+# ---- A Redis lock with `command`: its commands planned once --------------------------------------------
+
+
+def _logged_sync(client: redis.Redis, sent: list[tuple[str, list[str], list[str]]], prefix: str) -> RedisStore:
+    """A store on ``client`` whose sends are logged as ``(what, keys or args, args)``."""
+
+    def run(s: str, keys: list[str], args: list[str]) -> Any:
+        sent.append(("eval", keys, args))
+        return client.eval(s, len(keys), *keys, *args)
+
+    def evalsha(sha: str, keys: list[str], args: list[str]) -> Any:
+        sent.append(("evalsha", keys, args))
+        return client.evalsha(sha, len(keys), *keys, *args)
+
+    def command(args: list[str]) -> Any:
+        sent.append(("command", args, []))
+        return client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+    return RedisStore.using(run, evalsha=evalsha, command=command, prefix=prefix)
+
+
+def test_a_planned_lock_sends_the_planned_commands_with_its_owner() -> None:
+    """With ``command`` a lock's acquire is the plan's ``SET key owner NX PX ttl`` and its release the
+    lock script's keys and arguments, each a copy with the lock's owner; no EVAL, and the lock's
+    behaviour is the machine's (shared Redis, sync and asyncio)."""
+    client = rs.sync_client(4)
+    try:
+        sent: list[tuple[str, list[str], list[str]]] = []
+        prefix = REDIS_PREFIX + secrets.token_hex(4) + ":"
+        store = _logged_sync(client, sent, prefix)
+        key = "planned"
+        lock, other = store.lock(key, 10), store.lock(key, 10)
+        assert lock.acquire() and not other.acquire() and not lock.acquire()
+        assert not other.release(), "not the other's to release"
+        assert lock.current_owner() == lock.owner
+        assert lock.release() and not lock.release()
+        assert lock.acquire() and lock.release()
+        acquires = [s for s in sent if s[0] == "command" and lock.owner in s[1]]
+        assert [a[1] for a in acquires] == [["SET", f"{prefix}lck:{key}", lock.owner, "NX", "PX", "10000"]] * 3
+        releases = [s for s in sent if s[0] == "evalsha" and lock.owner in s[2]]
+        assert [(r[1], r[2]) for r in releases] == [([f"{prefix}lck:{key}"], ["release", lock.owner])] * 3
+        # Another lock on the key and TTL: the kept plan with its owner, in lists of its own.
+        third = store.lock(key, 10)
+        assert third.acquire() and third.release()
+        theirs = [s for s in sent if third.owner in s[1] or third.owner in s[2]]
+        assert [(t[0], t[1], t[2]) for t in theirs] == [
+            ("command", ["SET", f"{prefix}lck:{key}", third.owner, "NX", "PX", "10000"], []),
+            ("evalsha", [f"{prefix}lck:{key}"], ["release", third.owner]),
+        ]
+        assert theirs[0][1] is not acquires[0][1] and theirs[1][1] is not releases[0][1]
+        assert not [s for s in sent if s[0] == "eval"]
+        # A restored lock (a given owner) on the kept plan releases it.
+        assert lock.acquire() and store.lock(key, 10, lock.owner).release()
+    finally:
+        client.close()
+
+    async def go() -> None:
+        aclient = rs.async_client()
+        try:
+            astore = AsyncRedisStore.from_client(aclient, prefix=REDIS_PREFIX + secrets.token_hex(4) + ":")
+            a, b = astore.lock("planned", 10), astore.lock("planned", 10)
+            assert await a.acquire() and not await b.acquire() and not await a.acquire()
+            assert not await b.release() and await a.current_owner() == a.owner
+            assert await a.release() and not await a.release() and await a.current_owner() is None
+        finally:
+            await aclient.aclose()
+
+    asyncio.run(go())
+
+
+def test_a_planned_lock_refuses_a_bad_ttl_owner_or_wait_naming_the_field() -> None:
+    """As on every store, and also when the key and TTL's plan is kept (made by a valid lock first)."""
+    store = RedisStore.using(lambda s, k, a: 1, evalsha=lambda s, k, a: 1, command=lambda args: True)
+
+    def field(make: Callable[[], Any]) -> str:
+        with pytest.raises(InvalidArgumentError) as e:
+            make()
+        return e.value.field
+
+    for _ in range(2):
+        assert field(lambda: store.lock("k", 0)) == "ttl"
+        assert field(lambda: store.lock("k", 1, "")) == "owner"
+        assert field(lambda: store.lock("k", 1, "x" * 257)) == "owner"
+        assert field(lambda: store.lock("k", 1, wait=-1)) == "seconds"
+        assert field(lambda: store.lock("k", 1, retry_ms=0)) == "retry_ms"
+        with pytest.raises(TypeError):
+            store.lock("k", True)
+        with pytest.raises(TypeError):
+            store.lock("k", 1, 5)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            store.lock(5, 1)  # type: ignore[arg-type]
+        store.lock("k", 1)  # the plan of "k" and 1 s, kept for the second round
+
+
+def test_a_planned_release_after_script_flush_resends_the_source() -> None:
+    """NOSCRIPT on the plan's EVALSHA: the call machine resends the script in full (a private server)."""
+    with rs.PrivateRedis() as server:
+        client = server.client()
+        try:
+            sent: list[tuple[str, list[str], list[str]]] = []
+            store = _logged_sync(client, sent, "rwtest:")
+            lock = store.lock("flushed", 10)
+            assert lock.acquire()
+            client.script_flush()
+            sent.clear()
+            assert lock.release()
+            assert [s[0] for s in sent] == ["evalsha", "eval"]
+            assert lock.current_owner() is None
+            assert lock.acquire()
+            sent.clear()
+            assert lock.release()
+            assert [s[0] for s in sent] == ["evalsha"], "loaded again: by SHA1 alone"
+        finally:
+            client.close()
+
+
+def test_a_planned_lock_turns_a_client_failure_into_a_store_error_sent_once() -> None:
+    from ratewindow import StoreError
+
+    boom = ConnectionError("Connection lost")
+    sends = {"command": 0, "evalsha": 0}
+
+    def command(args: list[str]) -> Any:
+        sends["command"] += 1
+        raise boom
+
+    def evalsha(s: str, k: list[str], a: list[str]) -> Any:
+        sends["evalsha"] += 1
+        raise boom
+
+    store = RedisStore.using(lambda s, k, a: 1, evalsha=evalsha, command=command)
+    lock = store.lock("k", 1)
+    with pytest.raises(StoreError) as e:
+        lock.acquire()
+    assert e.value.__cause__ is boom and sends["command"] == 1
+    with pytest.raises(StoreError) as e:
+        lock.release()
+    assert e.value.__cause__ is boom and sends["evalsha"] == 1
+
+    async def go() -> None:
+        async def acommand(args: list[str]) -> Any:
+            raise boom
+
+        async def aevalsha(s: str, k: list[str], a: list[str]) -> Any:
+            raise boom
+
+        async def arun(s: str, k: list[str], a: list[str]) -> Any:
+            return 1
+
+        astore = AsyncRedisStore.using(arun, evalsha=aevalsha, command=acommand)
+        alock = astore.lock("k", 1)
+        with pytest.raises(StoreError):
+            await alock.acquire()
+        with pytest.raises(StoreError):
+            await alock.release()
+
+    asyncio.run(go())
 
 
 # ---- Purge ------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
+from os import urandom as _urandom
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Protocol
@@ -106,16 +106,40 @@ class CallOps:
         return self._run(_ratewindow.lock_call(self._machine, op, key, owner, ttl))
 
 
-class _Base:
-    __slots__ = ("key", "owner", "ttl", "_wait", "_retry_ms")
+def new_token() -> str:
+    """A random owner token: 128 random bits as 32 hex digits (``uuid.uuid4().hex``'s shape but for
+    its fixed version digits, without the ``UUID`` object a lock made per operation would pay for)."""
+    return _urandom(16).hex()
 
-    def __init__(self, key: str, ttl: float, owner: str | None, wait: float, retry_ms: float) -> None:
+
+# The defaults (one try, every 250 ms) as the core checks them, once: a lock made with them skips
+# the check (`_check_wait`).
+_ratewindow.LockWait(0, DEFAULT_RETRY_MS, 0)
+
+
+def _check_wait(wait: float, retry_ms: float) -> None:
+    """Checks ``wait`` and ``retry_ms`` (as ``block`` will), so a bad wait is refused where the lock is
+    made."""
+    if type(wait) is int and wait == 0 and type(retry_ms) is int and retry_ms == DEFAULT_RETRY_MS:
+        return
+    _ratewindow.LockWait(wait, retry_ms, 0)
+
+
+class _Base:
+    __slots__ = ("key", "owner", "ttl", "_wait", "_retry_ms", "_ops")
+    _ops: Any
+
+    def __init__(self, ops: Any, key: str, ttl: float, owner: str | None, wait: float, retry_ms: float) -> None:
         if not isinstance(key, str):
             raise TypeError(f"key must be a str, not {type(key).__name__}")
-        token = owner if owner is not None else uuid.uuid4().hex
+        token = owner if owner is not None else new_token()
         _ratewindow.check_lock(ttl, token)
-        # Checked now, so a bad wait is refused where the lock is made.
-        _ratewindow.LockWait(wait, retry_ms, 0)
+        self._setup(ops, key, ttl, token, wait, retry_ms)
+
+    def _setup(self, ops: Any, key: str, ttl: float, token: str, wait: float, retry_ms: float) -> None:
+        """The lock of ``token``, its key, TTL and owner already checked."""
+        _check_wait(wait, retry_ms)
+        self._ops = ops
         self.key = key
         """The lock's key."""
         self.owner: str = token
@@ -136,7 +160,8 @@ class Lock(_Base):
     ``wait`` seconds (default 0: one try; ``math.inf``: no limit) and releases on exit.
     """
 
-    __slots__ = ("_ops",)
+    __slots__ = ()
+    _ops: _Ops
 
     def __init__(
         self,
@@ -148,8 +173,7 @@ class Lock(_Base):
         wait: float = 0,
         retry_ms: float = DEFAULT_RETRY_MS,
     ) -> None:
-        super().__init__(key, ttl, owner, wait, retry_ms)
-        self._ops = ops
+        super().__init__(ops, key, ttl, owner, wait, retry_ms)
 
     def acquire(self) -> bool:
         """Tries once: whether this lock now holds the key."""
@@ -196,7 +220,8 @@ class AsyncLock(_Base):
     """:class:`Lock` for asyncio stores: the same operations, awaitable; ``async with`` waits and
     releases."""
 
-    __slots__ = ("_ops",)
+    __slots__ = ()
+    _ops: _AsyncOps
 
     def __init__(
         self,
@@ -208,8 +233,7 @@ class AsyncLock(_Base):
         wait: float = 0,
         retry_ms: float = DEFAULT_RETRY_MS,
     ) -> None:
-        super().__init__(key, ttl, owner, wait, retry_ms)
-        self._ops = ops
+        super().__init__(ops, key, ttl, owner, wait, retry_ms)
 
     async def acquire(self) -> bool:
         """Tries once: whether this lock now holds the key."""

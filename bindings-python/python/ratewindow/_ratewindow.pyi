@@ -7,7 +7,7 @@ from typing_extensions import disjoint_base
 
 from ratewindow._limits import Limit as _PublicLimit
 
-__all__ = ["Limit", "GcraLimit", "CounterLimit", "Entry", "Verdict", "HitResult", "AttemptResult", "ReleaseToken", "MemoryStore", "Machine", "Call", "Script", "RedisCommand", "Sql", "GuardCore", "HttpPlan", "Trust", "redis_scripts", "check_window", "rate_call", "LockWait", "MemoryLocks", "ShardClient", "check_lock", "lock_call", "shard_answer", "shard_answer_error", "shard_decode", "_panic_for_tests", "MAX_WINDOW_MS", "MAX_USES"]
+__all__ = ["Limit", "GcraLimit", "CounterLimit", "Entry", "Verdict", "HitResult", "AttemptResult", "ReleaseToken", "MemoryStore", "Machine", "Call", "Script", "RedisCommand", "Sql", "GuardCore", "HttpPlan", "Trust", "redis_scripts", "check_window", "rate_call", "LockWait", "MemoryLocks", "ShardClient", "check_lock", "lock_call", "lock_commands", "lock_answer", "shard_answer", "shard_answer_error", "shard_decode", "_panic_for_tests", "MAX_WINDOW_MS", "MAX_USES"]
 
 MAX_WINDOW_MS: Final[int]
 MAX_USES: Final[int]
@@ -305,6 +305,10 @@ class LockWait:
 
 def check_lock(ttl: float, owner: str) -> None: ...
 def lock_call(machine: Machine, op: str, key: str, owner: str | None = None, ttl: float | None = None) -> Call[Any]: ...
+def lock_commands(
+    machine: Machine, key: str, owner: str, ttl: float
+) -> tuple[list[str], int, list[str], list[str], int, bool, str] | None: ...
+def lock_answer(acquire: bool, reply: object) -> int: ...
 
 # HTTP middleware (ratewindow_core::http): a request's entries and fields, the client's address.
 @final

@@ -22,6 +22,8 @@ from typing import Any, Self, TypeAlias, TypeVar
 
 from . import _ratewindow
 from ._errors import StoreError
+from ._lock import DEFAULT_RETRY_MS, AsyncLock, Lock
+from ._redis_lock import LockPlans, planned_lock
 from ._sansio import Failed, fail
 from ._store import AsyncCallStore, CallStore
 
@@ -194,7 +196,7 @@ class RedisStore(_Keys, CallStore):
     (redis-py's ``Redis`` and ``RedisCluster`` are, with their connection pools).
     """
 
-    __slots__ = ("_drive",)
+    __slots__ = ("_drive", "_lock_plans")
 
     def __init__(
         self,
@@ -248,16 +250,32 @@ class RedisStore(_Keys, CallStore):
 
         self._execute = execute  # type: ignore[assignment]
         self._drive = drive
+        # With `command`, a lock's acquire and release are planned once and sent as planned.
+        self._lock_plans = (
+            LockPlans(self._machine, command, by_sha1, run, execute, self._run) if command is not None else None
+        )
 
     def _run(self, call: _ratewindow.Call[T]) -> T:
         return self._drive(call)
+
+    def lock(
+        self, key: str, ttl: float, owner: str | None = None, *, wait: float = 0, retry_ms: float = DEFAULT_RETRY_MS
+    ) -> Lock:
+        """See :meth:`CallStore.lock`. With ``command`` the lock's acquire and release are the commands
+        the core planned for its key and TTL, sent as they are (see :mod:`ratewindow._redis_lock`)."""
+        plans = self._lock_plans
+        if plans is not None:
+            lock: Lock | None = planned_lock(plans, key, ttl, owner, wait, retry_ms, False)
+            if lock is not None:
+                return lock
+        return super().lock(key, ttl, owner, wait=wait, retry_ms=retry_ms)
 
 
 class AsyncRedisStore(_Keys, AsyncCallStore):
     """:class:`RedisStore` for asyncio code, through an asyncio client (``redis.asyncio``): the same
     calls, driven by ``await``. Build it with :meth:`using` (``run`` and ``evalsha`` awaitable)."""
 
-    __slots__ = ()
+    __slots__ = ("_lock_plans",)
 
     def __init__(
         self,
@@ -285,3 +303,20 @@ class AsyncRedisStore(_Keys, AsyncCallStore):
                 return Failed(error)
 
         self._execute = execute  # type: ignore[assignment]
+        # With `command`, a lock's acquire and release are planned once and sent as planned.
+        self._lock_plans = (
+            LockPlans(self._machine, command, by_sha1, run, execute, self._run) if command is not None else None
+        )
+
+    def lock(
+        self, key: str, ttl: float, owner: str | None = None, *, wait: float = 0, retry_ms: float = DEFAULT_RETRY_MS
+    ) -> AsyncLock:
+        """See :meth:`AsyncCallStore.lock`. With ``command`` the lock's acquire and release are the
+        commands the core planned for its key and TTL, sent as they are (see
+        :mod:`ratewindow._redis_lock`)."""
+        plans = self._lock_plans
+        if plans is not None:
+            lock: AsyncLock | None = planned_lock(plans, key, ttl, owner, wait, retry_ms, True)
+            if lock is not None:
+                return lock
+        return super().lock(key, ttl, owner, wait=wait, retry_ms=retry_ms)
