@@ -4,7 +4,7 @@
 //! threads racing a batch whose global entry is the bottleneck (exactly its uses pass, all or nothing),
 //! a write that lost its race read again, replies of the wrong shape, and the Cluster's one slot.
 
-#![cfg(all(feature = "rates", feature = "sql", feature = "weights"))]
+#![cfg(all(feature = "mixed", feature = "weights"))]
 
 mod servers;
 
@@ -13,12 +13,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ratewindow_core::call::{
-    CallError, Command, Fed, Next, Op, Outcome, Redis, ReleaseToken, MIXED,
+    CallError, Command, Fed, Next, Op, Outcome, RateOp, Redis, ReleaseToken, MIXED,
 };
 use ratewindow_core::counter::Counter;
 use ratewindow_core::gcra::Gcra;
 use ratewindow_core::redis::{RedisOptions, Reply};
-use ratewindow_core::{BatchVerdict, Limit, MemoryStore, MixedEntry, Rule};
+use ratewindow_core::{BatchVerdict, Entry, Limit, MemoryStore, MixedEntry, Rule};
 use servers::{redis_connection as connection, to_reply};
 
 fn options(test: &str) -> RedisOptions {
@@ -456,54 +456,82 @@ fn a_cluster_runs_a_batch_whose_keys_share_a_slot() {
     assert_eq!(exists, 0, "nothing written");
 }
 
-/// For measuring the server's cost (not a check): `RATEWINDOW_MIXED_CALLS` allowed consumes of a
-/// 3-entry batch (a user's GCRA, the user's counter, a global log), then as many refused ones, on
-/// `REDIS_URL`. Run it against a redis-server of your own under callgrind, or read its `INFO
+/// For measuring the server's cost (not a check), on `REDIS_URL`: a global log filled with
+/// `RATEWINDOW_MIXED_LOG` calls (one call of that cost), then `RATEWINDOW_MIXED_CALLS` batches of
+/// `RATEWINDOW_MIXED_ENTRIES` (2: a user's GCRA and the global log; 3: and the user's counter), each
+/// an allowed consume (`RATEWINDOW_MIXED_MODE=consume`: the read and the write) or a peek (`peek`: the
+/// read alone; `separate`: the same entries as single-algorithm calls, the reference). Run it against a redis-server of your own under callgrind, or read its `INFO
 /// commandstats`: `cargo test -p ratewindow-core --test mixed_redis -- --ignored measure`.
 #[test]
 #[ignore]
-fn measure_a_three_entry_batch() {
-    let n: u64 = std::env::var("RATEWINDOW_MIXED_CALLS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1_000);
-    let entries: usize = std::env::var("RATEWINDOW_MIXED_ENTRIES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
+fn measure_a_mixed_batch() {
+    let var = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let (n, entries, log) = (
+        var("RATEWINDOW_MIXED_CALLS", 1_000),
+        var("RATEWINDOW_MIXED_ENTRIES", 3) as usize,
+        var("RATEWINDOW_MIXED_LOG", 0),
+    );
+    let mode = std::env::var("RATEWINDOW_MIXED_MODE").unwrap_or_default();
+    let (peek, separate) = (mode == "peek", mode == "separate");
     let mut con = connection();
     let options = options("measure");
     let redis = Redis::new(options.clone());
     let clock = Cell::new(0);
-    let batch = |user: u64, global: u64| {
-        let all = [
-            MixedEntry::new(format!("u{user}"), gcra(1_000, 1_000, 1_000), 1),
-            MixedEntry::new("all", sliding(global, 3_600_000), 1),
-            MixedEntry::new(format!("u{user}"), counter(1_000, 3_600_000), 1),
+    let global = sliding(1_000_000, 3_600_000);
+    if log > 0 {
+        let fill = [
+            MixedEntry::new("all", global, log),
+            MixedEntry::new("u", gcra(1, 1, 1), 1),
         ];
-        all[..entries].to_vec()
-    };
+        let (v, _) = mixed(&mut con, &redis, &fill, Some("fill"), &clock).unwrap();
+        assert!(v.allowed);
+    }
     for i in 0..n {
+        let user = format!("u{}", i % 10);
+        let all = [
+            MixedEntry::new(user.clone(), gcra(1_000_000, 1_000, 1_000_000), 1),
+            MixedEntry::new("all", global, 1),
+            MixedEntry::new(user, counter(1_000_000, 3_600_000), 1),
+        ];
+        let id = format!("m{i}");
+        if separate {
+            // The same entries as single-algorithm calls (not all or nothing): the reference.
+            for e in &all[..entries] {
+                let call = match e.rule {
+                    Rule::Gcra(gcra) => redis.rate(RateOp::GcraConsume {
+                        key: e.key.clone(),
+                        gcra,
+                        cost: 1,
+                    }),
+                    Rule::Counter(counter) => redis.rate(RateOp::CounterConsume {
+                        key: e.key.clone(),
+                        counter,
+                        cost: 1,
+                    }),
+                    Rule::Sliding(limit) => redis.start(Op::Consume {
+                        entries: vec![Entry::new(e.key.clone(), limit)],
+                        call_id: id.clone(),
+                    }),
+                };
+                let (result, _) = call.drive(|c| run_on(&mut con, c, &clock));
+                assert!(matches!(result, Ok(Outcome::Verdict { verdict, .. }) if verdict.allowed));
+            }
+            continue;
+        }
         let (v, _) = mixed(
             &mut con,
             &redis,
-            &batch(i % 10, n),
-            Some(&format!("m{i}")),
+            &all[..entries],
+            (!peek).then_some(id.as_str()),
             &clock,
         )
         .unwrap();
         assert!(v.allowed);
-    }
-    for i in 0..n {
-        let (v, _) = mixed(
-            &mut con,
-            &redis,
-            &batch(i % 10, n),
-            Some(&format!("r{i}")),
-            &clock,
-        )
-        .unwrap();
-        assert!(!v.allowed);
     }
     forget(&mut con, &options);
 }

@@ -35,7 +35,7 @@ use crate::MixedEntry;
 pub static MIXED: Script = Script {
     name: "mixed",
     source: MIXED_SOURCE,
-    sha1: "903d9ea0d19c3a5d39602ee29e586a8d105ad1a4",
+    sha1: "15b2793d3fa9c76865aa3d4054e5a2dd734b8705",
 };
 crate::sql::schema_text!(MIXED_SOURCE = include_str!("../redis/mixed.lua"));
 

@@ -11,7 +11,7 @@
 -- ARGV[2] how many of KEYS are sliding logs
 --
 -- Read reply: {TIME's seconds, TIME's microseconds, then per key: a log's {its expiry (PEXPIRETIME:
---   server ms; -1 none, -2 no key), the SHA1 of its members and scores, then the scores of its calls
+--   server ms; -1 none, -2 no key), the SHA1 of its DUMP ('' no key), then the scores of its calls
 --   (no marker)}, a text key's value or ''}.
 -- Write: ARGV[3] the call's id; then per key what the read found (a log's SHA1, a text key's value or
 --   ''); then per log: the highest score to drop ('x': the whole log goes; '-inf': refusal markers
@@ -21,8 +21,12 @@
 -- Write reply: 1 written; 0 a key changed since the read (nothing written: the engine reads again).
 local logs = ARGV[2] + 0
 
+-- A log's state as the SHA1 of its DUMP (its members and scores, serialised by the server: no Lua
+-- table a member; a log that changed encoding reads as changed, and the call reads again).
 local function digest(key)
-  return redis.sha1hex(table.concat(redis.call('ZRANGE', key, '0', '-1', 'WITHSCORES'), '\0'))
+  local d = redis.call('DUMP', key)
+  if not d then return '' end
+  return redis.sha1hex(d)
 end
 
 if ARGV[1] == 'r' then
