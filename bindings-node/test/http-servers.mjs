@@ -118,3 +118,27 @@ export async function get(url, init = {}) {
   const [one] = await burst(url, 1, init);
   return one;
 }
+
+/**
+ * Checks `seconds` (a `Retry-After` or a `RateLimit` field's `t`, a string or number) is what is left of
+ * a `windowS` window opened at or after `start` (ms, read before the window's first request): whole
+ * seconds rounded up, so `windowS` when the answer came within a second of the window's first request,
+ * and one less for every second begun since. A loaded machine may take more than a second between two
+ * requests, so the floor comes from the time that passed, not from a constant.
+ */
+export function assertSecondsLeft(seconds, start, windowS = 60, what = 'seconds left') {
+  const got = Number(seconds);
+  const low = windowS - Math.ceil((Date.now() - start) / 1000);
+  if (!(Number.isInteger(got) && got >= low && got <= windowS)) {
+    throw new Error(`${what}: ${seconds}, expected ${low}..${windowS} (${Date.now() - start} ms since the window opened)`);
+  }
+}
+
+/** Checks a `RateLimit` field is `"name";r=R;t=T` with `t` as {@link assertSecondsLeft} says. */
+export function assertRateLimit(field, name, remaining, start, windowS = 60) {
+  const parsed = /^"([^"]+)";r=(\d+);t=(\d+)$/.exec(field ?? '');
+  if (!parsed || parsed[1] !== name || Number(parsed[2]) !== remaining) {
+    throw new Error(`RateLimit: ${field}, expected "${name}";r=${remaining};t=...`);
+  }
+  assertSecondsLeft(parsed[3], start, windowS, `RateLimit ${field}: t`);
+}
