@@ -23,11 +23,15 @@ the median round and the median of per-round ratios):
 - plain script: redis-py ``evalsha`` of a plain sliding-log script (``TIME``, ``ZREMRANGEBYSCORE``,
   ``ZCARD``, then ``ZADD`` + ``PEXPIRE`` or the oldest call's ``ZRANGE``), no library around it.
 - bare: redis-py ``evalsha`` of a trivial script with the same key and arguments: the floor.
+- GCRA (issue 17): ``RedisStore.consume(key, GcraLimit(5, window))`` (``gcra.lua``: ``TIME``, ``GET``,
+  and ``PSETEX`` when allowed), against ``bare3``: redis-py ``evalsha`` of ``return 1`` with one key
+  and the 3 arguments the GCRA call sends (the target is >= 0.9x of it).
 
 The last line gives ratewindow's own cost per call without I/O (the client reply canned). Server time
 per script call: ``bench/redis_commandstats.py``.
 
-Run: ``.venv/bin/python bench/python/bench_redis.py [--rounds N] [--ops N] [--variant refused|allowed|both]``.
+Run: ``.venv/bin/python bench/python/bench_redis.py [--rounds N] [--ops N] [--variant refused|allowed|both]
+[--gcra-only]``.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from limits import RateLimitItemPerSecond
 from limits.storage import RedisStorage
 from limits.strategies import FixedWindowRateLimiter, MovingWindowRateLimiter
 
-from ratewindow import Entry, Limit, RedisStore
+from ratewindow import Entry, GcraLimit, Limit, RedisStore
 
 KEYS = 10_000
 USES = 5
@@ -76,6 +80,26 @@ def bare_evalsha(client: redis.Redis, prefix: str, window_s: int) -> Runner:
 
     def run(keys: list[str]) -> int:
         return sum(evalsha(sha, 1, prefix + key, "c", "id", "1", str(USES), window)[0] for key in keys)
+
+    return run
+
+
+def bare_evalsha_3(client: redis.Redis, prefix: str, window_s: int) -> Runner:
+    sha = client.script_load("return 1")
+    evalsha, window = client.evalsha, str(window_s * 1000)
+
+    def run(keys: list[str]) -> int:
+        return sum(evalsha(sha, 1, prefix + key, window, "2000", window) for key in keys)
+
+    return run
+
+
+def ratewindow_gcra(client: redis.Redis, prefix: str, window_s: int) -> Runner:
+    store, limit = RedisStore.from_client(client, prefix=prefix), GcraLimit(USES, window_s * 1000)
+    consume = store.consume
+
+    def run(keys: list[str]) -> int:
+        return sum(consume(key, limit).allowed for key in keys)
 
     return run
 
@@ -153,6 +177,8 @@ LIMITS_FIXED = "limits FixedWindowRateLimiter(RedisStorage)"
 LIMITS = "limits MovingWindowRateLimiter(RedisStorage)"
 PLAIN_NAME = "plain sliding-log script (redis-py evalsha)"
 BARE = "bare redis-py evalsha (trivial script)"
+OURS_GCRA = "ratewindow RedisStore.consume (GCRA)"
+BARE3 = "bare3: evalsha of return 1, GCRA's 3 arguments"
 CONTENDERS: dict[str, Maker] = {
     OURS: ratewindow_consume,
     "ratewindow RedisStore.consume_many (3 entries)": ratewindow_batch_of_3,
@@ -161,6 +187,8 @@ CONTENDERS: dict[str, Maker] = {
     BARE: bare_evalsha,
     OURS_FIXED: ratewindow_fixed,
     LIMITS_FIXED: limits_fixed_window,
+    OURS_GCRA: ratewindow_gcra,
+    BARE3: bare_evalsha_3,
 }
 
 
@@ -177,11 +205,12 @@ def client_side_us(calls: int = 20_000) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def run_variant(client: redis.Redis, variant: str, rounds: int, ops: int) -> None:
+def run_variant(client: redis.Redis, variant: str, rounds: int, ops: int, gcra_only: bool = False) -> None:
     window_s, run_id = WINDOW_S[variant], secrets.token_hex(4)
     keys = [f"user:{i}" for i in range(KEYS)]
+    contenders = {k: v for k, v in CONTENDERS.items() if not gcra_only or k in (OURS_GCRA, BARE3)}
     runners = {
-        name: make(client, f"rwbench:{run_id}:{n}:", window_s) for n, (name, make) in enumerate(CONTENDERS.items())
+        name: make(client, f"rwbench:{run_id}:{n}:", window_s) for n, (name, make) in enumerate(contenders.items())
     }
     if variant == "refused":
         # Every key filled with its uses (the batch's shared keys too), through each contender itself.
@@ -210,6 +239,11 @@ def run_variant(client: redis.Redis, variant: str, rounds: int, ops: int) -> Non
         return statistics.median(x / y for x, y in zip(rates[a], rates[b]))
 
     load = os.getloadavg()
+    if gcra_only:
+        print(f"{variant}: GCRA {statistics.median(rates[OURS_GCRA]):,.0f} ops/s, bare3 {statistics.median(rates[BARE3]):,.0f};"
+              f" GCRA / bare3 (target >= 0.9x): {ratio(OURS_GCRA, BARE3):.2f}x; {rounds} interleaved rounds of {ops:,} ops;"
+              f" load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        return
     print(f"\n{variant}: {KEYS:,} keys round-robin, {USES} uses per {window_s} s, {rounds} interleaved rounds "
           f"of {ops:,} ops; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"{'contender':<48} {'ops/s (median)':>15} {'allowed':>8} {'vs limits':>10} {'vs plain':>9} {'vs bare':>8}"
@@ -221,6 +255,7 @@ def run_variant(client: redis.Redis, variant: str, rounds: int, ops: int) -> Non
             f"{ratio(name, LIMITS):>9.2f}x {ratio(name, PLAIN_NAME):>8.2f}x {ratio(name, BARE):>7.2f}x"
             f" {ratio(name, LIMITS_FIXED):>15.2f}x"
         )
+    print(f"GCRA / bare3 (target >= 0.9x): {ratio(OURS_GCRA, BARE3):.2f}x")
 
 
 def main() -> None:
@@ -228,12 +263,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15, help="timed rounds per contender (default 15)")
     parser.add_argument("--ops", type=int, default=1_000, help="ops per contender per round (default 1000)")
     parser.add_argument("--variant", choices=["refused", "allowed", "both"], default="both")
+    parser.add_argument("--gcra-only", action="store_true", help="only GCRA and bare3 (a quicker run)")
     args = parser.parse_args()
 
     client = redis.Redis.from_url(URL)
     for variant in ("refused", "allowed"):
         if args.variant in (variant, "both"):
-            run_variant(client, variant, args.rounds, args.ops)
+            run_variant(client, variant, args.rounds, args.ops, args.gcra_only)
     print(f"\nratewindow's own cost per consume without I/O (plan, call id, decode): {client_side_us():.1f} us")
 
 
