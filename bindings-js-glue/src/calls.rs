@@ -607,6 +607,34 @@ impl Calls {
         n: f64,
         fed: Result<Fed, String>,
     ) -> Res<Option<String>> {
+        // A reply that is a verdict (or an attempt's outcome): the core decides it from the kept plan,
+        // without planning the command again; the outcome is in `out`, nothing held. Any other
+        // reply (an error, `NOSCRIPT`) goes to the call below.
+        if let (Planner::Redis(redis), Ok(Fed::Reply(reply))) = (&self.planner, &fed) {
+            let outcome = match prepared {
+                Prepared::Consume(entry)
+                    if n.fract() == 0.0 && (0.0..9_007_199_254_740_992.0).contains(&n) =>
+                {
+                    redis
+                        .consume_answered(entry.limit, reply)
+                        .map(|verdict| Outcome::Verdict {
+                            verdict,
+                            release: None,
+                        })
+                }
+                Prepared::Attempt { max, .. } => redis.attempt_answered(*max, reply),
+                _ => None,
+            };
+            if let Some(outcome) = outcome {
+                let kind = write_outcome(out, &Ok(outcome), false);
+                out[KIND] = kind as u8 as f64;
+                out[ID] = f64::from(u32::MAX);
+                out[HELD] = 0.0;
+                out[GIVE_BACKS] = 0.0;
+                self.last_release = None;
+                return Ok(None);
+            }
+        }
         let id = match prepared {
             Prepared::Consume(..) => {
                 if !((0.0..9_007_199_254_740_992.0).contains(&n) && n.fract() == 0.0) {

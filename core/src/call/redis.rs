@@ -78,6 +78,22 @@ impl Redis {
         self.evalsha
     }
 
+    /// What a single consume (one entry, costing 1, `Op::Consume` as [`Redis::start`] plans it)
+    /// decides from the reply to its first command, when that reply is a verdict: the verdict its call
+    /// would give, without planning the command again (a host that keeps the command and sends it for
+    /// each call). `None` for any other reply, which only the call answers (its typed error). The
+    /// call's release token is not made: a host asking for it starts the call.
+    pub fn consume_answered(&self, limit: Limit, reply: &Reply) -> Option<BatchVerdict> {
+        plan::decode_consume(reply, &[limit])
+            .ok()
+            .map(|(verdict, _)| verdict)
+    }
+
+    /// [`Redis::consume_answered`] for `Op::Attempt` under `max`: its outcome, when the reply is one.
+    pub fn attempt_answered(&self, max: i64, reply: &Reply) -> Option<Outcome> {
+        decide_fixed(Fixed::Attempt(max), reply).ok()
+    }
+
     /// Starts `op`. Times are the server's (`TIME` inside the scripts).
     pub fn start(&self, op: Op) -> Call {
         let o = &self.options;
@@ -811,6 +827,78 @@ mod tests {
     use super::*;
     use crate::call::Next;
     use crate::Entry;
+
+    /// A kept plan's answer decides as the call does: every reply shape, verdict or not.
+    #[test]
+    fn an_answered_consume_or_attempt_decides_as_its_call() {
+        let store = Redis::new(RedisOptions::default());
+        let limit = Limit::new(5, 60_000).unwrap();
+        let int = |xs: &[i64]| Reply::Array(xs.iter().map(|&x| Reply::Int(x)).collect());
+        // A refusal marker: until, end (16 digits each), uses:window; then TIME's seconds and µs.
+        let marker =
+            |limit: &str| format!("00017000000600000001700000061000{limit} 1700000001 250000");
+        let replies = [
+            Reply::Text("3 1700000000000 1700000000500 1700000001000".into()),
+            Reply::Text(marker("5:60000")),
+            Reply::Text(marker("4:60000")),
+            int(&[0, 700, 1_700_000_000_000, 9_000]),
+            int(&[1, 2, 60_000, 60_000, 1_700_000_000_000]),
+            int(&[1, 0, -1, -1, 1_000, 0, 4, 60_000, 60_000]),
+            int(&[1, 0, -1, -1, 1_000, 0, 9, 60_000, 60_000]),
+            int(&[0, 0]),
+            Reply::Text("6 1700000000000 1700000000500 1700000001000".into()),
+            Reply::Nil,
+        ];
+        let mut decided = Vec::new();
+        for reply in &replies {
+            let mut call = store.start(Op::Consume {
+                entries: vec![Entry::new("k", limit)],
+                call_id: "id".into(),
+            });
+            let _ = call.next();
+            call.feed(Fed::Reply(reply.clone()));
+            let whole = match call.next() {
+                Next::Done(Ok(Outcome::Verdict { verdict, .. })) => Some(verdict),
+                Next::Done(Err(_)) => None,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(store.consume_answered(limit, reply), whole, "{reply:?}");
+            decided.push(whole.is_some());
+        }
+        // The allowed text, the marker, the 4- and 5-number and the 9-number replies are verdicts.
+        assert_eq!(
+            decided,
+            [true, true, false, true, true, true, false, false, false, false]
+        );
+        let fixed = [
+            int(&[1, 3, 900]),
+            int(&[0, 5, 900]),
+            int(&[1, 6, 900]),
+            int(&[0, 0, 0]),
+            int(&[1]),
+        ];
+        for reply in &fixed {
+            let mut call = store.start(Op::Attempt {
+                key: "k".into(),
+                max: 5,
+                decay: crate::Window::from_ms(1_000).unwrap(),
+            });
+            let _ = call.next();
+            call.feed(Fed::Reply(reply.clone()));
+            let whole = match call.next() {
+                Next::Done(Ok(outcome)) => Some(format!("{outcome:?}")),
+                Next::Done(Err(_)) => None,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(
+                store.attempt_answered(5, reply).map(|o| format!("{o:?}")),
+                whole,
+                "{reply:?}"
+            );
+            decided.push(whole.is_some());
+        }
+        assert_eq!(decided[10..], [true, true, false, false, false]);
+    }
 
     #[test]
     fn a_batch_above_the_maximum_is_refused_before_anything_runs() {
