@@ -23,6 +23,9 @@
 //                empties them)
 //   Like for like: ours / rlf-rel (both relaxed) and ours-dur / rlf (both wait for the flush).
 //   Round trips per call are counted on the pool ours runs on (target: 1).
+//   CPU a call, per contender (medians over rounds): the client's (this process, process.cpuUsage) and
+//   the server's (the pools' backends, found by application_name, their /proc/<pid>/schedstat time on
+//   CPU, when the server runs on this machine) - less load-dependent than the rates.
 //   SQLite (better-sqlite3, a file in a temp dir, WAL, one call at a time):
 //   - ours:    SqliteStore.consume (BEGIN IMMEDIATE, trim, select, insert, COMMIT; synchronous)
 //   - rlf:     RateLimiterSQLite.consume with storeType 'better-sqlite3'
@@ -32,7 +35,7 @@
 //   BENCH_ROUNDS=9 BENCH_RUN_MS=400 BENCH_VARIANTS=allowed BENCH_SQLITE=0 node bench/node/sql.mjs
 //                                         rounds, ms per contender and round, which variants
 //                                         (refusals,allowed), and whether the SQLite part runs
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -57,11 +60,34 @@ const LIMIT = { uses: 5, windowMs: 10_000 };
 const FULL = { uses: 5, windowMs: 600_000 };
 const OPEN = { uses: 1000, windowMs: 10_000 };
 const tag = `${process.pid}_${Date.now().toString(36)}`;
+const APP = `rw_bench_${tag}`;
 
-/** Runs `op(i)` with `inflight` calls in flight for `ms`; returns completed calls per second. */
-async function throughput(op, inflight, ms = RUN_MS) {
+/**
+ * The CPU the server spent so far in the backends `pids` (ns on CPU, `/proc/<pid>/schedstat`; 0 when the
+ * server is not on this machine).
+ */
+function serverNs(pids) {
+  let ns = 0;
+  for (const pid of pids) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]);
+    } catch {
+      // not on this machine, or gone
+    }
+  }
+  return ns;
+}
+
+/**
+ * Runs `op(i)` with `inflight` calls in flight for `ms`: completed calls per second, and the CPU a call
+ * of this process (client, µs) and of the backends `pids` (server, µs; load-independent where the rate is
+ * not).
+ */
+async function throughput(op, inflight, ms = RUN_MS, pids = []) {
   let next = 0;
   let done = 0;
+  const server = serverNs(pids);
+  const cpu = process.cpuUsage();
   const start = performance.now();
   const end = start + ms;
   const worker = async () => {
@@ -71,15 +97,20 @@ async function throughput(op, inflight, ms = RUN_MS) {
     }
   };
   await Promise.all(Array.from({ length: inflight }, worker));
-  return (done * 1000) / (performance.now() - start);
+  const elapsed = performance.now() - start;
+  const used = process.cpuUsage(cpu);
+  return { rate: (done * 1000) / elapsed, client: (used.user + used.system) / done, server: (serverNs(pids) - server) / 1000 / done };
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const fmt = (x) => Math.round(x).toLocaleString('en-US').padStart(8);
 const ignoreRefusal = (p) => p.catch((e) => { if (e instanceof Error) throw e; });
 
-/** Interleaved rounds: each contender's median rate, and the median over rounds of each pair's ratio. */
-async function interleaved(contenders, inflight, pairs = []) {
+/**
+ * Interleaved rounds: each contender's median rate, the median over rounds of each pair's ratio, and each
+ * contender's median client and server CPU a call (µs; server: the backends `pids`).
+ */
+async function interleaved(contenders, inflight, pairs = [], pids = []) {
   const rounds = [];
   const entries = Object.entries(contenders);
   for (let r = 0; r < ROUNDS; r++) {
@@ -87,17 +118,18 @@ async function interleaved(contenders, inflight, pairs = []) {
     // A rotating order: no contender always runs first (after the previous round's last) or last.
     for (let k = 0; k < entries.length; k++) {
       const [name, op] = entries[(k + r) % entries.length];
-      round[name] = await throughput(op, inflight);
+      round[name] = await throughput(op, inflight, RUN_MS, pids);
     }
     rounds.push(round);
   }
-  const rates = Object.fromEntries(Object.keys(contenders).map((k) => [k, median(rounds.map((r) => r[k]))]));
-  const ratios = Object.fromEntries(pairs.map(([a, b]) => [`${a}/${b}`, median(rounds.map((r) => r[a] / r[b]))]));
-  return { rates, ratios };
+  const of = (field) => Object.fromEntries(Object.keys(contenders).map((k) => [k, median(rounds.map((r) => r[k][field]))]));
+  const ratios = Object.fromEntries(pairs.map(([a, b]) => [`${a}/${b}`, median(rounds.map((r) => r[a].rate / r[b].rate))]));
+  return { rates: of('rate'), client: of('client'), server: of('server'), ratios };
 }
 
 function pgPool(options = {}) {
-  const pool = new pg.Pool({ host: '/var/run/postgresql', user: 'postgres', database: 'test', max: 8, ...options });
+  // Idle connections stay open (their backends' CPU is read), named so the bench finds their backends.
+  const pool = new pg.Pool({ host: '/var/run/postgresql', user: 'postgres', database: 'test', max: 8, idleTimeoutMillis: 0, application_name: APP, ...options });
   pool.on('error', () => {});
   return pool;
 }
@@ -177,12 +209,16 @@ async function postgres() {
       };
       const pairs = [['ours', 'rlf-rel'], ['ours-dur', 'rlf'], ['ours', 'rlf'], ['ours', 'bare'], ['ours-unl', 'rlf-rel'], ['ours-unl', 'rlf'], ['ours-unl', 'bare'], ['batch3', 'ours']];
       console.log(`  ${variant}${variant === 'refusals' ? ' (every key full: 5 uses per 600 s)' : ' (1,000 uses per 10 s)'}`);
+      // The pools' backends (both pools' connections are open), whose CPU each run reads.
+      const { rows: backends } = await pool.query('SELECT pid FROM pg_stat_activity WHERE application_name = $1', [APP]);
+      const pids = backends.map((b) => b.pid);
       for (const inflight of [1, 16]) {
-        const { rates: m, ratios } = await interleaved(contenders, inflight, pairs);
-        console.log(
-          `    in flight ${String(inflight).padStart(2)}: ours ${fmt(m.ours)}  ours-dur ${fmt(m['ours-dur'])}  rlf ${fmt(m.rlf)}  rlf-rel ${fmt(m['rlf-rel'])}  bare ${fmt(m.bare)}  ours-unl ${fmt(m['ours-unl'])}  batch3 ${fmt(m.batch3)}`,
-        );
+        const { rates: m, client, server, ratios } = await interleaved(contenders, inflight, pairs, pids);
+        const names = Object.keys(contenders);
+        console.log(`    in flight ${String(inflight).padStart(2)}: ${names.map((k) => `${k} ${fmt(m[k])}`).join('  ')}`);
         console.log(`                  ${Object.entries(ratios).map(([k, v]) => `${k} ${v.toFixed(2)}x`).join('  ')}`);
+        const us = (x) => x.toFixed(1);
+        console.log(`                  CPU a call, client / server us: ${names.map((k) => `${k} ${us(client[k])} / ${us(server[k])}`).join('  ')}`);
       }
       console.log(`    round trips per call (ours, consume and consumeMany): ${(roundTrips / calls).toFixed(3)}; load ${load()}`);
     }
