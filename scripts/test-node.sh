@@ -53,8 +53,9 @@ done
 (cd "$PKG" && node --test --test-concurrency="${RATEWINDOW_NODE_TEST_CONCURRENCY:-4}" --test-reporter=spec "${suites[@]}")
 (cd "$PKG" && node --test --test-reporter=spec test/guard.test.mjs)
 
-step "examples: the demo bot, and a user's own store under the kit"
+step "examples: the demo bot, three shards sharing cooldowns through their manager, and a user's own store under the kit"
 node "$ROOT/examples/node/bot.mjs" > /dev/null
+node "$ROOT/examples/node/sharding/manager.mjs" > /dev/null
 node --test --test-reporter=spec "$ROOT/examples/node/my-store.test.mjs"
 
 step "benchmark (short run)"

@@ -9,10 +9,22 @@
 //            plain SET NX PX, the release an EVALSHA of the lock script)
 //   - bare:  SET key owner NX PX 10000, then EVALSHA of `if GET == owner then DEL` (the seed's shape)
 //
-//   node bench/node/lock.mjs               full run (~1 min)
-//   BENCH_QUICK=1 node bench/node/lock.mjs a smoke run
+//   node bench/node/lock.mjs               full run (~5 min: node-redis' rounds wait for their timers)
+//   BENCH_QUICK=1 node bench/node/lock.mjs a smoke run;  BENCH_PARTS=noio …  only the client CPU with no I/O
 //   REDIS_PORT=6440 …  a private redis-server (default: the shared 6379);  BENCH_ROUNDS=9 …  more rounds
-//   BENCH_RUN_MS=1000 …  longer rounds (default 400);  BENCH_PKG=<dir> …  the package built in another checkout
+//   BENCH_RUN_MS=2000 …  longer rounds (default 1000);  BENCH_PKG=<dir> …  the package built in another checkout
+//   BENCH_NODE_REDIS_TIMEOUT=0 …  node-redis without its per-command timeout (default: node-redis 6's
+//            own default, 5000 ms, set explicitly so both contenders share it)
+//
+// Fairness (both contenders share one client with the same options, on both clients):
+//   - node-redis 6 arms `AbortSignal.timeout(commandOptions.timeout)` for every command (its default
+//     5,000 ms), and that timer fires 5 s later whether or not the reply came, making a `DOMException`
+//     and keeping the signal alive until then. Short back-to-back rounds charged one contender for the
+//     other's commands of earlier rounds. So after every node-redis round the bench waits the timeout
+//     (+250 ms) until the round's own timers have all fired, and counts the CPU of that wait to the
+//     round's contender: each pays for exactly its own timers. The throughput is the round's alone.
+//   - A warm-up round of each contender (not recorded), so the JIT and the scripts are warm for both.
+//   - A full GC (not counted) before every round, so no contender starts with the other's garbage.
 // Beside each ratio: this process's and the redis-server's CPU per pair (the server's from /proc when it
 // runs on this host), which a loaded machine moves far less than the throughput, and the server's own
 // time running the pair's commands (`INFO commandstats` usec, reset before each round: a private
@@ -20,6 +32,8 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -32,8 +46,13 @@ const IORedis = require('ioredis');
 
 const quick = process.env.BENCH_QUICK === '1';
 const ROUNDS = quick ? 1 : Number(process.env.BENCH_ROUNDS ?? 7);
-const RUN_MS = quick ? 100 : Number(process.env.BENCH_RUN_MS ?? 400);
+const RUN_MS = quick ? 100 : Number(process.env.BENCH_RUN_MS ?? 1000);
 const REDIS_PORT = Number(process.env.REDIS_PORT ?? 6379);
+// node-redis 6's per-command timeout (its default, 5000 ms, unless BENCH_NODE_REDIS_TIMEOUT says).
+const NODE_REDIS_TIMEOUT = Number(process.env.BENCH_NODE_REDIS_TIMEOUT ?? 5000);
+// A full collection between rounds (not counted to either contender).
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc');
 // The locks' TTL (s): 10, or 600 under callgrind (where a pair at 64 in flight can take seconds).
 const TTL = process.env.BENCH_CALLGRIND ? 600 : 10;
 const TTL_MS = String(TTL * 1000);
@@ -41,7 +60,7 @@ const KEYS = Array.from({ length: 1000 }, (_, i) => `${process.env.BENCH_KEYS ??
 const CAD = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 async function clients() {
-  const nodeRedis = createClient({ url: `redis://127.0.0.1:${REDIS_PORT}` });
+  const nodeRedis = createClient({ url: `redis://127.0.0.1:${REDIS_PORT}`, commandOptions: { timeout: NODE_REDIS_TIMEOUT } });
   await nodeRedis.connect();
   redisPid ??= /process_id:(\d+)/.exec(await nodeRedis.sendCommand(['INFO', 'server']))?.[1];
   const io = new IORedis({ host: '127.0.0.1', port: REDIS_PORT });
@@ -51,6 +70,8 @@ async function clients() {
   await admin.connect();
   const nr = {
     name: 'node-redis',
+    // Every command's timer fires this long after it was sent: a round waits for its own.
+    drainMs: NODE_REDIS_TIMEOUT > 0 ? NODE_REDIS_TIMEOUT + 250 : 0,
     close: () => nodeRedis.quit(),
     makeStore: () =>
       RedisStore.using((s, keys, args) => nodeRedis.sendCommand(['EVAL', s, String(keys.length), ...keys, ...args]), {
@@ -63,6 +84,7 @@ async function clients() {
   };
   const ior = {
     name: 'ioredis',
+    drainMs: 0,
     close: () => io.quit(),
     makeStore: () =>
       RedisStore.using((s, keys, args) => io.eval(s, keys.length, keys, args), {
@@ -114,12 +136,17 @@ function serverCpu() {
   }
 }
 
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
 /**
  * Pairs per second for `ms`, `inFlight` at once, each worker on its own slice of the keys; pushes this
  * process's and the server's CPU per pair (µs) onto `cpu` (load-independent, unlike the throughput).
+ * A full GC first (not counted); after the round, `drainMs` of waiting for the round's own deferred
+ * work (node-redis' command timers), whose CPU is counted to the round but not its time.
  */
-async function measure(fn, inFlight, ms, cpu) {
+async function measure(fn, inFlight, ms, cpu, drainMs = 0) {
   let done = 0;
+  gc();
   if (cpu && admin) await admin.sendCommand(['CONFIG', 'RESETSTAT']);
   const cpu0 = process.cpuUsage();
   const server0 = serverCpu();
@@ -134,13 +161,15 @@ async function measure(fn, inFlight, ms, cpu) {
       }
     }),
   );
+  const rate = (done / ms) * 1000;
+  if (drainMs > 0) await sleep(drainMs);
   if (cpu) {
     const used = process.cpuUsage(cpu0);
     cpu.client.push((used.user + used.system) / done);
     if (server0 !== undefined) cpu.server.push((serverCpu() - server0) / done);
     if (admin) cpu.commands.push((await commandTime()) / done);
   }
-  return (done / ms) * 1000;
+  return rate;
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -197,18 +226,21 @@ if (process.env.BENCH_CALLGRIND) {
   process.exit(0);
 }
 
-const cs = await clients();
-console.log(`lock bench: ${ROUNDS} rounds x ${RUN_MS} ms per contender, load ${loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+const noioOnly = process.env.BENCH_PARTS === 'noio';
+const cs = noioOnly ? [] : await clients();
+console.log(
+  `lock bench: ${ROUNDS} rounds x ${RUN_MS} ms per contender, node-redis command timeout ${NODE_REDIS_TIMEOUT} ms, load ${loadavg().map((l) => l.toFixed(1)).join(' ')}`,
+);
 for (const c of cs) {
   const fns = contenders(c);
   for (const inFlight of [1, 64]) {
-    for (const fn of Object.values(fns)) await measure(fn, inFlight, 50); // warm (scripts loaded)
+    for (const fn of Object.values(fns)) await measure(fn, inFlight, RUN_MS, undefined, c.drainMs); // warm-up, not recorded
     const rates = { ours: [], bare: [] };
     const cpu = { ours: { client: [], server: [], commands: [] }, bare: { client: [], server: [], commands: [] } };
     const names = Object.keys(fns);
     for (let r = 0; r < ROUNDS; r++) {
       const order = r % 2 === 0 ? names : [...names].reverse();
-      for (const name of order) rates[name].push(await measure(fns[name], inFlight, RUN_MS, cpu[name]));
+      for (const name of order) rates[name].push(await measure(fns[name], inFlight, RUN_MS, cpu[name], c.drainMs));
     }
     const ratios = rates.ours.map((o, i) => o / rates.bare[i]);
     console.log(
@@ -217,12 +249,13 @@ for (const c of cs) {
     const server = cpu.ours.server.length
       ? `; redis-server (pid ${redisPid}) ours ${median(cpu.ours.server).toFixed(1)} µs, bare ${median(cpu.bare.server).toFixed(1)} µs`
       : '';
-    console.log(`${''.padEnd(10)}    CPU per pair: this process ours ${median(cpu.ours.client).toFixed(1)} µs, bare ${median(cpu.bare.client).toFixed(1)} µs${server}`);
+    const drained = c.drainMs > 0 ? ` (with the ${c.drainMs} ms wait for its timers after the round)` : '';
+    console.log(`${''.padEnd(10)}    CPU per pair${drained}: this process ours ${median(cpu.ours.client).toFixed(1)} µs, bare ${median(cpu.bare.client).toFixed(1)} µs${server}`);
     console.log(`${''.padEnd(10)}    commandstats per pair: ours ${median(cpu.ours.commands).toFixed(2)} µs, bare ${median(cpu.bare.commands).toFixed(2)} µs`);
   }
   await c.close();
 }
-await admin.quit();
+await admin?.quit();
 admin = undefined;
 // The client side alone: each contender's CPU per pair with a client that answers at once (no I/O),
 // interleaved, median of the rounds.
@@ -235,8 +268,10 @@ admin = undefined;
   const fns = contenders(fake);
   const us = { ours: [], bare: [] };
   const pairs = quick ? 2_000 : 20_000;
+  for (const name of ['ours', 'bare']) for (let i = 0; i < pairs; i++) await fns[name](KEYS[i % KEYS.length]); // warm-up
   for (let r = 0; r < ROUNDS; r++) {
     for (const name of r % 2 === 0 ? ['ours', 'bare'] : ['bare', 'ours']) {
+      gc();
       const t = process.cpuUsage();
       for (let i = 0; i < pairs; i++) await fns[name](KEYS[i % KEYS.length]);
       const d = process.cpuUsage(t);

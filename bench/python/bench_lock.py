@@ -17,6 +17,12 @@ runs on this host), which a loaded machine moves far less than the throughput, a
 time running the pair's commands (``INFO commandstats``, reset before each round: use a private
 server, since ``CONFIG RESETSTAT`` clears its counters).
 
+Fairness: both contenders share one client (sync) or one client and its pool of 64 connections
+(asyncio), and make their owner token the same way (``uuid.uuid4().hex``); a warm-up round of each (not
+recorded) comes first, and a full ``gc.collect()`` (not counted) before every round, so no contender
+starts with the other's garbage. redis-py arms no timer per command, so nothing of one round runs in
+another.
+
 Run: ``.venv/bin/python bench/python/bench_lock.py [--rounds N] [--ops N]``. Report ``uptime``'s load
 average with the numbers (it prints it).
 """
@@ -25,11 +31,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import redis
 import redis.asyncio
@@ -39,6 +47,9 @@ from ratewindow import AsyncRedisStore, RedisStore
 URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 KEYS = [f"benchlock:{i}" for i in range(1000)]
 CAD = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+# BENCH_CALLS=1: a third contender, ours with the lock's commands not planned (each operation a call
+# of the machine: the path before the plan, and a store without `command`'s), for the difference.
+CALLS = os.environ.get("BENCH_CALLS") == "1"
 
 
 def sync_contenders(client: redis.Redis) -> dict[str, Callable[[str], None]]:
@@ -57,7 +68,18 @@ def sync_contenders(client: redis.Redis) -> dict[str, Callable[[str], None]]:
         if client.evalsha(cad, 1, "rwbare:" + key, owner) != 1:
             raise RuntimeError("bare release")
 
-    return {"ours": ours, "bare": bare}
+    fns: dict[str, Callable[[str], None]] = {"ours": ours, "bare": bare}
+    if CALLS:
+        unplanned = RedisStore.from_client(client, prefix="rwbench:")
+        unplanned._lock_plans = None
+
+        def calls(key: str) -> None:
+            lock = unplanned.lock(key, 10)
+            if not lock.acquire() or not lock.release():
+                raise RuntimeError("calls")
+
+        fns["calls"] = calls
+    return fns
 
 
 def async_contenders(client: redis.asyncio.Redis, cad: str) -> dict[str, Callable[[str], Awaitable[None]]]:
@@ -75,7 +97,18 @@ def async_contenders(client: redis.asyncio.Redis, cad: str) -> dict[str, Callabl
         if await client.evalsha(cad, 1, "rwbare:" + key, owner) != 1:
             raise RuntimeError("bare release")
 
-    return {"ours": ours, "bare": bare}
+    fns: dict[str, Callable[[str], Awaitable[None]]] = {"ours": ours, "bare": bare}
+    if CALLS:
+        unplanned = AsyncRedisStore.from_client(client, prefix="rwbench:")
+        unplanned._lock_plans = None
+
+        async def calls(key: str) -> None:
+            lock = unplanned.lock(key, 10)
+            if not await lock.acquire() or not await lock.release():
+                raise RuntimeError("calls")
+
+        fns["calls"] = calls
+    return fns
 
 
 _SERVER_PID: int | None = None
@@ -110,6 +143,7 @@ class Cpu:
         self.commands: list[float] = []
 
     def start(self) -> tuple[float, float | None]:
+        gc.collect()
         if _ADMIN is not None:
             _ADMIN.config_resetstat()
         return time.process_time(), server_cpu()
@@ -132,6 +166,12 @@ def report(name: str, times: dict[str, list[float]], ops: int, cpu: dict[str, Cp
     )
     us = {k: statistics.median(c.client) * 1e6 for k, c in cpu.items()}
     line = f"{'':8} CPU per pair: this process ours {us['ours']:.1f} us, bare {us['bare']:.1f} us"
+    if "calls" in times:
+        calls = [b / c for c, b in zip(times["calls"], times["bare"])]
+        print(
+            f"{'':8} calls (not planned) {rate['calls']:8.0f} pairs/s, calls/bare {statistics.median(calls):.2f}x, "
+            f"CPU per pair {us['calls']:.1f} us"
+        )
     if all(c.server for c in cpu.values()):
         srv = {k: statistics.median(c.server) * 1e6 for k, c in cpu.items()}
         line += f"; redis-server (pid {_SERVER_PID}) ours {srv['ours']:.1f} us, bare {srv['bare']:.1f} us"
@@ -146,9 +186,9 @@ def run_sync(rounds: int, ops: int) -> None:
     fns = sync_contenders(client)
     times: dict[str, list[float]] = {k: [] for k in fns}
     cpu = {k: Cpu() for k in fns}
-    for fn in fns.values():
-        for k in KEYS[:100]:
-            fn(k)
+    for fn in fns.values():  # warm-up: a round of each, not recorded
+        for i in range(ops):
+            fn(KEYS[i % len(KEYS)])
     for r in range(rounds):
         order = list(fns) if r % 2 == 0 else list(reversed(fns))
         for name in order:
@@ -186,7 +226,8 @@ async def run_async(rounds: int, ops: int, in_flight: int = 64) -> None:
 
     times: dict[str, list[float]] = {k: [] for k in fns}
     cpu = {k: Cpu() for k in fns}
-    for fn in fns.values():
+    for fn in fns.values():  # warm-up: a round of each, not recorded
+        gc.collect()
         await batch(fn)
     for r in range(rounds):
         order = list(fns) if r % 2 == 0 else list(reversed(fns))
@@ -196,17 +237,89 @@ async def run_async(rounds: int, ops: int, in_flight: int = 64) -> None:
     await client.aclose()
 
 
+def run_noio(rounds: int, ops: int) -> None:
+    """Each contender's CPU per pair with a client that answers at once (no I/O), sync and asyncio,
+    interleaved, medians of the rounds: the client side alone."""
+
+    def fake_sync() -> Any:
+        class C:
+            def set(self, *a: Any, **k: Any) -> bool:
+                return True
+
+            def evalsha(self, *a: Any) -> int:
+                return 1
+
+            def eval(self, *a: Any) -> int:
+                return 1
+
+            def execute_command(self, *a: Any) -> bool:
+                return True
+
+            def script_load(self, s: str) -> str:
+                return "0" * 40
+
+        return C()
+
+    def fake_async() -> Any:
+        class C:
+            async def set(self, *a: Any, **k: Any) -> bool:
+                return True
+
+            async def evalsha(self, *a: Any) -> int:
+                return 1
+
+            async def eval(self, *a: Any) -> int:
+                return 1
+
+            async def execute_command(self, *a: Any) -> bool:
+                return True
+
+        return C()
+
+    sync_fns = sync_contenders(fake_sync())
+    async_fns = async_contenders(fake_async(), "0" * 40)
+    for label, fns, is_async in (("sync", sync_fns, False), ("asyncio", async_fns, True)):
+        us: dict[str, list[float]] = {k: [] for k in fns}
+
+        def one(fn: Any) -> None:
+            if is_async:
+
+                async def loop() -> None:
+                    for i in range(ops):
+                        await fn(KEYS[i % len(KEYS)])
+
+                asyncio.run(loop())
+            else:
+                for i in range(ops):
+                    fn(KEYS[i % len(KEYS)])
+
+        for fn in fns.values():
+            one(fn)
+        for r in range(rounds):
+            for name in list(fns) if r % 2 == 0 else list(reversed(fns)):
+                gc.collect()
+                t = time.process_time()
+                one(fns[name])
+                us[name].append((time.process_time() - t) / ops * 1e6)
+        med = {k: statistics.median(v) for k, v in us.items()}
+        extra = f", calls (not planned) {med['calls']:.2f} us" if "calls" in med else ""
+        print(f"no I/O {label:8} client CPU per pair: ours {med['ours']:.2f} us, bare {med['bare']:.2f} us{extra}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--ops", type=int, default=3000)
+    parser.add_argument("--ops", type=int, default=8000)
+    parser.add_argument("--noio-only", action="store_true", help="only the client CPU with no I/O")
     args = parser.parse_args()
     global _SERVER_PID, _ADMIN
     _ADMIN = redis.Redis.from_url(URL)
     _SERVER_PID = int(_ADMIN.info("server")["process_id"])
     print(f"lock bench: {args.rounds} rounds x {args.ops} pairs, load {os.getloadavg()}")
-    run_sync(args.rounds, args.ops)
-    asyncio.run(run_async(args.rounds, args.ops))
+    if not args.noio_only:
+        run_sync(args.rounds, args.ops)
+        asyncio.run(run_async(args.rounds, args.ops))
+    run_noio(args.rounds, args.ops)
     print(f"load after: {os.getloadavg()}")
 
 

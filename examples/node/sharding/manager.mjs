@@ -15,8 +15,13 @@ const exits = [0, 1, 2].map((id) => {
   serveShards(store, child);
   return new Promise((resolve) => child.on('exit', resolve));
 });
-await Promise.all(exits);
+const exitCodes = await Promise.all(exits);
 
 // Every shard's calls were counted here: 3 uses per user per 10 s, in all, whatever shard answered.
 const left = store.peek('claim:alice', { uses: 3, windowMs: 10_000 });
 console.log(`manager: alice has ${left.remaining} claims left, next in ${left.retryAfterMs} ms`);
+// Six claims from three shards, three allowed in all: a shard counting on its own would leave some here.
+if (left.allowed || left.remaining !== 0 || exitCodes.some((code) => code !== 0)) {
+  console.error('manager: the shards did not share their counts');
+  process.exitCode = 1;
+}
