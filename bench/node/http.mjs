@@ -28,11 +28,15 @@
 //   BENCH_ROUNDS=9 BENCH_SECONDS=3         more rounds (default 5 of 3 s)
 //   BENCH_RATE=2000                        both sides at that offered rate: compare the CPU a request
 //   BENCH_FIXED=0                          without the like-for-like rows (ratewindow by a fixed window)
-import { execFileSync, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+//   BENCH_WRK=1                            wrk as the load generator (one thread, the same 16 connections,
+//                                          the same 10,000 forwarded clients from a Lua script) instead of
+//                                          autocannon: a C client takes less of the two cores from the
+//                                          servers than autocannon's JS does (not with BENCH_RATE)
+import { execFile, execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { once } from 'node:events';
 import { createRequire } from 'node:module';
-import { loadavg } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -218,8 +222,37 @@ async function main() {
   };
 
   let client = 0;
+  const WRK = process.env.BENCH_WRK === '1' && !RATE;
+  // wrk's Lua: the same clients as autocannon's setupRequest below, one per request in turn.
+  const wrkScript = join(mkdtempSync(join(tmpdir(), 'rw-bench-http-')), 'clients.lua');
+  writeFileSync(
+    wrkScript,
+    `local i = 0
+request = function()
+  i = (i + 1) % ${CLIENTS}
+  return wrk.format(nil, nil, { ["X-Forwarded-For"] = "10." .. math.floor(i / 256) % 256 .. "." .. i % 256 .. ".7" })
+end
+`,
+  );
+  // The fields of autocannon's result that the driver reads, from wrk's report.
+  const wrkLoad = (url, seconds) =>
+    new Promise((resolve, reject) =>
+      execFile('wrk', ['-t1', `-c${CONNECTIONS}`, `-d${Math.max(1, Math.round(seconds))}s`, '--timeout', '10s', '-s', wrkScript, url], (error, out) => {
+        if (error) return reject(error);
+        const num = (re) => Number(re.exec(out)?.[1] ?? 0);
+        const total = num(/(\d+) requests in/);
+        const errors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
+        resolve({
+          requests: { total, average: num(/Requests\/sec:\s+([\d.]+)/) },
+          non2xx: num(/Non-2xx or 3xx responses: (\d+)/),
+          errors: errors ? Number(errors[1]) + Number(errors[2]) + Number(errors[3]) : 0,
+          timeouts: errors ? Number(errors[4]) : 0,
+          statusCodeStats: {},
+        });
+      }),
+    );
   const load = (url, seconds) =>
-    autocannon({
+    WRK ? wrkLoad(url, seconds) : autocannon({
       url,
       connections: CONNECTIONS,
       duration: seconds,
@@ -293,7 +326,7 @@ async function main() {
     for (const c of children) c.kill();
   }
   const load1 = loadavg();
-  console.log(`\nload average ${load0.map((x) => x.toFixed(2)).join(' ')} before, ${load1.map((x) => x.toFixed(2)).join(' ')} after; ${ROUNDS} rounds of ${SECONDS} s, ${CONNECTIONS} connections${RATE ? `, ${RATE} req/s offered` : ''}`);
+  console.log(`\nload average ${load0.map((x) => x.toFixed(2)).join(' ')} before, ${load1.map((x) => x.toFixed(2)).join(' ')} after; ${ROUNDS} rounds of ${SECONDS} s, ${CONNECTIONS} connections, ${WRK ? 'wrk' : 'autocannon'}${RATE ? `, ${RATE} req/s offered` : ''}`);
   console.log(
     '\n| pair | req/s ratewindow | req/s other | req/s ratio | server CPU µs/req ratewindow | other | CPU ratio (other/ours) | redis-server CPU µs/req ratewindow / other |\n|---|---|---|---|---|---|---|---|',
   );
