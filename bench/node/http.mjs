@@ -33,7 +33,7 @@
 //                                          autocannon: a C client takes less of the two cores from the
 //                                          servers than autocannon's JS does (not with BENCH_RATE)
 import { execFile, execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { once } from 'node:events';
 import { createRequire } from 'node:module';
 import { loadavg, tmpdir } from 'node:os';
@@ -324,6 +324,7 @@ end
     }
   } finally {
     for (const c of children) c.kill();
+    rmSync(dirname(wrkScript), { recursive: true, force: true });
   }
   const load1 = loadavg();
   console.log(`\nload average ${load0.map((x) => x.toFixed(2)).join(' ')} before, ${load1.map((x) => x.toFixed(2)).join(' ')} after; ${ROUNDS} rounds of ${SECONDS} s, ${CONNECTIONS} connections, ${WRK ? 'wrk' : 'autocannon'}${RATE ? `, ${RATE} req/s offered` : ''}`);
