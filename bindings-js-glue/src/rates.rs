@@ -136,19 +136,17 @@ pub fn check_rate(kind: u32, uses: f64, window_ms: f64, burst: f64) -> Res<()> {
     check(kind, uses, window_ms, burst, 1.0).map(|_| ())
 }
 
-/// Entry `at` of a mixed batch (`kind` 0 the sliding log, 1 GCRA, 2 the counter), checked: a refusal
-/// names `entries[at]`'s field.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn mixed_entry(
-    key: &str,
+/// A limit of `kind` (`0` the sliding log, `1` GCRA, `2` the counter) and a call's `cost`, checked as
+/// the memory store checks them (the sliding log's weights from 1 to `uses`); `at`, a batch entry's
+/// index, is named in a refusal (`entries[at].cost`). The sharded store checks what it sends with it.
+pub fn checked_rule(
     kind: u32,
     uses: f64,
     window_ms: f64,
     burst: f64,
     cost: f64,
-    at: usize,
-) -> Res<MixedEntry> {
-    let at = Some(at);
+    at: Option<usize>,
+) -> Res<(Rule, u64)> {
     let rule = match kind {
         SLIDING => Rule::Sliding(base(uses, window_ms, at)?),
         GCRA => Rule::Gcra(gcra(uses, window_ms, burst, at)?),
@@ -167,6 +165,20 @@ pub(crate) fn mixed_entry(
         Rule::Counter(c) => c.check_cost(cost).map(u64::from),
     };
     checked.map_err(|e| rate_failure(e, at))?;
+    Ok((rule, cost))
+}
+
+/// Entry `at` of a mixed batch, checked ([`checked_rule`]): a refusal names `entries[at]`'s field.
+pub(crate) fn mixed_entry(
+    key: &str,
+    kind: u32,
+    uses: f64,
+    window_ms: f64,
+    burst: f64,
+    cost: f64,
+    at: usize,
+) -> Res<MixedEntry> {
+    let (rule, cost) = checked_rule(kind, uses, window_ms, burst, cost, Some(at))?;
     Ok(MixedEntry::new(key, rule, cost))
 }
 

@@ -7,9 +7,12 @@
 use napi::bindgen_prelude::Result;
 use napi_derive::napi;
 use ratewindow_core::shard::{
-    decode_request, encode_failure, encode_value, whole, FailureKind, ShardAttempt, ShardClient,
-    ShardEntry, ShardFailure, ShardHit, ShardOp, ShardValue, ShardVerdict,
+    decode_request, encode_failure, encode_value, shard_rule, whole, FailureKind, ShardAlgorithm,
+    ShardAttempt, ShardClient, ShardEntry, ShardFailure, ShardHit, ShardOp, ShardValue,
+    ShardVerdict,
 };
+use ratewindow_core::Rule;
+use ratewindow_js_glue::rates::checked_rule;
 use ratewindow_js_glue::Failure;
 
 use crate::key::{Key, Keys};
@@ -179,8 +182,8 @@ impl NativeShardClient {
     }
 
     /// A one-key request. `a` and `b` by operation: consume/peek `uses, windowMs`; hit/hitWindow
-    /// `decayMs, amount`; attempt `max, decayMs`; tooManyAttempts/remaining `max`; release `token`
-    /// (the key unused); the rest nothing.
+    /// `decayMs, amount`; attempt `max, decayMs` (and `cost`, default 1); tooManyAttempts/remaining
+    /// `max`; release `token` (the key unused); the rest nothing.
     #[napi]
     pub fn single(
         &mut self,
@@ -188,6 +191,7 @@ impl NativeShardClient {
         key: Key,
         a: f64,
         b: f64,
+        cost: Option<f64>,
     ) -> Result<ShardRequestText, String> {
         guard(|| {
             let key = || key.get().map(str::to_owned).map_err(thrown);
@@ -242,7 +246,10 @@ impl NativeShardClient {
                     key: key()?,
                     max: int("max", a, -SAFE, SAFE)? as i64,
                     decay_ms: int("decayMs", b, 1.0, SAFE)? as u64,
-                    cost: 1,
+                    cost: match cost {
+                        Some(c) => ratewindow_js_glue::store::attempt_cost(c).map_err(thrown)?,
+                        None => 1,
+                    },
                 },
                 "tooManyAttempts" => ShardOp::TooManyAttempts {
                     key: key()?,
@@ -271,28 +278,83 @@ impl NativeShardClient {
         })
     }
 
-    /// A batch request (`consumeMany` or `peekMany`).
+    /// A call under any algorithm (`kind` 0 the sliding log, 1 GCRA, 2 the counter) costing `cost`:
+    /// `op` `consume` or `peek`, or `reset` (a GCRA bucket or counter; `cost` unused). The limit and
+    /// cost are checked as the memory store checks them, refusals naming the field as JS spells it.
+    #[napi]
+    #[allow(clippy::too_many_arguments)]
+    pub fn rate(
+        &mut self,
+        op: String,
+        key: Key,
+        kind: u32,
+        uses: f64,
+        window_ms: f64,
+        burst: f64,
+        cost: f64,
+    ) -> Result<ShardRequestText, String> {
+        guard(|| {
+            let key = key.get().map_err(thrown)?.to_owned();
+            let reset = op == "reset";
+            let (rule, cost) = checked_rule(
+                kind,
+                uses,
+                window_ms,
+                burst,
+                if reset { 1.0 } else { cost },
+                None,
+            )
+            .map_err(thrown)?;
+            let entry = ShardEntry::of_rule(key, rule, cost as u32);
+            let op = match op.as_str() {
+                "consume" | "peek" => ShardOp::single(op == "consume", entry),
+                _ => ShardOp::reset(entry).ok_or_else(|| {
+                    thrown(Failure {
+                        code: "invalid_argument:op".into(),
+                        message: format!("no {op} of a sliding-log limit"),
+                    })
+                })?,
+            };
+            Ok(self.send(op))
+        })
+    }
+
+    /// A batch request (`consumeMany` or `peekMany`); with `kinds`, entries of any algorithm (as
+    /// [`Self::rate`]) with their `bursts` and `costs`.
     #[napi(
-        ts_args_type = "op: string, keys: Array<string>, uses: Array<number>, windows: Array<number>"
+        ts_args_type = "op: string, keys: Array<string>, uses: Array<number>, windows: Array<number>, kinds?: Array<number>, bursts?: Array<number>, costs?: Array<number>"
     )]
+    #[allow(clippy::too_many_arguments)]
     pub fn batch(
         &mut self,
         op: String,
         keys: Keys,
         uses: Vec<f64>,
         windows: Vec<f64>,
+        kinds: Option<Vec<u32>>,
+        bursts: Option<Vec<f64>>,
+        costs: Option<Vec<f64>>,
     ) -> Result<ShardRequestText, String> {
         guard(|| {
             let keys = keys.get().map_err(thrown)?;
             let mut entries = Vec::with_capacity(keys.len());
+            let at = |v: &Option<Vec<f64>>, i: usize, absent: f64| {
+                v.as_ref()
+                    .map_or(absent, |v| *v.get(i).unwrap_or(&f64::NAN))
+            };
             for (i, key) in keys.into_iter().enumerate() {
-                let u = int(
-                    "uses",
-                    *uses.get(i).unwrap_or(&f64::NAN),
-                    1.0,
-                    u32::MAX as f64,
-                )? as u32;
-                let w = int("windowMs", *windows.get(i).unwrap_or(&f64::NAN), 1.0, SAFE)? as u64;
+                let u = *uses.get(i).unwrap_or(&f64::NAN);
+                let w = *windows.get(i).unwrap_or(&f64::NAN);
+                if let Some(kinds) = &kinds {
+                    let kind = *kinds.get(i).unwrap_or(&u32::MAX);
+                    let (rule, cost) =
+                        checked_rule(kind, u, w, at(&bursts, i, u), at(&costs, i, 1.0), Some(i))
+                            .map_err(thrown)?;
+                    entries.push(ShardEntry::of_rule(key, rule, cost as u32));
+                    continue;
+                }
+                let u = int("uses", u, 1.0, u32::MAX as f64)? as u32;
+                let w = int("windowMs", w, 1.0, SAFE)? as u64;
                 entries.push(ShardEntry::sliding(key, u, w));
             }
             let op = if op == "consumeMany" {
@@ -379,18 +441,48 @@ impl NativeShardClient {
     }
 }
 
-/// A limit as the manager's store takes it.
+/// A limit as the manager's store takes it: `{ uses, windowMs }` (the sliding log), with `algorithm`
+/// `gcra` and its `burst`, or `algorithm` `counter`.
 #[napi(object)]
 pub struct ShardLimitJs {
     pub uses: f64,
     pub window_ms: f64,
+    pub algorithm: Option<String>,
+    pub burst: Option<f64>,
 }
 
-/// An entry as the manager's store takes it.
+impl From<Rule> for ShardLimitJs {
+    fn from(rule: Rule) -> Self {
+        let (uses, window_ms, algorithm, burst) = match rule {
+            Rule::Sliding(l) => (l.uses(), l.window_ms(), None, None),
+            Rule::Gcra(g) => (
+                g.uses(),
+                g.window_ms(),
+                Some(ShardAlgorithm::Gcra),
+                Some(g.burst() as f64),
+            ),
+            Rule::Counter(c) => (
+                c.limit().uses(),
+                c.limit().window_ms(),
+                Some(ShardAlgorithm::Counter),
+                None,
+            ),
+        };
+        ShardLimitJs {
+            uses: uses as f64,
+            window_ms: window_ms as f64,
+            algorithm: algorithm.map(|a| a.name().to_owned()),
+            burst,
+        }
+    }
+}
+
+/// An entry as the manager's store takes it (`cost` only above 1).
 #[napi(object)]
 pub struct ShardEntryJs {
     pub key: String,
     pub limit: ShardLimitJs,
+    pub cost: Option<f64>,
 }
 
 /// A request as the manager runs it, or `refused`: the answer to send back at once.
@@ -406,6 +498,8 @@ pub struct ShardCallJs {
     pub amount: Option<f64>,
     pub max: Option<f64>,
     pub token: Option<f64>,
+    /// A call's cost, only above 1 (so a store of the user's own without costs serves the rest).
+    pub cost: Option<f64>,
     /// A lock operation's owner token and TTL in seconds.
     pub owner: Option<String>,
     pub ttl: Option<f64>,
@@ -414,39 +508,13 @@ pub struct ShardCallJs {
     pub refused: Option<String>,
 }
 
-/// What a request carries that the Node manager does not run yet (GCRA, the sliding-window counter,
-/// a cost), named; `None` for a request it runs as it always has.
-fn not_carried(op: &ShardOp) -> Option<&'static str> {
-    match op {
-        ShardOp::Consume {
-            algorithm,
-            burst,
-            cost,
-            ..
-        }
-        | ShardOp::Peek {
-            algorithm,
-            burst,
-            cost,
-            ..
-        } => match algorithm {
-            Some(a) => Some(a.name()),
-            None => (*cost != 1 || burst.is_some()).then_some("a cost or a burst"),
-        },
-        ShardOp::ConsumeMany { entries } | ShardOp::PeekMany { entries } => entries
-            .iter()
-            .find(|e| !e.is_plain())
-            .map(|e| match e.algorithm {
-                Some(a) => a.name(),
-                None => "a cost or a burst",
-            }),
-        ShardOp::Attempt { cost, .. } => (*cost != 1).then_some("an attempt's cost"),
-        ShardOp::Reset { algorithm, .. } => Some(algorithm.name()),
-        _ => None,
-    }
+/// A cost as the manager passes it: only above 1.
+fn cost_js(cost: u32) -> Option<f64> {
+    (cost != 1).then_some(cost as f64)
 }
 
-/// Reads and validates a request (the manager's side).
+/// Reads and validates a request (the manager's side): its limits checked as every store checks them
+/// (`shard_rule`: `invalid_limit` naming the field; a `burst` without GCRA `malformed`).
 #[napi(js_name = "shardDecode")]
 pub fn shard_decode(text: String) -> Result<ShardCallJs, String> {
     guard(|| {
@@ -460,6 +528,7 @@ pub fn shard_decode(text: String) -> Result<ShardCallJs, String> {
             amount: None,
             max: None,
             token: None,
+            cost: None,
             owner: None,
             ttl: None,
             hold_ms: 0.0,
@@ -474,96 +543,105 @@ pub fn shard_decode(text: String) -> Result<ShardCallJs, String> {
             }
         };
         c.id = request.id as f64;
-        if let Some(what) = not_carried(&request.op) {
-            // Sent by a shard of another binding: refused, never counted as the sliding log's call.
-            let failure = ShardFailure::new(
-                FailureKind::Unsupported,
-                format!("this manager (Node) does not carry {what} yet"),
-            );
+        if let Err(failure) = fill(&mut c, request.op) {
+            c.op = String::new();
             c.refused = Some(encode_failure(request.id, &failure));
-            return Ok(c);
-        }
-        c.op = request.op.name().to_owned();
-        c.hold_ms = request.op.hold_ms() as f64;
-        let lim = |uses: u32, window_ms: u64| {
-            Some(ShardLimitJs {
-                uses: uses as f64,
-                window_ms: window_ms as f64,
-            })
-        };
-        match request.op {
-            ShardOp::Consume {
-                key,
-                uses,
-                window_ms,
-                ..
-            }
-            | ShardOp::Peek {
-                key,
-                uses,
-                window_ms,
-                ..
-            } => {
-                c.key = Some(key);
-                c.limit = lim(uses, window_ms);
-            }
-            ShardOp::ConsumeMany { entries } | ShardOp::PeekMany { entries } => {
-                c.entries = Some(
-                    entries
-                        .into_iter()
-                        .map(|e| ShardEntryJs {
-                            key: e.key,
-                            limit: ShardLimitJs {
-                                uses: e.uses as f64,
-                                window_ms: e.window_ms as f64,
-                            },
-                        })
-                        .collect(),
-                );
-            }
-            ShardOp::Release { token } => c.token = Some(token as f64),
-            ShardOp::Hit {
-                key,
-                decay_ms,
-                amount,
-            }
-            | ShardOp::HitWindow {
-                key,
-                decay_ms,
-                amount,
-            } => {
-                c.key = Some(key);
-                c.decay_ms = Some(decay_ms as f64);
-                c.amount = Some(amount as f64);
-            }
-            ShardOp::Attempt {
-                key, max, decay_ms, ..
-            } => {
-                c.key = Some(key);
-                c.max = Some(max as f64);
-                c.decay_ms = Some(decay_ms as f64);
-            }
-            ShardOp::TooManyAttempts { key, max } | ShardOp::Remaining { key, max } => {
-                c.key = Some(key);
-                c.max = Some(max as f64);
-            }
-            ShardOp::Attempts { key }
-            | ShardOp::AvailableIn { key }
-            | ShardOp::AvailableInMs { key }
-            | ShardOp::ResetAttempts { key }
-            | ShardOp::Clear { key } => c.key = Some(key),
-            ShardOp::LockAcquire { key, owner, ttl }
-            | ShardOp::LockRelease { key, owner, ttl }
-            | ShardOp::LockForceRelease { key, owner, ttl }
-            | ShardOp::LockOwner { key, owner, ttl } => {
-                c.key = Some(key);
-                c.owner = Some(owner);
-                c.ttl = Some(ttl);
-            }
-            ShardOp::Reset { .. } => {} // refused by `not_carried`
         }
         Ok(c)
     })
+}
+
+/// `c`'s fields from `op`, or the refusal of a limit the core does not take.
+fn fill(c: &mut ShardCallJs, op: ShardOp) -> std::result::Result<(), ShardFailure> {
+    c.op = op.name().to_owned();
+    c.hold_ms = op.hold_ms() as f64;
+    match op {
+        ShardOp::Consume {
+            key,
+            uses,
+            window_ms,
+            algorithm,
+            burst,
+            cost,
+        }
+        | ShardOp::Peek {
+            key,
+            uses,
+            window_ms,
+            algorithm,
+            burst,
+            cost,
+        } => {
+            c.limit = Some(shard_rule(algorithm, uses, window_ms, burst)?.into());
+            c.key = Some(key);
+            c.cost = cost_js(cost);
+        }
+        ShardOp::Reset {
+            key,
+            algorithm,
+            uses,
+            window_ms,
+            burst,
+        } => {
+            c.limit = Some(shard_rule(Some(algorithm), uses, window_ms, burst)?.into());
+            c.key = Some(key);
+        }
+        ShardOp::ConsumeMany { entries } | ShardOp::PeekMany { entries } => {
+            let mut out = Vec::with_capacity(entries.len());
+            for e in entries {
+                out.push(ShardEntryJs {
+                    limit: e.rule()?.into(),
+                    cost: cost_js(e.cost),
+                    key: e.key,
+                });
+            }
+            c.entries = Some(out);
+        }
+        ShardOp::Release { token } => c.token = Some(token as f64),
+        ShardOp::Hit {
+            key,
+            decay_ms,
+            amount,
+        }
+        | ShardOp::HitWindow {
+            key,
+            decay_ms,
+            amount,
+        } => {
+            c.key = Some(key);
+            c.decay_ms = Some(decay_ms as f64);
+            c.amount = Some(amount as f64);
+        }
+        ShardOp::Attempt {
+            key,
+            max,
+            decay_ms,
+            cost,
+        } => {
+            c.key = Some(key);
+            c.max = Some(max as f64);
+            c.decay_ms = Some(decay_ms as f64);
+            c.cost = cost_js(cost);
+        }
+        ShardOp::TooManyAttempts { key, max } | ShardOp::Remaining { key, max } => {
+            c.key = Some(key);
+            c.max = Some(max as f64);
+        }
+        ShardOp::Attempts { key }
+        | ShardOp::AvailableIn { key }
+        | ShardOp::AvailableInMs { key }
+        | ShardOp::ResetAttempts { key }
+        | ShardOp::Clear { key } => c.key = Some(key),
+        ShardOp::LockAcquire { key, owner, ttl }
+        | ShardOp::LockRelease { key, owner, ttl }
+        | ShardOp::LockForceRelease { key, owner, ttl }
+        | ShardOp::LockOwner { key, owner, ttl } => {
+            c.key = Some(key);
+            c.owner = Some(owner);
+            c.ttl = Some(ttl);
+        }
+    }
+    Ok(())
 }
 
 /// A verdict as the manager's store answered it (any object: its fields are checked here).

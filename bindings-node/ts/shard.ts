@@ -26,12 +26,12 @@
 import { join } from 'node:path';
 import * as workerThreads from 'node:worker_threads';
 
-import { checkEntries, checkInteger, checkKey, checkLimitShape } from './check';
+import { checkEntries, checkInteger, checkKey, checkLimitShape, costOf, mixesRates, rateKind } from './check';
 import { fromBackend, InternalError, InvalidArgumentError, InvalidLimitError, typeError } from './errors';
 import { Lock, withLock, type LockBackend, type LockDriver, type WithLockOptions } from './lock';
 import { CooldownStore, getDefaultBackend, MemoryStore } from './store';
 import { StoreError, StoreReplyError } from './store-errors';
-import type { AttemptResult, Awaitable, BatchVerdict, CooldownLimit, Entry, HitResult, Verdict } from './types';
+import type { AnyLimit, AttemptResult, Awaitable, BatchVerdict, CallOptions, CooldownLimit, CounterLimit, Entry, GcraLimit, HitResult, Verdict } from './types';
 
 /** Why a sharded call failed (see `ratewindow_core::shard::FailureKind`). */
 export type ShardFailureKind =
@@ -91,8 +91,9 @@ interface AnswerJs {
   error?: FailureJs | null;
 }
 interface NativeShardClient {
-  single(op: string, key: string, a: number, b: number): RequestText;
-  batch(op: string, keys: string[], uses: number[], windows: number[]): RequestText;
+  single(op: string, key: string, a: number, b: number, cost?: number): RequestText;
+  rate(op: string, key: string, kind: number, uses: number, windowMs: number, burst: number, cost: number): RequestText;
+  batch(op: string, keys: string[], uses: number[], windows: number[], kinds?: number[], bursts?: number[], costs?: number[]): RequestText;
   lock(op: string, key: string, owner: string, ttl: number): RequestText;
   answer(text: string): AnswerJs | null;
   forget(id: number, timeoutMs?: number): FailureJs | null;
@@ -103,12 +104,16 @@ interface ShardCallJs {
   id: number;
   op: string;
   key?: string | null;
-  limit?: CooldownLimit | null;
+  /** A limit of any algorithm (`burst` set for GCRA; neither field for the sliding log). */
+  limit?: AnyLimit | null;
+  /** Entries with their `cost` only above 1. */
   entries?: Entry[] | null;
   decayMs?: number | null;
   amount?: number | null;
   max?: number | null;
   token?: number | null;
+  /** A call's cost, only above 1. */
+  cost?: number | null;
   owner?: string | null;
   ttl?: number | null;
   holdMs: number;
@@ -296,8 +301,17 @@ function linkOf(channel: ShardChannelLike): Link {
   return link;
 }
 
+/** The arguments a refusal names (a limit's `uses`, `windowMs`, `burst`, a call's `cost`; `decay` for a fixed window's). */
+interface Args {
+  uses?: unknown;
+  windowMs?: unknown;
+  burst?: unknown;
+  cost?: unknown;
+  decay?: boolean;
+}
+
 /** The typed error of a failure the engine read from an answer (or made: a timeout, a closed channel). */
-function errorOf(f: FailureJs, args?: { uses?: unknown; windowMs?: unknown; decay?: boolean }): Error {
+function errorOf(f: FailureJs, args?: Args): Error {
   switch (f.kind) {
     case 'invalid_limit': {
       const uses = f.field === 'uses';
@@ -404,51 +418,120 @@ export class ShardedStore extends CooldownStore {
     return decayMs;
   }
 
-  private async ask<T>(request: () => RequestText, then: (a: AnswerJs) => T, args?: { uses?: unknown; windowMs?: unknown; decay?: boolean }): Promise<T> {
+  private async ask<T>(request: () => RequestText, then: (a: AnswerJs) => T, args?: Args): Promise<T> {
     let r: RequestText;
     try {
       r = request();
     } catch (e) {
-      throw fromBackend(e);
+      throw fromBackend(e, args?.uses, args?.windowMs, args?.burst, args?.cost);
     }
     const a = await this.link!.ask(r, this.timeoutMs);
     if (a.kind === 'error') throw errorOf(a.error!, args);
     return then(a);
   }
 
-  private single<T>(op: string, key: string, a: number, b: number, then: (a: AnswerJs) => T, args?: { uses?: unknown; windowMs?: unknown; decay?: boolean }): Promise<T> {
+  private single<T>(op: string, key: string, a: number, b: number, then: (a: AnswerJs) => T, args?: Args): Promise<T> {
     return this.ask(() => this.link!.client.single(op, key, a, b), then, args);
   }
 
-  /** Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait. */
-  override consume(key: string, limit: CooldownLimit): Awaitable<Verdict> {
-    if (this.local) return this.local.consume(key, limit);
+  /** A call under a GCRA or counter limit (`kind` 1 or 2), or a sliding-log call with a cost (`kind` 0). */
+  private rate<T>(op: 'consume' | 'peek' | 'reset', key: string, kind: number, limit: GcraLimit, cost: number, then: (a: AnswerJs) => T): Promise<T> {
+    const burst = kind === 1 ? (limit.burst ?? limit.uses) : 0;
+    return this.ask(() => this.link!.client.rate(op, key, kind, limit.uses, limit.windowMs, burst, cost), then, { uses: limit.uses, windowMs: limit.windowMs, burst: limit.burst, cost });
+  }
+
+  /** One call, consumed or peeked: the sliding log's plain request, else {@link rate}. */
+  private one(op: 'consume' | 'peek', key: string, limit: AnyLimit, options: CallOptions | undefined): Promise<Verdict> {
     checkKey(key);
+    const kind = rateKind(limit);
+    if (kind === 0) checkLimitShape(limit);
+    const cost = costOf(options);
+    if (kind !== 0 || cost !== 1) return this.rate(op, key, kind, limit as GcraLimit, cost, (a) => verdictOf(a, false));
     this.limitChecked(limit);
-    return this.single('consume', key, limit.uses, limit.windowMs, (a) => verdictOf(a, false), limit);
+    return this.single(op, key, limit.uses, limit.windowMs, (a) => verdictOf(a, false), limit);
+  }
+
+  /**
+   * Counts one call to `key` under `limit` (the sliding log, a {@link GcraLimit} or a
+   * {@link CounterLimit}), costing `options.cost` (default 1), in the manager: allowed and recorded, or
+   * refused with the wait.
+   */
+  override consume(key: string, limit: AnyLimit, options?: CallOptions): Awaitable<Verdict> {
+    if (this.local) return this.local.consume(key, limit, options);
+    return this.one('consume', key, limit, options);
   }
 
   /** The verdict {@link consume} would give, recording nothing. */
-  peek(key: string, limit: CooldownLimit): Awaitable<Verdict> {
-    if (this.local) return this.local.peek(key, limit);
-    checkKey(key);
-    this.limitChecked(limit);
-    return this.single('peek', key, limit.uses, limit.windowMs, (a) => verdictOf(a, false), limit);
+  peek(key: string, limit: AnyLimit, options?: CallOptions): Awaitable<Verdict> {
+    if (this.local) return this.local.peek(key, limit, options);
+    return this.one('peek', key, limit, options);
   }
 
-  private batch(op: 'consumeMany' | 'peekMany', entries: readonly Entry[]): Promise<BatchVerdict> {
-    checkEntries(entries);
+  /**
+   * Forgets `key`'s GCRA bucket or counter (by `limit`'s algorithm) in the manager: its next call finds
+   * every use there.
+   * @throws {TypeError} for a sliding-log limit (its calls are given back by a batch's `release()`).
+   */
+  reset(key: string, limit: GcraLimit | CounterLimit): Awaitable<void> {
+    if (this.local) return this.local.reset(key, limit);
+    checkKey(key);
+    const kind = rateKind(limit);
+    if (kind === 0) throw typeError("reset takes a GCRA or counter limit ({ algorithm: 'gcra' | 'counter', ... })", limit);
+    return this.rate('reset', key, kind, limit as GcraLimit, 1, () => undefined);
+  }
+
+  /** A batch mixing algorithms or with costs, checked in full (as the memory store checks it) before it is sent. */
+  private mixedRequest(op: 'consumeMany' | 'peekMany', entries: readonly Entry[]): () => RequestText {
     const keys: string[] = [];
     const uses: number[] = [];
     const windows: number[] = [];
-    for (const { key, limit } of entries) {
-      this.limitChecked(limit);
-      keys.push(key);
+    const kinds: number[] = [];
+    const bursts: number[] = [];
+    const costs: number[] = [];
+    for (const entry of entries) {
+      if (typeof entry !== 'object' || entry === null) throw typeError('each entry must be { key, limit, cost? }', entry);
+      checkKey(entry.key);
+      const kind = rateKind(entry.limit);
+      if (kind === 0) checkLimitShape(entry.limit);
+      const limit = entry.limit as GcraLimit;
+      keys.push(entry.key);
       uses.push(limit.uses);
       windows.push(limit.windowMs);
+      kinds.push(kind);
+      bursts.push(kind === 1 ? (limit.burst ?? limit.uses) : 0);
+      costs.push(costOf(entry));
+    }
+    return () => {
+      try {
+        return this.link!.client.batch(op, keys, uses, windows, kinds, bursts, costs);
+      } catch (e) {
+        // The refusal names its entry (`entries[2].burst`): the typed error carries that entry's value.
+        const at = Number(/entries\[(\d+)\]/.exec((e as Error | null)?.message ?? '')?.[1] ?? -1);
+        const limit = entries[at]?.limit as GcraLimit | undefined;
+        throw fromBackend(e, limit?.uses, limit?.windowMs, limit?.burst, at >= 0 ? costOf(entries[at]) : undefined);
+      }
+    };
+  }
+
+  private batch(op: 'consumeMany' | 'peekMany', entries: readonly Entry[]): Promise<BatchVerdict> {
+    let request: () => RequestText;
+    if (Array.isArray(entries) && mixesRates(entries)) {
+      request = this.mixedRequest(op, entries);
+    } else {
+      checkEntries(entries);
+      const keys: string[] = [];
+      const uses: number[] = [];
+      const windows: number[] = [];
+      for (const { key, limit } of entries) {
+        this.limitChecked(limit);
+        keys.push(key);
+        uses.push(limit.uses);
+        windows.push(limit.windowMs);
+      }
+      request = () => this.link!.client.batch(op, keys, uses, windows);
     }
     return this.ask(
-      () => this.link!.client.batch(op, keys, uses, windows),
+      request,
       (a) => {
         const v = verdictOf(a, true);
         if (op === 'consumeMany' && a.allowed === true && a.release != null) {
@@ -468,7 +551,8 @@ export class ShardedStore extends CooldownStore {
 
   /**
    * Counts one call against every entry at once (all or nothing). An allowed verdict carries
-   * `release()` (not enumerable): it asks the manager to give back exactly this call.
+   * `release()` (not enumerable): it asks the manager to give back exactly this call. Entries may mix
+   * algorithms and carry costs, as on the memory store.
    */
   override consumeMany(entries: readonly Entry[]): Awaitable<BatchVerdict> {
     if (this.local) return this.local.consumeMany(entries);
@@ -499,16 +583,22 @@ export class ShardedStore extends CooldownStore {
     return this.single('hitWindow', key, decayMs, amount, (a) => ({ count: a.value!, resetAfterMs: a.resetAfterMs! }), { windowMs: decayMs, decay: true });
   }
 
-  /** Fixed window, atomically: one hit if `key` has fewer than `max` (see {@link MemoryStore.attempt}). */
-  attempt(key: string, max: number, decayMs: number): Awaitable<AttemptResult> {
-    if (this.local) return this.local.attempt(key, max, decayMs);
+  /**
+   * Fixed window, atomically: one hit if `key` has fewer than `max` (`options.cost` hits, counted only
+   * when the count plus `cost` is at most `max`; see {@link MemoryStore.attempt}).
+   */
+  attempt(key: string, max: number, decayMs: number, options?: CallOptions): Awaitable<AttemptResult> {
+    if (this.local) return this.local.attempt(key, max, decayMs, options);
     checkKey(key);
     checkInteger('max', max);
     this.decayChecked(decayMs);
-    return this.single('attempt', key, max, decayMs, (a) => ({ allowed: a.allowed === true, count: a.value!, resetAfterMs: a.resetAfterMs! }), {
-      windowMs: decayMs,
-      decay: true,
-    });
+    const cost = costOf(options);
+    const args = { windowMs: decayMs, decay: true, cost };
+    return this.ask(
+      () => this.link!.client.single('attempt', key, max, decayMs, cost === 1 ? undefined : cost),
+      (a) => ({ allowed: a.allowed === true, count: a.value!, resetAfterMs: a.resetAfterMs! }),
+      args,
+    );
   }
 
   /** Hits counted in `key`'s current window; 0 when it has none. */
@@ -693,9 +783,13 @@ export function serveShards(store: CooldownStore, channel: ShardChannelLike, opt
     }
     const f = method(c.op);
     if (f === undefined) throw new ShardError('unsupported', `the manager's store has no ${c.op}()`);
+    // A cost passes only above 1, so a store of the user's own without costs serves every other call.
+    const options = c.cost == null ? undefined : { cost: c.cost };
     switch (c.op) {
       case 'consume':
       case 'peek':
+        return options === undefined ? f(c.key, c.limit) : f(c.key, c.limit, options);
+      case 'reset':
         return f(c.key, c.limit);
       case 'consumeMany':
       case 'peekMany':
@@ -704,7 +798,7 @@ export function serveShards(store: CooldownStore, channel: ShardChannelLike, opt
       case 'hitWindow':
         return f(c.key, c.decayMs, c.amount);
       case 'attempt':
-        return f(c.key, c.max, c.decayMs);
+        return options === undefined ? f(c.key, c.max, c.decayMs) : f(c.key, c.max, c.decayMs, options);
       case 'tooManyAttempts':
       case 'remaining':
         return f(c.key, c.max);

@@ -131,6 +131,34 @@ impl ShardEntry {
         }
     }
 
+    /// An entry counted under `rule`, costing `cost`: the rule's defaults (the sliding log, a GCRA burst
+    /// equal to `uses`, a cost of 1) are left off, so what crosses is what a plain entry always was.
+    pub fn of_rule(key: String, rule: crate::Rule, cost: u32) -> ShardEntry {
+        let (algorithm, uses, window_ms, burst) = match rule {
+            crate::Rule::Sliding(l) => (None, l.uses(), l.window_ms(), None),
+            crate::Rule::Gcra(g) => (
+                Some(ShardAlgorithm::Gcra),
+                g.uses(),
+                g.window_ms(),
+                (g.burst() != g.uses()).then_some(g.burst()),
+            ),
+            crate::Rule::Counter(c) => (
+                Some(ShardAlgorithm::Counter),
+                c.limit().uses(),
+                c.limit().window_ms(),
+                None,
+            ),
+        };
+        ShardEntry {
+            key,
+            uses,
+            window_ms,
+            algorithm,
+            burst,
+            cost,
+        }
+    }
+
     /// Whether the entry is a sliding-log entry costing 1 (what every manager has always taken).
     pub fn is_plain(&self) -> bool {
         self.algorithm.is_none() && self.burst.is_none() && self.cost == 1
@@ -308,6 +336,48 @@ pub enum Expect {
 }
 
 impl ShardOp {
+    /// One call (`consume`, else `peek`) counted as `entry` says.
+    pub fn single(consume: bool, entry: ShardEntry) -> ShardOp {
+        let ShardEntry {
+            key,
+            uses,
+            window_ms,
+            algorithm,
+            burst,
+            cost,
+        } = entry;
+        if consume {
+            ShardOp::Consume {
+                key,
+                uses,
+                window_ms,
+                algorithm,
+                burst,
+                cost,
+            }
+        } else {
+            ShardOp::Peek {
+                key,
+                uses,
+                window_ms,
+                algorithm,
+                burst,
+                cost,
+            }
+        }
+    }
+
+    /// `reset` of `entry`'s GCRA bucket or counter; `None` for a sliding-log entry (nothing to reset).
+    pub fn reset(entry: ShardEntry) -> Option<ShardOp> {
+        Some(ShardOp::Reset {
+            algorithm: entry.algorithm?,
+            key: entry.key,
+            uses: entry.uses,
+            window_ms: entry.window_ms,
+            burst: entry.burst,
+        })
+    }
+
     /// The operation's name on the wire.
     pub fn name(&self) -> &'static str {
         OPS[self.index()]
@@ -1136,6 +1206,43 @@ mod tests {
             client.answer(&encode_value(id, &ShardValue::Bool(true))),
             Some((id, Ok(ShardValue::Bool(true))))
         );
+    }
+
+    #[test]
+    fn entries_of_rules_leave_the_defaults_off() {
+        let rule = |a, b: Option<u32>| shard_rule(a, 10, 1000, b).unwrap();
+        let sliding = ShardEntry::of_rule("s".into(), rule(None, None), 1);
+        assert!(sliding.is_plain());
+        assert_eq!(sliding, ShardEntry::sliding("s".into(), 10, 1000));
+        // A burst equal to `uses` is GCRA's default: left off, read back as the same rule.
+        let even = ShardEntry::of_rule("g".into(), rule(Some(ShardAlgorithm::Gcra), Some(10)), 1);
+        assert_eq!(
+            (even.algorithm, even.burst),
+            (Some(ShardAlgorithm::Gcra), None)
+        );
+        let gcra = ShardEntry::of_rule("g".into(), rule(Some(ShardAlgorithm::Gcra), Some(4)), 3);
+        assert_eq!(
+            encode_request(1, &ShardOp::single(true, gcra.clone())),
+            r#"{"rw":1,"id":1,"op":"consume","key":"g","uses":10,"windowMs":1000,"algorithm":"gcra","burst":4,"cost":3}"#
+        );
+        assert_eq!(
+            gcra.rule().unwrap(),
+            rule(Some(ShardAlgorithm::Gcra), Some(4))
+        );
+        assert!(matches!(
+            ShardOp::single(false, gcra.clone()),
+            ShardOp::Peek { cost: 3, .. }
+        ));
+        assert_eq!(
+            encode_request(2, &ShardOp::reset(gcra).unwrap()),
+            r#"{"rw":1,"id":2,"op":"reset","key":"g","algorithm":"gcra","uses":10,"windowMs":1000,"burst":4}"#
+        );
+        let counter = ShardEntry::of_rule("c".into(), rule(Some(ShardAlgorithm::Counter), None), 2);
+        assert_eq!(
+            (counter.algorithm, counter.burst, counter.cost),
+            (Some(ShardAlgorithm::Counter), None, 2)
+        );
+        assert!(ShardOp::reset(sliding).is_none());
     }
 
     #[test]
