@@ -384,7 +384,7 @@ impl Calls {
     /// (`entries[i]`'s field named). SQLite only (`now`, its clock): on Redis and PostgreSQL an
     /// `invalid_argument:store` failure, nothing run. An allowed consume keeps its release token
     /// (the sliding-log calls).
-    #[cfg(feature = "rates")]
+    #[cfg(feature = "mixed")]
     #[allow(clippy::too_many_arguments)]
     pub fn mixed(
         &mut self,
@@ -1209,12 +1209,13 @@ pub fn reply_number(n: f64) -> Reply {
     number_or_text(n).map_or_else(Reply::Text, Reply::Int)
 }
 
-/// A JS number as an integer when whole and within i64, else its text.
+/// A JS number as an integer when whole and within i64, else its text (the core's `number_text`, not
+/// `to_string`: the float formatter would cost the wasm package ~16 KB).
 pub fn number_or_text(n: f64) -> Result<i64, String> {
     if n.fract() == 0.0 && n.abs() < 9.2e18 {
         Ok(n as i64)
     } else {
-        Err(n.to_string())
+        Err(ratewindow_core::input::number_text(n))
     }
 }
 

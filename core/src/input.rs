@@ -20,6 +20,22 @@ pub struct NowError {
     pub value: String,
 }
 
+/// A host number as text, as JavaScript mostly writes it (`NaN`, `-Infinity`, `1.5`, a whole number
+/// digit for digit, at most 17 significant digits, which read back as the same number): what a binding
+/// writes for a number it cannot take as an integer. Not `{v}`: the standard float formatter is ~16 KB
+/// of code in a WebAssembly module.
+///
+/// ```
+/// use ratewindow_core::input::number_text;
+/// assert_eq!(number_text(1.5), "1.5");
+/// assert_eq!(number_text(f64::NEG_INFINITY), "-Infinity");
+/// assert_eq!(number_text(1e19), "10000000000000000000");
+/// assert_eq!(number_text(0.3).parse::<f64>(), Ok(0.3));
+/// ```
+pub fn number_text(v: f64) -> String {
+    crate::limit::format_f64(v)
+}
+
 /// `now` if it is in range, else the error naming it.
 ///
 /// ```

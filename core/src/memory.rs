@@ -1622,7 +1622,7 @@ impl MemoryStore {
 /// A scratch store holding the state a networked store read, so a mixed batch on SQLite (and the
 /// other stores' checks of their replies) is decided by [`consume_mixed`](MemoryStore::consume_mixed)'s
 /// own rules: `core/src/call/mixed.rs`.
-#[cfg(all(feature = "rates", feature = "sql"))]
+#[cfg(feature = "mixed")]
 impl MemoryStore {
     /// Puts `times` (ascending) into `key`'s sliding log, which lives until `expires_at` (the latest
     /// expiry of the calls it held, trimmed ones included).

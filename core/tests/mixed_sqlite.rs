@@ -3,7 +3,7 @@
 //! release of the sliding-log calls, processes' worth of connections racing a batch whose global
 //! entry is the bottleneck (exactly its uses pass), and bad input refused with nothing written.
 
-#![cfg(all(feature = "rates", feature = "sql", feature = "weights"))]
+#![cfg(all(feature = "mixed", feature = "weights"))]
 
 use ratewindow_core::call::{
     check_mixed, CallError, Command, Fed, Next, Op, Outcome, ReleaseToken,

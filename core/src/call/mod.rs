@@ -25,9 +25,9 @@
 mod ids;
 #[cfg(feature = "lock")]
 mod lock;
-#[cfg(all(feature = "rates", feature = "sql"))]
+#[cfg(feature = "mixed")]
 mod mixed;
-#[cfg(all(feature = "rates", feature = "sql"))]
+#[cfg(feature = "mixed")]
 mod mixed_redis;
 #[cfg(feature = "rates")]
 mod rates;
@@ -40,9 +40,9 @@ pub use self::ids::CallIds;
 pub use self::lock::LockCommands;
 #[cfg(feature = "lock")]
 pub use self::lock::LOCK;
-#[cfg(all(feature = "rates", feature = "sql"))]
+#[cfg(feature = "mixed")]
 pub use self::mixed::check_mixed;
-#[cfg(all(feature = "rates", feature = "sql"))]
+#[cfg(feature = "mixed")]
 pub use self::mixed_redis::{MIXED, MIXED_RACES};
 #[cfg(all(feature = "rates", feature = "sql"))]
 pub(crate) use self::rates::postgres_rates_purge_ctes;
@@ -346,9 +346,9 @@ enum Inner {
     Lock(Box<self::lock::LockCall>),
     #[cfg(feature = "rates")]
     Rate(Box<self::rates::RateCall>),
-    #[cfg(all(feature = "rates", feature = "sql"))]
+    #[cfg(feature = "mixed")]
     Mixed(Box<self::mixed::MixedCall>),
-    #[cfg(all(feature = "rates", feature = "sql"))]
+    #[cfg(feature = "mixed")]
     MixedRedis(Box<self::mixed_redis::MixedRedisCall>),
     Finished(Option<Result<Outcome, CallError>>),
 }
@@ -387,7 +387,7 @@ impl Call {
         }
     }
 
-    #[cfg(all(feature = "rates", feature = "sql"))]
+    #[cfg(feature = "mixed")]
     pub(crate) fn mixed(call: self::mixed::MixedCall) -> Call {
         Call {
             inner: Inner::Mixed(Box::new(call)),
@@ -395,7 +395,7 @@ impl Call {
         }
     }
 
-    #[cfg(all(feature = "rates", feature = "sql"))]
+    #[cfg(feature = "mixed")]
     pub(crate) fn mixed_redis(call: self::mixed_redis::MixedRedisCall) -> Call {
         Call {
             inner: Inner::MixedRedis(Box::new(call)),
@@ -426,9 +426,9 @@ impl Call {
             Inner::Lock(call) => call.result(),
             #[cfg(feature = "rates")]
             Inner::Rate(call) => call.result(),
-            #[cfg(all(feature = "rates", feature = "sql"))]
+            #[cfg(feature = "mixed")]
             Inner::Mixed(call) => call.result(),
-            #[cfg(all(feature = "rates", feature = "sql"))]
+            #[cfg(feature = "mixed")]
             Inner::MixedRedis(call) => call.result(),
             Inner::Finished(_) => None,
         } {
@@ -442,9 +442,9 @@ impl Call {
             Inner::Lock(call) => Next::Run(call.command()),
             #[cfg(feature = "rates")]
             Inner::Rate(call) => Next::Run(call.command()),
-            #[cfg(all(feature = "rates", feature = "sql"))]
+            #[cfg(feature = "mixed")]
             Inner::Mixed(call) => Next::Run(call.command()),
-            #[cfg(all(feature = "rates", feature = "sql"))]
+            #[cfg(feature = "mixed")]
             Inner::MixedRedis(call) => Next::Run(call.command()),
             Inner::Finished(result) => {
                 Next::Done(result.take().unwrap_or(Err(CallError::Protocol {
@@ -465,9 +465,9 @@ impl Call {
             Inner::Lock(call) => call.feed(Ok(fed)),
             #[cfg(feature = "rates")]
             Inner::Rate(call) => call.feed(Ok(fed)),
-            #[cfg(all(feature = "rates", feature = "sql"))]
+            #[cfg(feature = "mixed")]
             Inner::Mixed(call) => call.feed(Ok(fed)),
-            #[cfg(all(feature = "rates", feature = "sql"))]
+            #[cfg(feature = "mixed")]
             Inner::MixedRedis(call) => call.feed(Ok(fed)),
             Inner::Finished(_) => self.protocol("nothing (the call is over)", fed.name()),
         }
@@ -485,9 +485,9 @@ impl Call {
             Inner::Lock(call) => call.feed(Err(message)),
             #[cfg(feature = "rates")]
             Inner::Rate(call) => call.feed(Err(message)),
-            #[cfg(all(feature = "rates", feature = "sql"))]
+            #[cfg(feature = "mixed")]
             Inner::Mixed(call) => call.feed(Err(message)),
-            #[cfg(all(feature = "rates", feature = "sql"))]
+            #[cfg(feature = "mixed")]
             Inner::MixedRedis(call) => call.feed(Err(message)),
             Inner::Finished(_) => self.protocol("nothing (the call is over)", "a failure"),
         }
