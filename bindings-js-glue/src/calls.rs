@@ -623,6 +623,8 @@ impl Calls {
                         })
                 }
                 Prepared::Attempt { max, .. } => redis.attempt_answered(*max, reply),
+                #[cfg(feature = "rates")]
+                Prepared::Rate(op) => redis.rate_answered(op, reply),
                 _ => None,
             };
             if let Some(outcome) = outcome {

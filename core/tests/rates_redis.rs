@@ -243,6 +243,85 @@ fn a_fraction_found_by_a_whole_limit_is_counted_exactly() {
     forget(&mut con, &options);
 }
 
+/// `Redis::rate_answered` (a host that keeps the planned command) decides each first reply as the
+/// call does: every GCRA and counter shape on the server's clock (a full bucket, a TAT ahead, a
+/// refusal, a peek, a fraction, a reset), and leaves the script's asking (`-1`) and a reply of
+/// another shape to the call.
+#[test]
+fn a_first_reply_is_decided_at_once_as_the_call_decides_it() {
+    let mut con = connection();
+    let options = options("answered");
+    let redis = Redis::new(options.clone());
+    let five = Gcra::new(5, 60_000, 5).unwrap();
+    let thirds = Gcra::new(3, 1_000, 3).unwrap();
+    let whole = Gcra::new(3, 3_000, 3).unwrap();
+    let counter = Counter::new(Limit::new(2, 3_600_000).unwrap()).unwrap();
+    let gcra = |key: &str, gcra, cost| RateOp::GcraConsume {
+        key: key.into(),
+        gcra,
+        cost,
+    };
+    let mut ops = vec![gcra("a", five, 1), gcra("a", five, 3), gcra("a", five, 2)];
+    ops.push(RateOp::GcraPeek {
+        key: "a".into(),
+        gcra: five,
+        cost: 1,
+    });
+    ops.push(RateOp::GcraPeek {
+        key: "b".into(),
+        gcra: five,
+        cost: 5,
+    });
+    ops.extend([
+        gcra("t", thirds, 1),
+        gcra("t", thirds, 1),
+        gcra("t", whole, 1),
+    ]);
+    ops.push(RateOp::GcraReset { key: "a".into() });
+    ops.extend((0..3).map(|_| RateOp::CounterConsume {
+        key: "c".into(),
+        counter,
+        cost: 1,
+    }));
+    ops.push(RateOp::CounterReset { key: "c".into() });
+    let (mut decided, mut asked) = (0, 0);
+    for op in ops {
+        let mut first = None;
+        let (result, _) = redis.rate(op.clone()).drive(|command| {
+            let fed = run_on(&mut con, command);
+            if first.is_none() {
+                first = Some(fed.clone().unwrap());
+            }
+            fed
+        });
+        let Some(Fed::Reply(reply)) = first else {
+            panic!("no reply");
+        };
+        match redis.rate_answered(&op, &reply) {
+            Some(outcome) => {
+                assert_eq!(Ok(outcome), result, "{op:?} {reply:?}");
+                decided += 1;
+            }
+            None => {
+                assert_eq!(reply, Reply::Int(-1), "{op:?}");
+                assert!(result.is_ok());
+                asked += 1;
+            }
+        }
+    }
+    // The key with a fraction asks unless it expired first (a second and more between calls).
+    assert!(decided + asked == 13 && asked <= 1, "{decided} {asked}");
+    let other = RateOp::GcraPeek {
+        key: "a".into(),
+        gcra: five,
+        cost: 1,
+    };
+    for reply in [Reply::Text("2 1 2 3".into()), Reply::Int(-5), Reply::Nil] {
+        assert_eq!(redis.rate_answered(&other, &reply), None, "{reply:?}");
+    }
+    forget(&mut con, &options);
+}
+
 /// 8 threads x 64 calls at a limit of 64 (costs 1 to 3): the uses taken add up to exactly the
 /// limit, on the server's clock (GCRA: 64 an hour) and at one moment (the counter).
 #[test]

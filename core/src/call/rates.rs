@@ -594,6 +594,23 @@ impl Redis {
         self.rate_call(op, Some(now))
     }
 
+    /// What [`rate`](Self::rate)'s call for `op` decides from the reply to its first command, when
+    /// that reply is an outcome: the same outcome, without starting the call or planning its command
+    /// again (a host that keeps the command and sends it for each call). `None` for any other reply,
+    /// which only the call answers: the script asking for `uses` (`-1`: the call sends its command
+    /// again with them), or a reply of another shape (the call's typed error).
+    pub fn rate_answered(&self, op: &RateOp, reply: &Reply) -> Option<Outcome> {
+        if matches!(reply, Reply::Int(-1)) {
+            return None;
+        }
+        let decide = op.decide().ok()?;
+        let script = match decide {
+            Decide::Counter { .. } => &COUNTER,
+            Decide::Gcra { .. } | Decide::Reset => &GCRA,
+        };
+        decode_reply(decide, script, reply, None).ok()
+    }
+
     fn rate_call(&self, op: RateOp, now: Option<u64>) -> Call {
         let decide = match op.decide() {
             Ok(decide) => decide,
