@@ -242,14 +242,14 @@ impl MixedRedisCall {
                         crate::Rule::Gcra(g) if e.key == self.user_key(k) => Some(g.uses()),
                         _ => None,
                     })?;
-                    match nums.as_slice() {
-                        &[ms] => vec![1, ms, 0, per.into()],
-                        &[ms, rem, per] => vec![1, ms, rem, per],
+                    match *nums.as_slice() {
+                        [ms] => vec![1, ms, 0, per.into()],
+                        [ms, rem, per] => vec![1, ms, rem, per],
                         _ => return None,
                     }
                 } else {
-                    match nums.as_slice() {
-                        &[start, w, cur, prev] => vec![2, start, w, cur, prev],
+                    match *nums.as_slice() {
+                        [start, w, cur, prev] => vec![2, start, w, cur, prev],
                         _ => return None,
                     }
                 };
@@ -356,8 +356,8 @@ impl MixedRedisCall {
         args.extend(["w".to_owned(), self.logs.to_string(), call_id.clone()]);
         args.extend(found);
         let mut max_cost = 1;
-        for k in 0..self.keys.len() {
-            let key = self.user_key(k);
+        for (k, key) in self.names.iter().enumerate() {
+            let key = key.as_str();
             if k < self.logs {
                 let call = release
                     .calls()
