@@ -381,8 +381,8 @@ impl Calls {
 
     /// A batch mixing algorithms (`op` 0 consume, 1 peek): entry `i` is `keys[i]` under `kinds[i]`
     /// (0 the sliding log, 1 GCRA, 2 the counter) with its numbers, checked as the memory store's
-    /// (`entries[i]`'s field named). SQLite only (`now`, its clock): on Redis and PostgreSQL an
-    /// `invalid_argument:store` failure, nothing run. An allowed consume keeps its release token
+    /// (`entries[i]`'s field named). SQLite (`now`, its clock) and Redis (the server's clock); on
+    /// PostgreSQL an `invalid_argument:store` failure, nothing run. An allowed consume keeps its release token
     /// (the sliding-log calls).
     #[cfg(feature = "mixed")]
     #[allow(clippy::too_many_arguments)]
@@ -419,17 +419,17 @@ impl Calls {
             )?);
         }
         let now = number::now(now.unwrap_or(0.0))?;
-        let Planner::Sqlite(s) = &self.planner else {
-            return Err(coded(
-                "invalid_argument:store",
-                "batches mixing algorithms run on the memory store and SQLite",
-            ));
-        };
-        let call = if op == 0 {
-            let call_id = self.ids.next();
-            s.mixed(entries, now, Some(&call_id))
-        } else {
-            s.mixed(entries, now, None)
+        let call_id = (op == 0).then(|| self.ids.next());
+        let call = match &self.planner {
+            Planner::Sqlite(s) => s.mixed(entries, now, call_id.as_deref()),
+            // The server's clock (`TIME`): read, decided here, written if nothing changed.
+            Planner::Redis(r) => r.mixed(entries, None, call_id.as_deref()),
+            Planner::Postgres(_) => {
+                return Err(coded(
+                    "invalid_argument:store",
+                    "batches mixing algorithms run on the memory store, Redis and SQLite",
+                ))
+            }
         };
         self.run(out, call, op == 0)
     }
@@ -488,6 +488,7 @@ impl Calls {
                     "counter" => 5.0,
                     "weighted" => 6.0,
                     "weighted_attempt" => 7.0,
+                    "mixed" => 8.0,
                     _ => 0.0,
                 };
                 return Ok(Some(joined(out, keys, args)));
@@ -1113,6 +1114,15 @@ pub fn redis_scripts() -> Vec<String> {
             ]
             .map(str::to_owned),
         );
+    }
+    // The mixed batch's read and write (slot 8), in the builds with mixed batches (not the wasm package).
+    #[cfg(feature = "mixed")]
+    {
+        use ratewindow_core::call::MIXED;
+        if !cfg!(feature = "weights") {
+            scripts.extend([""; 4].map(str::to_owned));
+        }
+        scripts.extend([MIXED.sha1, MIXED.source].map(str::to_owned));
     }
     scripts
 }

@@ -1,8 +1,10 @@
 // Batches mixing algorithms (sliding-log, GCRA and counter entries in one all-or-nothing consumeMany)
 // on SqliteStore (better-sqlite3, real files): a seeded walk equal to MemoryStore field by field,
 // processes racing a batch whose global entry is the bottleneck (exactly its uses pass), the release
-// of the sliding-log calls, bad input (typed errors, nothing written); RedisStore and PostgresStore
-// refuse a mixed batch as UnsupportedError with nothing sent. RATEWINDOW_SEED replays a walk.
+// of the sliding-log calls, bad input (typed errors, nothing written); the same on RedisStore (single
+// server: a walk on the server's clock, 4 processes x 64 concurrent batches; a Cluster when the keys share
+// a slot, else UnsupportedError); PostgresStore refuses a mixed batch as UnsupportedError with nothing
+// sent. RATEWINDOW_SEED replays a walk.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -172,18 +174,179 @@ describe('SqliteStore: batches mixing algorithms', () => {
   });
 });
 
-describe('RedisStore and PostgresStore: a mixed batch is UnsupportedError, nothing sent', () => {
+describe('PostgresStore: a mixed batch is UnsupportedError, nothing sent', () => {
   const never = () => {
     throw new Error('nothing may be sent');
   };
   const entries = [{ key: 'u', limit: gcra(2, 1000, 2) }, { key: 'all', limit: sliding(3, 1000) }];
-  for (const [name, store] of [
-    ['RedisStore', RedisStore.using(never)],
-    ['PostgresStore', PostgresStore.using({ query: never })],
-  ]) {
-    it(name, async () => {
-      await assert.rejects(() => store.consumeMany(entries), UnsupportedError);
-      await assert.rejects(() => store.peekMany(entries), UnsupportedError);
+  it('PostgresStore', async () => {
+    const store = PostgresStore.using({ query: never });
+    await assert.rejects(() => store.consumeMany(entries), UnsupportedError);
+    await assert.rejects(() => store.peekMany(entries), UnsupportedError);
+  });
+});
+
+// Redis: the engine reads every key (mixed.lua 'r', on the server's TIME), decides as MemoryStore does
+// and writes only if nothing changed since (mixed.lua 'w'); a Cluster needs the keys in one slot.
+// mixed.lua's read: mode 'r' and a reply of TIME's two fields then one item a key (a release, also
+// mode 'r', answers one number).
+const isMixedRead = (keys, args, reply) => args[0] === 'r' && Array.isArray(reply) && reply.length === keys.length + 2;
+const serverMs = (reply) => Number(reply[0]) * 1000 + Math.floor(Number(reply[1]) / 1000);
+
+describe('RedisStore: batches mixing algorithms', { concurrency: 1 }, async () => {
+  const { clusterUp, ioredis, nodeRedis, nodeRedisCluster, ioredisCluster, redisBackend, sharedRedisUp } = await import('./redis-servers.mjs');
+  sharedRedisUp();
+  const prefix = () => `rwtest:mixed:${process.pid}:${Math.random().toString(36).slice(2)}:`;
+  // Short windows: the walk runs on the server's clock, so time passes by sleeping.
+  const WALK = [
+    ['a', [sliding(3, 120), sliding(5, 300)]],
+    ['a', [gcra(3, 120, 2), gcra(3, 120, 3)]],
+    ['b', [gcra(10, 120, 5), gcra(7, 360, 4)]],
+    ['c', [counter(4, 120)]],
+    ['d', [counter(9, 90), counter(9, 180)]],
+    ['g', [sliding(6, 180)]],
+  ];
+  for (const connect of [nodeRedis, ioredis]) {
+    it(`${connect.name}: a seeded walk on the server's clock gives MemoryStore's verdicts, field by field`, async () => {
+      const c = await connect();
+      try {
+        const seed = Number(process.env.RATEWINDOW_SEED ?? (Date.now() % 2 ** 31));
+        console.log(`RATEWINDOW_SEED=${seed}`);
+        const r = rng(seed);
+        // The host sees every reply: the read's TIME is the clock MemoryStore then decides at.
+        const clock = { t: 0, now() { return this.t; } };
+        const watch = (run) => async (script, keys, args) => {
+          const reply = await run(script, keys, args);
+          if (isMixedRead(keys, args, reply)) clock.t = serverMs(reply);
+          return reply;
+        };
+        const store = RedisStore.using(watch(c.run), { evalsha: watch(c.evalsha), prefix: prefix(), backend: redisBackend });
+        const memory = new MemoryStore({ clock });
+        for (let step = 0; step < 250; step++) {
+          await new Promise((done) => setTimeout(done, r(4) * r(25)));
+          const entries = Array.from({ length: 1 + r(4) }, () => {
+            const [key, choices] = WALK[r(WALK.length)];
+            const limit = choices[r(choices.length)];
+            const top = limit.algorithm === 'gcra' ? limit.burst : limit.uses;
+            return { key, limit, cost: 1 + r(Math.min(top, 3)) };
+          });
+          if (!entries.some((e) => e.limit.algorithm !== undefined)) entries.push({ key: 'b', limit: gcra(10, 120, 5), cost: 1 });
+          const peek = r(4) === 0;
+          const got = peek ? await store.peekMany(entries) : await store.consumeMany(entries);
+          const want = peek ? memory.peekMany(entries) : memory.consumeMany(entries);
+          assert.deepEqual(fields(got), fields(want), `step ${step} at ${clock.t}: ${JSON.stringify(entries)} (RATEWINDOW_SEED=${seed})`);
+          const slides = entries.some((e) => e.limit.algorithm === undefined);
+          assert.equal(typeof got.release === 'function', got.allowed && !peek && slides);
+        }
+      } finally {
+        await c.close();
+      }
     });
   }
+
+  it('release() gives back the sliding-log calls (a cost of 2 too); the GCRA use stays taken', async () => {
+    const c = await nodeRedis();
+    try {
+      const p = prefix();
+      const store = RedisStore.using(c.run, { evalsha: c.evalsha, prefix: p, backend: redisBackend });
+      const entries = [
+        { key: 'u', limit: gcra(2, 60_000, 2) },
+        { key: 'all', limit: sliding(2, 60_000), cost: 2 },
+      ];
+      const v = await store.consumeMany(entries);
+      assert.equal(v.allowed, true);
+      assert.equal(await c.client.zCard(`${p}log:all`), 2);
+      const refused = await store.consumeMany(entries);
+      assert.deepEqual([refused.allowed, refused.blocked], [false, 1]);
+      await v.release();
+      assert.equal(await c.client.zCard(`${p}log:all`), 0);
+      assert.equal((await store.consumeMany(entries)).allowed, true);
+      // 1 of the burst of 2 was left before this call, and this call took it.
+      assert.equal((await store.peek('u', gcra(2, 60_000, 2))).allowed, false);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('bad input: typed errors naming the entry, nothing sent', async () => {
+    const never = () => {
+      throw new Error('nothing may be sent');
+    };
+    const store = RedisStore.using(never, { backend: redisBackend });
+    await assert.rejects(
+      async () => store.consumeMany([{ key: 'u', limit: gcra(2, 1000, 2) }, { key: 'all', limit: sliding(3, 1000), cost: 4 }]),
+      (e) => e instanceof InvalidArgumentError && e.field === 'entries[1].cost',
+    );
+    await assert.rejects(
+      async () => store.consumeMany([{ key: 'all', limit: sliding(3, 1000) }, { key: 'u', limit: gcra(2, 1000, 0) }]),
+      (e) => e instanceof InvalidLimitError && e.field === 'burst',
+    );
+  });
+
+  const worker = fileURLToPath(new URL('./mixed-redis-worker.mjs', import.meta.url));
+  const contend = async (target, hashTag) => {
+    const p = prefix();
+    const startAt = Date.now() + 2000; // after every process has connected
+    const kinds = ['node-redis', 'node-redis', 'ioredis', 'ioredis'];
+    const outs = await Promise.all(
+      kinds.map(
+        (kind, i) =>
+          new Promise((resolve, reject) => {
+            const child = spawn(process.execPath, [worker, kind, target, String(startAt), '64', '20', p, hashTag ?? '-', String(i)], { stdio: ['ignore', 'pipe', 'inherit'] });
+            let out = '';
+            child.stdout.on('data', (d) => (out += d));
+            child.on('error', reject);
+            child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out).allowed) : reject(new Error(`worker ${kind} ${i} exited ${code}`))));
+          }),
+      ),
+    );
+    return { p, allowed: outs.reduce((a, b) => a + b, 0) };
+  };
+
+  it('4 processes x 64 concurrent batches whose global entry is the bottleneck: exactly its uses pass, all or nothing', async () => {
+    const { p, allowed } = await contend('single');
+    assert.equal(allowed, 20);
+    const c = await nodeRedis();
+    try {
+      assert.equal(await c.client.zCount(`${p}log:api`, 0, '+inf'), 20);
+      // Every user's counter holds exactly the calls the global entry let pass.
+      let counted = 0;
+      for (const key of await c.client.keys(`${p}ctr:*`)) counted += Number((await c.client.get(key)).split(':')[2]);
+      assert.equal(counted, 20);
+    } finally {
+      await c.close();
+    }
+  });
+
+  describe('on a Redis Cluster', { concurrency: 1 }, () => {
+    clusterUp();
+    it('4 processes x 64 concurrent batches with hashTag (one slot): exactly its uses pass', async () => {
+      const { allowed } = await contend('cluster', ':');
+      assert.equal(allowed, 20);
+    });
+    for (const connect of [nodeRedisCluster, ioredisCluster]) {
+      it(`${connect.name}: keys in one slot count; keys across slots are refused (the call's unsupported error), nothing written`, async () => {
+        const c = await connect();
+        try {
+          const p = prefix();
+          const tagged = RedisStore.using(c.run, { evalsha: c.evalsha, prefix: p, hashTag: ':', backend: redisBackend });
+          const entries = [
+            { key: 'api:alice', limit: gcra(5, 60_000, 5) },
+            { key: 'api:alice', limit: counter(5, 60_000) },
+            { key: 'api', limit: sliding(2, 60_000) },
+          ];
+          assert.deepEqual([(await tagged.consumeMany(entries)).allowed, (await tagged.consumeMany(entries)).allowed], [true, true]);
+          const refused = await tagged.consumeMany(entries);
+          assert.deepEqual([refused.allowed, refused.blocked], [false, 2]);
+          const plain = RedisStore.using(c.run, { evalsha: c.evalsha, prefix: p, backend: redisBackend });
+          const spread = [{ key: 'alice', limit: gcra(5, 60_000, 5) }, { key: 'bob', limit: sliding(2, 60_000) }];
+          // The engine's `unsupported` outcome of a running call crosses as a TypeError (as every call's does).
+          await assert.rejects(() => plain.consumeMany(spread), (e) => (e instanceof TypeError || e instanceof UnsupportedError) && /one slot/.test(e.message));
+          assert.equal(Number(await c.client.exists(`${p}gcr:alice`)), 0, 'nothing written');
+        } finally {
+          await c.close();
+        }
+      });
+    }
+  });
 });

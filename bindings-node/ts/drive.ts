@@ -562,8 +562,8 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
   /**
    * Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait. A
    * {@link GcraLimit} or {@link CounterLimit} (with `options.cost`) is counted by its own script (Redis)
-   * or statement (PostgreSQL, SQLite); batches mixing them with the sliding log run on the memory store
-   * and SQLite (`consumeMany`; UnsupportedError on Redis and PostgreSQL).
+   * or statement (PostgreSQL, SQLite); batches mixing them with the sliding log run on the memory store,
+   * Redis and SQLite (`consumeMany`; UnsupportedError on PostgreSQL).
    */
   override consume(key: string, limit: AnyLimit, options?: CallOptions): Answer<S, Verdict> {
     if (options === undefined && this.plans !== undefined) {
@@ -642,8 +642,8 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
 
   /**
    * A batch mixing algorithms (`op` 0 consume, 1 peek): sliding-log, GCRA and counter entries in one
-   * all-or-nothing call, decided by the engine as the memory store decides it. SQLite only: elsewhere
-   * `UnsupportedError`, nothing sent. An allowed consume's `release()` gives back its sliding-log calls
+   * all-or-nothing call, decided by the engine as the memory store decides it. SQLite and Redis (on a
+   * Cluster, keys in one slot: a hash tag); PostgreSQL: `UnsupportedError`, nothing sent. An allowed consume's `release()` gives back its sliding-log calls
    * (GCRA and counter uses are not given back on a networked store).
    */
   private mixed(op: 0 | 1, entries: readonly Entry[]): Answer<S, BatchVerdict> {
@@ -678,7 +678,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     } catch (e) {
       const code = (e as { code?: unknown } | null)?.code;
       let error = e;
-      if (code === 'invalid_argument:store') error = new UnsupportedError(algorithm, 'batches mixing algorithms run on MemoryStore and SqliteStore');
+      if (code === 'invalid_argument:store') error = new UnsupportedError(algorithm, 'batches mixing algorithms run on MemoryStore, RedisStore and SqliteStore');
       else if (typeof code === 'string' && !code.startsWith('ERR_')) {
         const at = /^invalid entries\[(\d+)\]\./.exec(String((e as Error).message))?.[1];
         const i = at === undefined ? 0 : Number(at);

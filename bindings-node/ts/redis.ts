@@ -109,6 +109,8 @@ export class RedisStore extends CallStore<false> {
   private readonly counterScript: ScriptRef;
   private readonly weightedScript: ScriptRef;
   private readonly weightedAttemptScript: ScriptRef;
+  /** A batch mixing algorithms: its read and compare-and-set write (`Script` slot 8). */
+  private readonly mixedScript: ScriptRef;
   private readonly onGiveBackError: ((error: GiveBackError) => void) | undefined;
 
   /**
@@ -160,7 +162,7 @@ export class RedisStore extends CallStore<false> {
     } catch (e) {
       throw engineError(e, backend);
     }
-    const [slidingSha1, slidingSource, fixedSha1, fixedSource, lockSha1, lockSource, gcraSha1, gcraSource, counterSha1, counterSource, weightedSha1, weightedSource, weightedAttemptSha1, weightedAttemptSource] =
+    const [slidingSha1, slidingSource, fixedSha1, fixedSource, lockSha1, lockSource, gcraSha1, gcraSource, counterSha1, counterSource, weightedSha1, weightedSource, weightedAttemptSha1, weightedAttemptSource, mixedSha1, mixedSource] =
       backend.redisScripts();
     this.sliding = Object.freeze({ sha1: slidingSha1!, source: slidingSource! });
     this.fixed = Object.freeze({ sha1: fixedSha1!, source: fixedSource! });
@@ -169,6 +171,7 @@ export class RedisStore extends CallStore<false> {
     this.counterScript = Object.freeze({ sha1: counterSha1 ?? '', source: counterSource ?? '' });
     this.weightedScript = Object.freeze({ sha1: weightedSha1 ?? '', source: weightedSource ?? '' });
     this.weightedAttemptScript = Object.freeze({ sha1: weightedAttemptSha1 ?? '', source: weightedAttemptSource ?? '' });
+    this.mixedScript = Object.freeze({ sha1: mixedSha1 ?? '', source: mixedSource ?? '' });
     this.run = run;
     this.evalsha = evalsha;
     this.command = command;
@@ -199,7 +202,7 @@ export class RedisStore extends CallStore<false> {
     const which = r[CallSlot.Script];
     if (which === 3) return this.plain(id, command);
     const script =
-      which === 0 ? this.sliding : which === 1 ? this.fixed : which === 2 ? this.lockScript : which === 4 ? this.gcraScript : which === 5 ? this.counterScript : which === 6 ? this.weightedScript : this.weightedAttemptScript;
+      which === 0 ? this.sliding : which === 1 ? this.fixed : which === 2 ? this.lockScript : which === 4 ? this.gcraScript : which === 5 ? this.counterScript : which === 6 ? this.weightedScript : which === 8 ? this.mixedScript : this.weightedAttemptScript;
     const nKeys = r[CallSlot.Keys]!;
     let keys: string[];
     let args: string[];

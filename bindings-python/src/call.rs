@@ -407,13 +407,29 @@ impl Machine {
     }
 
     /// Starts a batch mixing algorithms (`consume`, else a peek): SQLite's `Sqlite::mixed` at its
-    /// clock; on Redis and PostgreSQL `UnsupportedError` naming the batch's GCRA or counter algorithm.
+    /// clock, Redis' `Redis::mixed` on the server's; on PostgreSQL `UnsupportedError` naming the
+    /// batch's GCRA or counter algorithm.
     fn start_mixed(
         &self,
         py: Python<'_>,
         entries: Vec<ratewindow_core::MixedEntry>,
         consume: bool,
     ) -> PyResult<Call> {
+        if let Store::Redis(store) = &self.store {
+            // The server's clock (`TIME`): read, decided in the core, written if nothing changed.
+            let id = consume.then(call_id);
+            return Ok(Call {
+                call: store.mixed(entries, None, id.as_deref()),
+                shape: Shape::Batch,
+                release: self
+                    .release
+                    .as_ref()
+                    .filter(|_| consume)
+                    .map(|f| f.clone_ref(py)),
+                report: self.report.as_ref().map(|f| f.clone_ref(py)),
+                causes: Vec::new(),
+            });
+        }
         let Store::Sqlite(store, clock) = &self.store else {
             let algorithm = entries
                 .iter()

@@ -1,13 +1,15 @@
 """Batches mixing algorithms (sliding-log, GCRA and counter entries in one all-or-nothing
 ``consume_many``) on SqliteStore (real files): a seeded walk equal to MemoryStore field by field,
 processes racing a batch whose global entry is the bottleneck (exactly its uses pass), the release of
-the sliding-log calls, bad input (typed errors, nothing written). RedisStore, AsyncRedisStore,
-PostgresStore and AsyncPostgresStore refuse a mixed batch as UnsupportedError with nothing sent.
-``RATEWINDOW_SEED`` replays a walk."""
+the sliding-log calls, bad input (typed errors, nothing written); the same on RedisStore and
+AsyncRedisStore (a walk on the server's clock, 4 processes x 64 concurrent asyncio batches; a Cluster
+when the keys share a slot, else UnsupportedError). PostgresStore and AsyncPostgresStore refuse a mixed
+batch as UnsupportedError with nothing sent. ``RATEWINDOW_SEED`` replays a walk."""
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import random
 import subprocess
@@ -16,7 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import mixed_redis_worker
 import pytest
+import redis_servers as rs
 import sql_support as sql
 
 from ratewindow import (
@@ -175,22 +179,218 @@ async def never_async(*_: Any) -> Any:
     raise AssertionError("nothing may be sent")
 
 
-@pytest.mark.parametrize("store", [RedisStore.using(never), PostgresStore.using(never)], ids=["redis", "postgres"])
-def test_other_stores_refuse_a_mixed_batch(store: RedisStore | PostgresStore) -> None:
+def test_postgres_refuses_a_mixed_batch() -> None:
+    store = PostgresStore.using(never)
     with pytest.raises(UnsupportedError):
         store.consume_many(MIXED)
     with pytest.raises(UnsupportedError):
         store.peek_many(MIXED)
 
 
-@pytest.mark.parametrize(
-    "store", [AsyncRedisStore.using(never_async), AsyncPostgresStore.using(never_async)], ids=["redis", "postgres"]
-)
-def test_other_async_stores_refuse_a_mixed_batch(store: AsyncRedisStore | AsyncPostgresStore) -> None:
+def test_async_postgres_refuses_a_mixed_batch() -> None:
+    store = AsyncPostgresStore.using(never_async)
+
     async def go() -> None:
         with pytest.raises(UnsupportedError):
             await store.consume_many(MIXED)
         with pytest.raises(UnsupportedError):
             await store.peek_many(MIXED)
+
+    asyncio.run(go())
+
+
+# --- Redis: the engine reads every key (mixed.lua 'r', on the server's TIME), decides as MemoryStore
+# does and writes only if nothing changed since (mixed.lua 'w'); a Cluster needs the keys in one slot.
+
+
+# Short windows: the walk runs on the server's clock, so time passes by sleeping.
+WALK: list[tuple[str, list[Any]]] = [
+    ("a", [Limit(3, 120), Limit(5, 300)]),
+    ("a", [GcraLimit(3, 120, 2), GcraLimit(3, 120, 3)]),
+    ("b", [GcraLimit(10, 120, 5), GcraLimit(7, 360, 4)]),
+    ("c", [CounterLimit(4, 120)]),
+    ("d", [CounterLimit(9, 90), CounterLimit(9, 180)]),
+    ("g", [Limit(6, 180)]),
+]
+
+
+def is_mixed_read(keys: list[str], args: list[str], reply: Any) -> bool:
+    """mixed.lua's read: mode 'r' and a reply of TIME's two fields then one item a key (a release,
+    also mode 'r', answers one number)."""
+    return args[0] == "r" and isinstance(reply, list) and len(reply) == len(keys) + 2
+
+
+def server_ms(reply: Any) -> int:
+    return int(reply[0]) * 1000 + int(reply[1]) // 1000
+
+
+def walk_batch(rng: random.Random) -> tuple[list[Entry], bool]:
+    entries: list[Entry] = []
+    for _ in range(1 + rng.randrange(4)):
+        key, choices = WALK[rng.randrange(len(WALK))]
+        limit = rng.choice(choices)
+        entries.append(Entry(key, limit, 1 + rng.randrange(min(top(limit), 3))))
+    if all(isinstance(e.limit, Limit) for e in entries):
+        entries.append(Entry("b", GcraLimit(10, 120, 5), 1))
+    return entries, rng.randrange(4) == 0
+
+
+def test_redis_a_seeded_walk_on_the_server_clock_gives_memory_stores_verdicts() -> None:
+    seed = int(os.environ.get("RATEWINDOW_SEED", time.time_ns() % 2**31))
+    print(f"RATEWINDOW_SEED={seed}")
+    rng = random.Random(seed)
+    client = rs.sync_client(2)
+    now = [0]
+
+    # The host sees every reply: the read's TIME is the clock MemoryStore then decides at.
+    def run(script: str, keys: list[str], args: list[str]) -> Any:
+        reply = client.eval(script, len(keys), *keys, *args)
+        if is_mixed_read(keys, args, reply):
+            now[0] = server_ms(reply)
+        return reply
+
+    def evalsha(sha: str, keys: list[str], args: list[str]) -> Any:
+        reply = client.evalsha(sha, len(keys), *keys, *args)
+        if is_mixed_read(keys, args, reply):
+            now[0] = server_ms(reply)
+        return reply
+
+    store = RedisStore.using(run, evalsha=evalsha, prefix=rs.unique_prefix("mixed-walk"))
+    memory = MemoryStore(lambda: now[0])
+    for step in range(250):
+        time.sleep(rng.randrange(4) * rng.randrange(25) / 1000)
+        entries, peek = walk_batch(rng)
+        got = store.peek_many(entries) if peek else store.consume_many(entries)
+        want = memory.peek_many(entries) if peek else memory.consume_many(entries)
+        assert fields(got) == fields(want), f"step {step} at {now[0]}: {entries} (RATEWINDOW_SEED={seed})"
+        slides = any(isinstance(e.limit, Limit) for e in entries)
+        assert got.releasable == (got.allowed and not peek and slides), f"step {step}"
+    client.close()
+
+
+def test_async_redis_a_seeded_walk_gives_memory_stores_verdicts() -> None:
+    seed = int(os.environ.get("RATEWINDOW_SEED", time.time_ns() % 2**31))
+    print(f"RATEWINDOW_SEED={seed}")
+    rng = random.Random(seed)
+    now = [0]
+
+    async def go() -> None:
+        client = rs.async_client()
+
+        async def run(script: str, keys: list[str], args: list[str]) -> Any:
+            reply = await client.eval(script, len(keys), *keys, *args)
+            if is_mixed_read(keys, args, reply):
+                now[0] = server_ms(reply)
+            return reply
+
+        async def evalsha(sha: str, keys: list[str], args: list[str]) -> Any:
+            reply = await client.evalsha(sha, len(keys), *keys, *args)
+            if is_mixed_read(keys, args, reply):
+                now[0] = server_ms(reply)
+            return reply
+
+        try:
+            store = AsyncRedisStore.using(run, evalsha=evalsha, prefix=rs.unique_prefix("mixed-awalk"))
+            memory = MemoryStore(lambda: now[0])
+            for step in range(120):
+                await asyncio.sleep(rng.randrange(4) * rng.randrange(25) / 1000)
+                entries, peek = walk_batch(rng)
+                got = await (store.peek_many(entries) if peek else store.consume_many(entries))
+                want = memory.peek_many(entries) if peek else memory.consume_many(entries)
+                assert fields(got) == fields(want), f"step {step} at {now[0]}: {entries} (RATEWINDOW_SEED={seed})"
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+
+
+def test_redis_release_gives_back_the_sliding_calls_and_keeps_the_gcra_use() -> None:
+    client = rs.sync_client(2)
+    prefix = rs.unique_prefix("mixed-release")
+    store = rs.sync_store(client, prefix=prefix)
+    entries = [Entry("u", GcraLimit(2, 60_000, 2)), Entry("all", Limit(2, 60_000), 2)]
+    v = store.consume_many(entries)
+    assert v.allowed and v.releasable
+    assert client.zcard(f"{prefix}log:all") == 2  # a call costing 2 is two members
+    refused = store.consume_many(entries)
+    assert (refused.allowed, refused.blocked) == (False, 1)
+    v.release()
+    assert client.zcard(f"{prefix}log:all") == 0
+    assert store.consume_many(entries).allowed
+    # 1 of the burst of 2 was left before this call, and this call took it.
+    assert not store.peek("u", GcraLimit(2, 60_000, 2)).allowed
+    client.close()
+
+
+def test_redis_bad_input_is_a_typed_error_and_sends_nothing() -> None:
+    store = RedisStore.using(never)
+    with pytest.raises(InvalidArgumentError) as e:
+        store.consume_many([Entry("u", GcraLimit(2, 1000, 2)), Entry("all", Limit(3, 1000), 4)])
+    assert e.value.field == "entries[1].cost"
+
+
+def race(cluster: bool) -> int:
+    prefix = rs.unique_prefix("mixed-race")
+    start_at = time.time() + 3  # after every process has connected
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(4) as pool:
+        counts = pool.starmap(mixed_redis_worker.worker, [(prefix, i, 20, 64, cluster, start_at) for i in range(4)])
+    if not cluster:
+        client = rs.sync_client(1)
+        assert client.zcount(f"{prefix}log:api", 0, "+inf") == sum(counts)
+        # All or nothing: the users' counters hold exactly the calls the global entry let pass.
+        counted = 0
+        for key in client.keys(f"{prefix}ctr:*"):
+            value = client.get(key)
+            assert isinstance(value, bytes)
+            counted += int(value.split(b":")[2])
+        assert counted == sum(counts)
+        client.close()
+    return sum(counts)
+
+
+def test_redis_4_processes_x_64_concurrent_batches_let_exactly_the_global_uses_pass() -> None:
+    assert race(cluster=False) == 20
+
+
+def test_redis_cluster_4_processes_x_64_concurrent_batches_in_one_slot() -> None:
+    assert race(cluster=True) == 20
+
+
+def test_redis_cluster_runs_keys_of_one_slot_and_refuses_keys_across_slots() -> None:
+    client = rs.cluster_client(2)
+    prefix = rs.unique_prefix("mixed-cluster")
+    tagged = rs.sync_store(client, prefix=prefix, hash_tag=":")
+    entries = [
+        Entry("api:alice", GcraLimit(5, 60_000, 5)),
+        Entry("api:alice", CounterLimit(5, 60_000)),
+        Entry("api", Limit(2, 60_000)),
+    ]
+    assert [tagged.consume_many(entries).allowed for _ in range(3)] == [True, True, False]
+    assert tagged.peek_many(entries).blocked == 2
+    plain = rs.sync_store(client, prefix=prefix)
+    # The engine's `unsupported` outcome of a running call (UnsupportedError is a TypeError too).
+    with pytest.raises(TypeError, match="one slot"):
+        plain.consume_many([Entry("alice", GcraLimit(5, 60_000, 5)), Entry("bob", Limit(2, 60_000))])
+    assert client.exists(f"{prefix}gcr:alice") == 0  # nothing written
+    client.close()
+
+
+def test_async_redis_cluster_runs_keys_of_one_slot_and_refuses_keys_across_slots() -> None:
+    async def go() -> None:
+        client = rs.async_cluster_client()
+        try:
+            await rs.warm_async(client)
+            prefix = rs.unique_prefix("mixed-acluster")
+            tagged = rs.async_store(client, prefix=prefix, hash_tag=":")
+            entries = [Entry("api:alice", GcraLimit(5, 60_000, 5)), Entry("api", Limit(1, 60_000))]
+            assert (await tagged.consume_many(entries)).allowed
+            refused = await tagged.consume_many(entries)
+            assert (refused.allowed, refused.blocked) == (False, 1)
+            plain = rs.async_store(client, prefix=prefix)
+            with pytest.raises(TypeError, match="one slot"):
+                await plain.peek_many([Entry("alice", GcraLimit(5, 60_000, 5)), Entry("bob", Limit(2, 60_000))])
+        finally:
+            await client.aclose()
 
     asyncio.run(go())

@@ -76,7 +76,7 @@ class UnsupportedError(RateWindowError, TypeError):
     """The store cannot count this kind of call: a :class:`~ratewindow.GcraLimit` or
     :class:`~ratewindow.CounterLimit` given to what counts the sliding log only (the sharded store,
     :class:`~ratewindow.Guard` / :class:`~ratewindow.AsyncGuard`), or a call a networked store does not
-    count yet (a batch mixing algorithms; see docs/algorithms.md). The memory stores count everything.
+    count yet (a batch mixing algorithms on PostgreSQL; see docs/algorithms.md). The memory stores count everything.
     ``algorithm`` names what was refused (``"gcra"``, ``"counter"``, ``"weighted sliding"``).
     """
 
