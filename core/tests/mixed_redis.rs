@@ -386,6 +386,30 @@ fn a_write_that_lost_its_race_reads_again_and_bad_replies_are_typed() {
         };
         assert_eq!(e.kind(), "reply", "{bad:?}");
     }
+    // A write the client lost (it may have run): the failure, and the token that gives its
+    // sliding-log calls back (Call::failed_release, which the failure guard runs).
+    let mut call = redis.mixed(entries.clone(), None, Some("lost"));
+    let _ = call.next();
+    call.feed(Fed::Reply(read.clone()));
+    let _ = call.next();
+    call.fail("Connection reset");
+    assert!(matches!(
+        call.next(),
+        Next::Done(Err(CallError::Store { .. }))
+    ));
+    let Some(ReleaseToken::Redis(token)) = call.take_failed_release() else {
+        panic!("a failed write's release token")
+    };
+    assert_eq!(
+        (token.keys, token.call_id),
+        (vec!["ratewindow:log:all".to_owned()], "lost".to_owned())
+    );
+    // A failed read wrote nothing: no token.
+    let mut call = redis.mixed(entries.clone(), None, Some("read"));
+    let _ = call.next();
+    call.fail("Connection reset");
+    let _ = call.next();
+    assert!(call.failed_release().is_none());
     let mut call = redis.mixed(entries.clone(), None, None);
     let _ = call.next();
     call.fail("CROSSSLOT Keys in request don't hash to the same slot");

@@ -74,6 +74,8 @@ pub(crate) struct MixedRedisCall {
     step: Step,
     races: u32,
     done: Option<Result<Outcome, CallError>>,
+    /// While a write runs: its release token (the write may have run when the client fails).
+    written: Option<ReleaseToken>,
 }
 
 impl Redis {
@@ -126,6 +128,7 @@ impl Redis {
             step: Step::Read,
             races: 0,
             done: None,
+            written: None,
         })
     }
 }
@@ -174,8 +177,19 @@ impl MixedRedisCall {
         }
     }
 
-    pub(crate) fn result(&mut self) -> Option<Result<Outcome, CallError>> {
-        self.done.take()
+    /// The outcome, once; a write that failed in the client (it may have run) leaves the token that
+    /// gives its sliding-log calls back in `failed_release` ([`Call::failed_release`]).
+    pub(crate) fn result(
+        &mut self,
+        failed_release: &mut Option<ReleaseToken>,
+    ) -> Option<Result<Outcome, CallError>> {
+        let done = self.done.take()?;
+        if let (Err(CallError::Store { .. } | CallError::Reply(_)), Some(token)) =
+            (&done, self.written.take())
+        {
+            *failed_release = Some(token);
+        }
+        Some(done)
     }
 
     fn user_key(&self, k: usize) -> &str {
@@ -283,6 +297,9 @@ impl MixedRedisCall {
                 return;
             }
             Err(message) => {
+                if let Step::Write(Outcome::Verdict { release, .. }) = step {
+                    self.written = release;
+                }
                 self.done = Some(Err(CallError::Store { message }));
                 return;
             }
@@ -316,11 +333,16 @@ impl MixedRedisCall {
                          times in a row; nothing was counted"
                     ),
                 }),
-                _ => Err(CallError::Reply(ReplyError::new(
-                    "mixed",
-                    "1 (written) or 0 (a key changed)",
-                    &reply,
-                ))),
+                _ => {
+                    if let Outcome::Verdict { release, .. } = outcome {
+                        self.written = release;
+                    }
+                    Err(CallError::Reply(ReplyError::new(
+                        "mixed",
+                        "1 (written) or 0 (a key changed)",
+                        &reply,
+                    )))
+                }
             },
         };
         self.done = Some(result);

@@ -429,7 +429,7 @@ impl Call {
             #[cfg(feature = "mixed")]
             Inner::Mixed(call) => call.result(),
             #[cfg(feature = "mixed")]
-            Inner::MixedRedis(call) => call.result(),
+            Inner::MixedRedis(call) => call.result(&mut self.failed_release),
             Inner::Finished(_) => None,
         } {
             self.inner = Inner::Finished(Some(result));
@@ -515,7 +515,8 @@ impl Call {
     ///
     /// - **Redis**: the one script may have run before its reply was lost (a connection cut after the
     ///   server answered, a client timeout): `Some`. A call counted key by key (Redis Cluster) gives its
-    ///   keys back itself and answers `None`.
+    ///   keys back itself and answers `None`. A batch mixing algorithms: `Some` when its write (the
+    ///   second script) failed, for its sliding-log calls; a failed read wrote nothing.
     /// - **PostgreSQL**: the one statement commits on its own; a connection lost after the commit
     ///   leaves the call counted: `Some`.
     /// - **SQLite**: a failed step is rolled back and a failed `COMMIT` commits nothing: `None`.
