@@ -39,7 +39,7 @@ async function run(op) {
   const c = process.cpuUsage(); const t = performance.now();
   await Promise.all(Array.from({ length: INFL }, async () => { while (next < N) await op(next++); }));
   const u = process.cpuUsage(c);
-  return { us: (u.user + u.system) / N, rate: N * 1000 / (performance.now() - t) };
+  return { us: (u.user + u.system) / N, user: u.user / N, sys: u.system / N, rate: N * 1000 / (performance.now() - t) };
 }
 await Promise.all(Array.from({ length: 8 }, () => pool.query('SELECT 1')));
 for (const op of Object.values(ops)) await run(op);
@@ -47,7 +47,7 @@ const res = Object.fromEntries(Object.keys(ops).map((k) => [k, []]));
 for (let r = 0; r < ROUNDS; r++) { const names = Object.keys(ops); for (let k = 0; k < names.length; k++) { const name = names[(k + r) % names.length]; res[name].push(await run(ops[name])); } }
 const med = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 console.log(`in flight ${INFL}, ${N} calls x ${ROUNDS} rounds; load ${(await import('node:os')).loadavg().map((x) => x.toFixed(1)).join(' ')}`);
-for (const [k, v] of Object.entries(res)) console.log(`${k.padEnd(10)} client CPU ${med(v.map((x) => x.us)).toFixed(1)} us/call  rate ${med(v.map((x) => x.rate)).toFixed(0)}/s`);
+for (const [k, v] of Object.entries(res)) console.log(`${k.padEnd(10)} client CPU ${med(v.map((x) => x.us)).toFixed(1)} us/call (user ${med(v.map((x) => x.user)).toFixed(1)}, sys ${med(v.map((x) => x.sys)).toFixed(1)})  rate ${med(v.map((x) => x.rate)).toFixed(0)}/s`);
 await pool.query(`DROP TABLE IF EXISTS ${prefix}_log, ${prefix}_windows, ${prefix}_locks`);
 const { rows } = await pool.query(`SELECT oid::regprocedure::text AS f FROM pg_proc WHERE proname LIKE $1`, [`${prefix}\\_%`]);
 for (const { f } of rows) await pool.query(`DROP FUNCTION IF EXISTS ${f}`);
