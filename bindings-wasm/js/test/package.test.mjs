@@ -165,10 +165,10 @@ test('initSync takes a compiled WebAssembly.Module (as Cloudflare Workers give i
 // reached through the call enum's dispatch), now a feature the napi addon turns on and this package
 // leaves off, and the standard float formatter (~16 KB, flt2dec), reached only by the glue's
 // `number_or_text` of a non-integer reply, now the core's `input::number_text`. Together -42.7 KB of
-// code and data before wasm-bindgen (about 425,000 bytes after it): the budget 432 KiB.
-test('the .wasm stays within its size budget (432 KiB)', () => {
+// code and data before wasm-bindgen, 426,739 bytes after it (measured 2026-12-02): the budget 428 KiB.
+test('the .wasm stays within its size budget (428 KiB)', () => {
   const size = statSync(wasmFile).size;
-  assert.ok(size < 432 * 1024, `${size} bytes`);
+  assert.ok(size < 428 * 1024, `${size} bytes`);
   assert.ok(WebAssembly.validate(readFileSync(wasmFile)));
 });
 
