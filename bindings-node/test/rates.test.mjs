@@ -89,13 +89,14 @@ describe('GCRA and counter limits', { skip: !supported && 'the wasm-bindgen buil
   });
 });
 
-describe('the networked stores', () => {
-  it('refuse batches naming GCRA or counter limits with UnsupportedError', async () => {
-    const { RedisStore, UnsupportedError } = await import('../dist/index.js');
-    const redis = new RedisStore(async () => { throw new Error('never reached'); });
+describe('PostgresStore', () => {
+  // RedisStore and SqliteStore count batches that name GCRA or counter limits (mixed-stores.test.mjs).
+  it('refuses batches naming GCRA or counter limits with UnsupportedError, sending nothing', async () => {
+    const { PostgresStore, UnsupportedError } = await import('../dist/index.js');
+    const pg = PostgresStore.using(async () => { throw new Error('never reached'); });
     for (const limit of [{ algorithm: 'gcra', uses: 1, windowMs: 1000 }, { algorithm: 'counter', uses: 1, windowMs: 1000 }]) {
-      await assert.rejects(async () => redis.consumeMany([{ key: 'k', limit }]), (e) => e instanceof UnsupportedError && e.code === 'ERR_RATEWINDOW_UNSUPPORTED' && e.algorithm === limit.algorithm);
-      await assert.rejects(async () => redis.peekMany([{ key: 's', limit: { uses: 1, windowMs: 1000 } }, { key: 'k', limit }]), UnsupportedError);
+      await assert.rejects(async () => pg.consumeMany([{ key: 'k', limit }]), (e) => e instanceof UnsupportedError && e.code === 'ERR_RATEWINDOW_UNSUPPORTED');
+      await assert.rejects(async () => pg.peekMany([{ key: 's', limit: { uses: 1, windowMs: 1000 } }, { key: 'k', limit }]), UnsupportedError);
     }
   });
 });
