@@ -8,8 +8,8 @@ use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 use ratewindow_core::input::KeyPosition;
 use ratewindow_core::shard::{
     decode_request, encode_failure, encode_value, expects, shard_rule, Expect, FailureKind,
-    ShardAlgorithm, ShardAttempt, ShardClient as CoreClient, ShardEntry, ShardFailure, ShardHit,
-    ShardOp, ShardValue, ShardVerdict,
+    ShardAttempt, ShardClient as CoreClient, ShardEntry, ShardFailure, ShardHit, ShardOp,
+    ShardValue, ShardVerdict,
 };
 use ratewindow_core::Rule;
 
@@ -38,24 +38,6 @@ impl ShardClient {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .request(&op)
-    }
-}
-
-/// A rule as it crosses: `(algorithm, uses, windowMs, burst)`, the sliding log's without the two
-/// options.
-fn wire_rule(rule: Rule) -> (Option<ShardAlgorithm>, u32, u64, Option<u32>) {
-    match rule {
-        Rule::Sliding(l) => (None, l.uses(), l.window_ms(), None),
-        Rule::Gcra(g) => {
-            let burst = (g.burst() != g.uses()).then_some(g.burst());
-            (Some(ShardAlgorithm::Gcra), g.uses(), g.window_ms(), burst)
-        }
-        Rule::Counter(c) => (
-            Some(ShardAlgorithm::Counter),
-            c.limit().uses(),
-            c.limit().window_ms(),
-            None,
-        ),
     }
 }
 
@@ -103,9 +85,16 @@ impl ShardClient {
     ) -> PyResult<(u64, String)> {
         guard(|| {
             let rule = rule_of(limit)?;
-            let (algorithm, uses, window_ms, burst) = wire_rule(rule);
             let key = key.0.to_owned();
             if op == "reset" {
+                let ShardEntry {
+                    key,
+                    uses,
+                    window_ms,
+                    algorithm,
+                    burst,
+                    ..
+                } = ShardEntry::of_rule(key, rule, 1);
                 let Some(algorithm) = algorithm else {
                     return Err(pyo3::exceptions::PyTypeError::new_err(
                         "reset takes a GcraLimit or a CounterLimit",
@@ -120,25 +109,10 @@ impl ShardClient {
                 }));
             }
             let cost = checked_cost(rule, cost_arg(cost, "cost")?, "cost", cost, py)? as u32;
-            Ok(self.send(if op == "peek" {
-                ShardOp::Peek {
-                    key,
-                    uses,
-                    window_ms,
-                    algorithm,
-                    burst,
-                    cost,
-                }
-            } else {
-                ShardOp::Consume {
-                    key,
-                    uses,
-                    window_ms,
-                    algorithm,
-                    burst,
-                    cost,
-                }
-            }))
+            Ok(self.send(ShardOp::single(
+                op != "peek",
+                ShardEntry::of_rule(key, rule, cost),
+            )))
         })
     }
 
@@ -158,15 +132,7 @@ impl ShardClient {
                 let key = key_str(entry.key.bind(py), KeyPosition::Entry(i))?.to_owned();
                 let rule = rule_of(entry.limit.bind(py))?;
                 let cost = checked_cost(rule, entry.cost, &format!("entries[{i}].cost"), None, py)?;
-                let (algorithm, uses, window_ms, burst) = wire_rule(rule);
-                out.push(ShardEntry {
-                    key,
-                    uses,
-                    window_ms,
-                    algorithm,
-                    burst,
-                    cost: cost as u32,
-                });
+                out.push(ShardEntry::of_rule(key, rule, cost as u32));
             }
             Ok(self.send(if op == "peek_many" {
                 ShardOp::PeekMany { entries: out }
