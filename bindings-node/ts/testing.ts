@@ -135,7 +135,9 @@ export function testStore(
       };
       await attempt();
       await sleep(W * 0.6);
-      while (clock() - start < W * 2.5) {
+      // Five allowed calls take about 2 W; a loaded machine (CI runs four test files at once) can
+      // stall the loop for a good part of that, so run until there are five or 20 W have passed.
+      while (allowed.length < 5 && clock() - start < W * 20) {
         await attempt();
         await sleep(4);
       }
@@ -144,8 +146,9 @@ export function testStore(
       for (let i = 2; i < allowed.length; i++) {
         expect(allowed[i]!.after - allowed[i - 2]!.before).toBeGreaterThanOrEqual(W - 2);
       }
-      // And it does slide: calls leave the window, letting more through (5 in 2.5 W).
-      expect(allowed.length).toBeGreaterThanOrEqual(4);
+      // And it does slide: calls leave the window, letting more through (a log that never let calls
+      // leave would stop at 2).
+      expect(allowed.length).toBeGreaterThanOrEqual(5);
     });
 
     it('counts retryAfterMs from the oldest call still in the window, one retryTimestamp per wait', async () => {
