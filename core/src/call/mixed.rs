@@ -196,6 +196,8 @@ pub(crate) struct MixedCall {
     step: Step,
     statements: Vec<Statement>,
     done: Option<Result<Outcome, CallError>>,
+    /// PostgreSQL's one statement (`{p}_mixed`), whose rows end in the verdict it wrote by.
+    postgres: bool,
 }
 
 fn statement(sql: String, params: Vec<SqlValue>) -> Statement {
@@ -279,6 +281,7 @@ impl Sqlite {
             step: Step::Read,
             statements,
             done: None,
+            postgres: false,
         })
     }
 }
@@ -297,7 +300,7 @@ impl MixedCall {
     /// Whether the step that ran is inside the transaction.
     fn in_tx(&self) -> bool {
         match self.step {
-            Step::Read => self.call_id.is_some(),
+            Step::Read => self.call_id.is_some() && !self.postgres,
             Step::Commit(_) => true,
             _ => false,
         }
@@ -318,6 +321,7 @@ impl MixedCall {
                 got: "a Redis reply",
             }),
             (Step::Commit(outcome), Ok(Fed::Rows(_))) => Ok(outcome),
+            (Step::Read, Ok(Fed::Rows(rows))) if self.postgres => self.read_postgres(&rows),
             (Step::Read, Ok(Fed::Rows(rows))) => match self.read(&rows) {
                 Ok(None) => return,
                 Ok(Some(outcome)) => Ok(outcome),
@@ -443,5 +447,179 @@ impl MixedCall {
             release: token,
         });
         Ok(None)
+    }
+}
+
+/// A PostgreSQL mixed batch's statement: `{p}_mixed` (installed by the schema with the `mixed`
+/// feature); the parameters are the mode, the call id, then one array a field of the entries.
+const PG_MIXED: &str =
+    "SELECT k, key, a, b, c, d FROM {p}_mixed($1, $2, $3::bigint[], $4::text[], \
+                        $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], \
+                        $10::bigint[], $11::bigint[], $12::boolean)";
+
+const PG_EXPECTED: &str = "the batch's state rows, then (-1, NULL, now, 1 allowed / 0 refused / \
+                           -1 a peek, 0, 0) agreeing with the verdict the state gives";
+
+impl crate::sql::Postgres {
+    /// The most entries one mixed batch carries (the server works through it entry by entry, and
+    /// the engine decides it in a scratch store): a larger batch ends in [`CallError::Unsupported`].
+    pub const MAX_MIXED: usize = 10_000;
+
+    /// Starts a batch mixing algorithms (sliding-log, GCRA and counter entries), all or nothing, on
+    /// the server's clock: a consume with `call_id` (unique to the call: it marks the sliding-log
+    /// calls for a release), a peek without. **One statement** (`{prefix}_mixed`, its own
+    /// transaction, so a pool may run each call on any connection): a consume locks every key's row
+    /// in one global order, reads the state, counts the entries and writes all or nothing; it
+    /// answers the state it read, from which the call derives the verdict by
+    /// [`MemoryStore::consume_mixed`]'s rules and refuses rows whose verdict disagrees.
+    ///
+    /// Check the costs first with [`check_mixed`] to raise the typed error naming the entry; a bad
+    /// cost, an empty call id or more than [`MAX_MIXED`](Self::MAX_MIXED) entries end the call at
+    /// once in [`CallError::Unsupported`], nothing run. The release token gives back the
+    /// sliding-log calls (GCRA and counter uses are not given back, as a single GCRA or counter
+    /// call's are not, and as on Redis and SQLite).
+    pub fn mixed(&self, entries: Vec<MixedEntry>, call_id: Option<&str>) -> Call {
+        if check_mixed(&entries).is_err() {
+            return Call::done(Err(CallError::Unsupported(
+                "invalid cost in a mixed batch (check with check_mixed first)",
+            )));
+        }
+        if entries.len() > Self::MAX_MIXED {
+            return Call::done(Err(CallError::Unsupported(
+                "a mixed batch of more than 10,000 entries: split it",
+            )));
+        }
+        if call_id == Some("") {
+            return Call::done(Err(CallError::Unsupported("an empty call id")));
+        }
+        if entries.is_empty() {
+            return Call::done(Ok(Outcome::Verdict {
+                verdict: crate::BatchVerdict::at(0, None),
+                release: None,
+            }));
+        }
+        let n = entries.len();
+        let (mut kinds, mut keys, mut uses, mut windows, mut costs) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let mut gcra: [Vec<i64>; 4] = Default::default();
+        let big = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        for e in &entries {
+            kinds.push(kind(&e.rule));
+            keys.push(e.key.clone());
+            costs.push(big(e.cost));
+            let (u, w, qrde) = match e.rule {
+                Rule::Sliding(l) => (u64::from(l.uses()), l.window_ms(), [0; 4]),
+                Rule::Gcra(g) => {
+                    let [u, q, r, d, e, _] = super::rates::gcra_args(g, e.cost);
+                    (u, g.window_ms(), [q, r, d, e])
+                }
+                Rule::Counter(c) => (u64::from(c.limit().uses()), c.limit().window_ms(), [0; 4]),
+            };
+            uses.push(big(u));
+            windows.push(big(w));
+            for (column, v) in gcra.iter_mut().zip(qrde) {
+                column.push(big(v));
+            }
+        }
+        let [q, r, d, e] = gcra;
+        let mode = if call_id.is_some() { "c" } else { "p" };
+        let params = vec![
+            SqlValue::Text(mode.to_owned()),
+            SqlValue::Text(call_id.unwrap_or("").to_owned()),
+            SqlValue::Ints(kinds),
+            SqlValue::Texts(keys),
+            SqlValue::Ints(uses),
+            SqlValue::Ints(windows),
+            SqlValue::Ints(costs),
+            SqlValue::Ints(q),
+            SqlValue::Ints(r),
+            SqlValue::Ints(d),
+            SqlValue::Ints(e),
+            SqlValue::Bool(!self.is_durable()),
+        ];
+        let p = self.names().prefix().to_owned();
+        Call::mixed(MixedCall {
+            entries,
+            now: 0,
+            call_id: call_id.map(str::to_owned),
+            statements: vec![statement(PG_MIXED.replace("{p}", &p), params)],
+            prefix: p,
+            step: Step::Read,
+            done: None,
+            postgres: true,
+        })
+    }
+}
+
+impl MixedCall {
+    /// PostgreSQL's rows: the state the statement read and, last, its clock and what it did. The
+    /// verdict is the memory store's from that state; a consume the statement recorded must be one
+    /// the state allows, and a refusal one it refuses.
+    fn read_postgres(&mut self, rows: &[Vec<SqlValue>]) -> Result<Outcome, CallError> {
+        let err = || RowError::new("mixed", PG_EXPECTED, rows);
+        let Some((last, state)) = rows.split_last() else {
+            return Err(err().into());
+        };
+        let [k, SqlValue::Null, now, did, ..] = last.as_slice() else {
+            return Err(err().into());
+        };
+        let (Some(-1), Some(now), Some(did)) = (k.int(), now.int(), did.int()) else {
+            return Err(err().into());
+        };
+        let now = u64::try_from(now).map_err(|_| err())?;
+        // Never before the newest call read (the consume's clock already is not; a peek's read its
+        // clock in the same snapshot).
+        let newest = state
+            .iter()
+            .filter(|row| row.first().and_then(SqlValue::int) == Some(0))
+            .filter_map(|row| row.get(2).and_then(SqlValue::int))
+            .max()
+            .and_then(|at| u64::try_from(at).ok());
+        let now = now.max(newest.unwrap_or(0));
+        let record = self.call_id.is_some();
+        let (consumed, _, _) = decide_rows(&self.entries, state, now, record)?;
+        let expected = match (record, consumed.verdict.allowed) {
+            (false, _) => -1,
+            (true, true) => 1,
+            (true, false) => 0,
+        };
+        if did != expected {
+            return Err(err().into());
+        }
+        let keys = keys_by_kind(&self.entries);
+        let token = match (&self.call_id, consumed.release) {
+            (Some(call_id), Some(_)) if !keys[0].is_empty() => {
+                // A call costing more than 1 in a log is recorded as its id and `id\x01i` (the
+                // weighted function's ids): its token names the largest cost, so the release
+                // removes them all.
+                #[allow(unused_mut)]
+                let mut id = call_id.clone();
+                #[cfg(feature = "weights")]
+                if let Some(top) = self
+                    .entries
+                    .iter()
+                    .filter(|e| matches!(e.rule, Rule::Sliding(_)))
+                    .map(|e| e.cost)
+                    .max()
+                    .filter(|&c| c > 1)
+                {
+                    id = format!("{call_id}\x01{top}");
+                }
+                Some(ReleaseToken::Sql(SqlRelease {
+                    keys: keys[0].iter().map(|&k| k.to_owned()).collect(),
+                    call_id: id,
+                }))
+            }
+            _ => None,
+        };
+        Ok(Outcome::Verdict {
+            verdict: consumed.verdict,
+            release: token,
+        })
     }
 }

@@ -920,7 +920,7 @@ fn mode_of(op: &RateOp) -> &'static str {
 
 /// GCRA's constants as the scripts and functions take them: `(uses, q, r, d, e, ceil τ)` with
 /// `n·T = q + r/uses` and `τ − n·T = d + e/uses`.
-fn gcra_args(gcra: Gcra, cost: u64) -> [u64; 6] {
+pub(super) fn gcra_args(gcra: Gcra, cost: u64) -> [u64; 6] {
     let uses = gcra.uses() as u64;
     // Both products are at most burst · window_ms ≤ 2^53 − 1 (checked by Gcra::new).
     let (q, r) = divmod(cost * gcra.window_ms(), uses);
