@@ -381,9 +381,8 @@ impl Calls {
 
     /// A batch mixing algorithms (`op` 0 consume, 1 peek): entry `i` is `keys[i]` under `kinds[i]`
     /// (0 the sliding log, 1 GCRA, 2 the counter) with its numbers, checked as the memory store's
-    /// (`entries[i]`'s field named). SQLite (`now`, its clock) and Redis (the server's clock); on
-    /// PostgreSQL an `invalid_argument:store` failure, nothing run. An allowed consume keeps its release token
-    /// (the sliding-log calls).
+    /// (`entries[i]`'s field named). SQLite (`now`, its clock), Redis and PostgreSQL (the server's
+    /// clock). An allowed consume keeps its release token (the sliding-log calls).
     #[cfg(feature = "mixed")]
     #[allow(clippy::too_many_arguments)]
     pub fn mixed(
@@ -424,12 +423,8 @@ impl Calls {
             Planner::Sqlite(s) => s.mixed(entries, now, call_id.as_deref()),
             // The server's clock (`TIME`): read, decided here, written if nothing changed.
             Planner::Redis(r) => r.mixed(entries, None, call_id.as_deref()),
-            Planner::Postgres(_) => {
-                return Err(coded(
-                    "invalid_argument:store",
-                    "batches mixing algorithms run on the memory store, Redis and SQLite",
-                ))
-            }
+            // One statement on the server's clock: locked, decided and written all or nothing.
+            Planner::Postgres(p) => p.mixed(entries, call_id.as_deref()),
         };
         self.run(out, call, op == 0)
     }

@@ -3,9 +3,9 @@
 // processes racing a batch whose global entry is the bottleneck (exactly its uses pass), the release
 // of the sliding-log calls, bad input (typed errors, nothing written); the same on RedisStore (single
 // server: a walk on the server's clock, 4 processes x 64 concurrent batches; a Cluster when the keys share
-// a slot, else UnsupportedError); PostgresStore refuses a mixed batch as UnsupportedError with nothing
-// sent. RATEWINDOW_SEED replays a walk.
-import { describe, it } from 'node:test';
+// a slot, else UnsupportedError); and on PostgresStore (one statement a batch: a walk on the server's
+// clock, 4 processes x 64 concurrent batches, release, bad input). RATEWINDOW_SEED replays a walk.
+import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -174,15 +174,123 @@ describe('SqliteStore: batches mixing algorithms', () => {
   });
 });
 
-describe('PostgresStore: a mixed batch is UnsupportedError, nothing sent', () => {
-  const never = () => {
-    throw new Error('nothing may be sent');
-  };
-  const entries = [{ key: 'u', limit: gcra(2, 1000, 2) }, { key: 'all', limit: sliding(3, 1000) }];
-  it('PostgresStore', async () => {
-    const store = PostgresStore.using({ query: never });
-    await assert.rejects(() => store.consumeMany(entries), UnsupportedError);
-    await assert.rejects(() => store.peekMany(entries), UnsupportedError);
+// PostgreSQL: one statement ({prefix}_mixed) locks every key's row in one global order, reads the
+// state on the server's clock, counts all or nothing and answers the state it read; the engine decides
+// from it as MemoryStore does (and refuses rows whose verdict disagrees).
+describe('PostgresStore: batches mixing algorithms', { concurrency: 1 }, async () => {
+  const { pgPool, runPrefix, dropPg } = await import('./sql-helpers.mjs');
+  const pool = pgPool(4);
+  const prefix = runPrefix('mixed');
+  const store = PostgresStore.using(pool, { prefix });
+  await store.installSchema();
+  const WALK = [
+    ['a', [sliding(3, 120), sliding(5, 300)]],
+    ['a', [gcra(3, 120, 2), gcra(3, 120, 3)]],
+    ['b', [gcra(10, 120, 5), gcra(7, 360, 4)]],
+    ['c', [counter(4, 120)]],
+    ['d', [counter(9, 90), counter(9, 180)]],
+    ['g', [sliding(6, 180)]],
+  ];
+  let n = 0;
+  after(async () => {
+    await dropPg(pool, prefix);
+    await pool.end();
+  });
+
+  it('a seeded walk on the server\'s clock gives MemoryStore\'s verdicts, field by field (one statement a call)', async () => {
+    const seed = Number(process.env.RATEWINDOW_SEED ?? (Date.now() % 2 ** 31));
+    console.log(`RATEWINDOW_SEED=${seed}`);
+    const r = rng(seed);
+    // The host sees every statement's rows: the mixed statement's last row is (-1, NULL, now, did),
+    // and its clock is never before the newest call it read (rows (0, key, at, expires_at)).
+    const clock = { t: 0, now() { return this.t; } };
+    let statements = 0;
+    const query = async (sql, params) => {
+      statements++;
+      const { rows } = await pool.query({ text: sql, values: params, rowMode: 'array' });
+      const last = rows[rows.length - 1];
+      if (last !== undefined && Number(last[0]) === -1) {
+        clock.t = Math.max(Number(last[2]), ...rows.filter((row) => Number(row[0]) === 0).map((row) => Number(row[2])));
+      }
+      return rows;
+    };
+    const tag = `walk${n++}:`;
+    const pg = PostgresStore.using(query, { prefix });
+    const memory = new MemoryStore({ clock });
+    for (let step = 0; step < 250; step++) {
+      await new Promise((done) => setTimeout(done, r(4) * r(25)));
+      const entries = Array.from({ length: 1 + r(4) }, () => {
+        const [key, choices] = WALK[r(WALK.length)];
+        const limit = choices[r(choices.length)];
+        const top = limit.algorithm === 'gcra' ? limit.burst : limit.uses;
+        return { key: tag + key, limit, cost: 1 + r(Math.min(top, 3)) };
+      });
+      if (!entries.some((e) => e.limit.algorithm !== undefined)) entries.push({ key: `${tag}b`, limit: gcra(10, 120, 5), cost: 1 });
+      const peek = r(4) === 0;
+      const before = statements;
+      const got = peek ? await pg.peekMany(entries) : await pg.consumeMany(entries);
+      assert.equal(statements - before, 1, 'one statement a batch');
+      const want = peek ? memory.peekMany(entries) : memory.consumeMany(entries);
+      assert.deepEqual(fields(got), fields(want), `step ${step} at ${clock.t}: ${JSON.stringify(entries)} (RATEWINDOW_SEED=${seed})`);
+      const slides = entries.some((e) => e.limit.algorithm === undefined);
+      assert.equal(typeof got.release === 'function', got.allowed && !peek && slides);
+    }
+  });
+
+  it('release() gives back the sliding-log calls (a cost of 2 too); the GCRA use stays taken; a refusal writes nothing', async () => {
+    const t = `rel${n++}:`;
+    const entries = [
+      { key: `${t}u`, limit: gcra(2, 60_000, 2) },
+      { key: `${t}all`, limit: sliding(2, 60_000), cost: 2 },
+    ];
+    const times = async () => (await pool.query(`SELECT coalesce(cardinality(ats), 0) AS n FROM ${prefix}_log WHERE key = $1`, [`${t}all`])).rows[0]?.n ?? 0;
+    const v = await store.consumeMany(entries);
+    assert.equal(v.allowed, true);
+    assert.equal(await times(), 2);
+    const refused = await store.consumeMany([{ key: `${t}new`, limit: counter(5, 60_000) }, ...entries]);
+    assert.deepEqual([refused.allowed, refused.blocked], [false, 2]);
+    assert.equal((await pool.query(`SELECT count(*)::int AS n FROM ${prefix}_counters WHERE key = $1`, [`${t}new`])).rows[0].n, 0, 'nothing written');
+    await v.release();
+    assert.equal(await times(), 0);
+    assert.equal((await store.consumeMany(entries)).allowed, true);
+    // 1 of the burst of 2 was left before this call, and this call took it.
+    assert.equal((await store.peek(`${t}u`, gcra(2, 60_000, 2))).allowed, false);
+  });
+
+  it('bad input: typed errors naming the entry, nothing sent', async () => {
+    const never = () => {
+      throw new Error('nothing may be sent');
+    };
+    const idle = PostgresStore.using({ query: never });
+    await assert.rejects(
+      async () => idle.consumeMany([{ key: 'u', limit: gcra(2, 1000, 2) }, { key: 'all', limit: sliding(3, 1000), cost: 4 }]),
+      (e) => e instanceof InvalidArgumentError && e.field === 'entries[1].cost',
+    );
+    await assert.rejects(
+      async () => idle.peekMany([{ key: 'all', limit: sliding(3, 1000) }, { key: 'u', limit: gcra(2, 1000, 0) }]),
+      (e) => e instanceof InvalidLimitError && e.field === 'burst',
+    );
+  });
+
+  it('4 processes x 64 concurrent batches whose global entry is the bottleneck: exactly its uses pass, all or nothing', async () => {
+    const worker = fileURLToPath(new URL('./mixed-pg-worker.mjs', import.meta.url));
+    const startAt = Date.now() + 2000; // after every process has connected
+    const outs = await Promise.all(
+      [0, 1, 2, 3].map(
+        (i) =>
+          new Promise((resolve, reject) => {
+            const child = spawn(process.execPath, [worker, prefix, String(startAt), '64', '20', String(i)], { stdio: ['ignore', 'pipe', 'inherit'] });
+            let out = '';
+            child.stdout.on('data', (d) => (out += d));
+            child.on('error', reject);
+            child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out).allowed) : reject(new Error(`worker ${i} exited ${code}`))));
+          }),
+      ),
+    );
+    assert.equal(outs.reduce((a, b) => a + b, 0), 20);
+    assert.equal((await pool.query(`SELECT cardinality(ats) AS n FROM ${prefix}_log WHERE key = 'api'`)).rows[0].n, 20);
+    // Every user's counter holds exactly the calls the global entry let pass.
+    assert.equal(Number((await pool.query(`SELECT coalesce(sum(cur), 0) AS n FROM ${prefix}_counters WHERE key LIKE 'api:%'`)).rows[0].n), 20);
   });
 });
 

@@ -1,6 +1,6 @@
 // GCRA and the sliding-window counter through the public API beyond the vectors: the limit builders,
 // typed errors naming the field, shapes refused as TypeErrors, a mixed batch's release, and the
-// networked stores refusing batches that name these limits with UnsupportedError.
+// networked stores checking batches that name these limits before sending anything.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 
@@ -90,13 +90,14 @@ describe('GCRA and counter limits', { skip: !supported && 'the wasm-bindgen buil
 });
 
 describe('PostgresStore', () => {
-  // RedisStore and SqliteStore count batches that name GCRA or counter limits (mixed-stores.test.mjs).
-  it('refuses batches naming GCRA or counter limits with UnsupportedError, sending nothing', async () => {
-    const { PostgresStore, UnsupportedError } = await import('../dist/index.js');
+  // PostgresStore, RedisStore and SqliteStore count batches that name GCRA or counter limits on their
+  // servers (mixed-stores.test.mjs); a batch's entries are checked before anything is sent.
+  it('checks a batch naming GCRA or counter limits before sending anything: a typed error naming the entry', async () => {
+    const { PostgresStore, InvalidArgumentError } = await import('../dist/index.js');
     const pg = PostgresStore.using(async () => { throw new Error('never reached'); });
     for (const limit of [{ algorithm: 'gcra', uses: 1, windowMs: 1000 }, { algorithm: 'counter', uses: 1, windowMs: 1000 }]) {
-      await assert.rejects(async () => pg.consumeMany([{ key: 'k', limit }]), (e) => e instanceof UnsupportedError && e.code === 'ERR_RATEWINDOW_UNSUPPORTED');
-      await assert.rejects(async () => pg.peekMany([{ key: 's', limit: { uses: 1, windowMs: 1000 } }, { key: 'k', limit }]), UnsupportedError);
+      await assert.rejects(async () => pg.consumeMany([{ key: 's', limit: { uses: 1, windowMs: 1000 } }, { key: 'k', limit, cost: 2 }]), (e) => e instanceof InvalidArgumentError && e.field === 'entries[1].cost');
+      await assert.rejects(async () => pg.peekMany([{ key: 'k', limit, cost: 2 }, { key: 's', limit: { uses: 1, windowMs: 1000 } }]), InvalidArgumentError);
     }
   });
 });

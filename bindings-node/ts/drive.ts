@@ -562,8 +562,8 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
   /**
    * Counts one call to `key` under `limit`: allowed and recorded, or refused with the wait. A
    * {@link GcraLimit} or {@link CounterLimit} (with `options.cost`) is counted by its own script (Redis)
-   * or statement (PostgreSQL, SQLite); batches mixing them with the sliding log run on the memory store,
-   * Redis and SQLite (`consumeMany`; UnsupportedError on PostgreSQL).
+   * or statement (PostgreSQL, SQLite); batches mixing them with the sliding log run on every store
+   * (`consumeMany`; on PostgreSQL as one statement).
    */
   override consume(key: string, limit: AnyLimit, options?: CallOptions): Answer<S, Verdict> {
     if (options === undefined && this.plans !== undefined) {
@@ -643,7 +643,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
   /**
    * A batch mixing algorithms (`op` 0 consume, 1 peek): sliding-log, GCRA and counter entries in one
    * all-or-nothing call, decided by the engine as the memory store decides it. SQLite and Redis (on a
-   * Cluster, keys in one slot: a hash tag); PostgreSQL: `UnsupportedError`, nothing sent. An allowed consume's `release()` gives back its sliding-log calls
+   * Cluster, keys in one slot: a hash tag) and PostgreSQL (one statement). An allowed consume's `release()` gives back its sliding-log calls
    * (GCRA and counter uses are not given back on a networked store).
    */
   private mixed(op: 0 | 1, entries: readonly Entry[]): Answer<S, BatchVerdict> {
