@@ -448,9 +448,22 @@ describe('RedisStore: batches mixing algorithms', { concurrency: 1 }, async () =
           assert.deepEqual([refused.allowed, refused.blocked], [false, 2]);
           const plain = RedisStore.using(c.run, { evalsha: c.evalsha, prefix: p, backend: redisBackend });
           const spread = [{ key: 'alice', limit: gcra(5, 60_000, 5) }, { key: 'bob', limit: sliding(2, 60_000) }];
-          // The engine's `unsupported` outcome of a running call crosses as a TypeError (as every call's does).
-          await assert.rejects(() => plain.consumeMany(spread), (e) => (e instanceof TypeError || e instanceof UnsupportedError) && /one slot/.test(e.message));
+          // The engine's `unsupported` outcome of a running call crosses as an UnsupportedError naming the
+          // batch's algorithm (as PostgresStore's refusal does), not a TypeError; a peek too.
+          for (const call of [() => plain.consumeMany(spread), () => plain.peekMany(spread)]) {
+            await assert.rejects(call, (e) => {
+              assert.ok(e instanceof UnsupportedError, `UnsupportedError, got ${e?.constructor?.name}: ${e?.message}`);
+              assert.ok(!(e instanceof TypeError));
+              assert.equal(e.code, 'ERR_RATEWINDOW_UNSUPPORTED');
+              assert.equal(e.algorithm, 'gcra');
+              assert.match(e.message, /one slot/);
+              return true;
+            });
+          }
+          const counted = [{ key: 'carol', limit: sliding(2, 60_000) }, { key: 'dave', limit: counter(5, 60_000) }];
+          await assert.rejects(() => plain.consumeMany(counted), (e) => e instanceof UnsupportedError && e.algorithm === 'counter' && /one slot/.test(e.message));
           assert.equal(Number(await c.client.exists(`${p}gcr:alice`)), 0, 'nothing written');
+          assert.equal(Number(await c.client.exists(`${p}ctr:dave`)), 0, 'nothing written');
         } finally {
           await c.close();
         }

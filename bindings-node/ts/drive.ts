@@ -245,7 +245,12 @@ function settle<T>(
   return then(record, call.id);
 }
 
-/** A failed call's error: the one place where the engine's error kinds become ratewindow's errors. */
+/**
+ * A failed call's error: the one place where the engine's error kinds become ratewindow's errors. A
+ * running call's `unsupported` (e.g. a batch mixing algorithms whose keys span Redis Cluster slots, a
+ * batch above the store's most entries a call) is an `UnsupportedError`; its `algorithm` is `'sliding'`
+ * unless the caller names the call's (`mixed` names the batch's GCRA or counter algorithm).
+ */
 export function callError(e: CallErrorInfo, thrown: Thrown = new Map()): Error {
   switch (e.kind) {
     case 'store': {
@@ -255,7 +260,7 @@ export function callError(e: CallErrorInfo, thrown: Thrown = new Map()): Error {
     case 'reply':
       return new StoreReplyError(e.source ?? 'unknown', e.expected ?? '', e.got ?? '', e.message);
     case 'unsupported':
-      return new TypeError(e.message);
+      return new UnsupportedError('sliding', e.message);
     default:
       return new InternalError(`ratewindow: ${e.message}`);
   }
@@ -643,7 +648,8 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
   /**
    * A batch mixing algorithms (`op` 0 consume, 1 peek): sliding-log, GCRA and counter entries in one
    * all-or-nothing call, decided by the engine as the memory store decides it. SQLite and Redis (on a
-   * Cluster, keys in one slot: a hash tag) and PostgreSQL (one statement). An allowed consume's `release()` gives back its sliding-log calls
+   * Cluster, keys in one slot: a hash tag; keys across slots: `UnsupportedError`, nothing written) and
+   * PostgreSQL (one statement). An allowed consume's `release()` gives back its sliding-log calls
    * (GCRA and counter uses are not given back on a networked store).
    */
   private mixed(op: 0 | 1, entries: readonly Entry[]): Answer<S, BatchVerdict> {
@@ -655,7 +661,8 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     const windows: number[] = new Array(n);
     const bursts: number[] = new Array(n);
     const costs: number[] = new Array(n);
-    let algorithm = 'gcra';
+    // What an UnsupportedError names: the first GCRA or counter entry's algorithm (as Python's does).
+    let algorithm: string | undefined;
     try {
       for (let i = 0; i < n; i++) {
         const entry = entries[i] as Entry | null;
@@ -664,7 +671,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         const kind = rateKind(entry.limit);
         if (kind === 0) checkLimitShape(entry.limit);
         const limit = entry.limit as GcraLimit;
-        if (kind !== 0) algorithm = limit.algorithm;
+        if (kind !== 0) algorithm ??= limit.algorithm;
         keys[i] = entry.key;
         kinds[i] = kind;
         uses[i] = limit.uses;
@@ -673,12 +680,12 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         costs[i] = costOf(entry);
       }
       const calls = this.calls;
-      if (calls.mixed === undefined) throw new UnsupportedError(algorithm, 'batches mixing algorithms: not in this build (the native addon counts them)');
+      if (calls.mixed === undefined) throw new UnsupportedError(algorithm ?? 'gcra', 'batches mixing algorithms: not in this build (the native addon counts them)');
       first = calls.mixed(op, keys, kinds, uses, windows, bursts, costs, this.now());
     } catch (e) {
       const code = (e as { code?: unknown } | null)?.code;
       let error = e;
-      if (code === 'invalid_argument:store') error = new UnsupportedError(algorithm, 'batches mixing algorithms run on MemoryStore, RedisStore and SqliteStore');
+      if (code === 'invalid_argument:store') error = new UnsupportedError(algorithm ?? 'gcra', 'batches mixing algorithms run on MemoryStore, RedisStore and SqliteStore');
       else if (typeof code === 'string' && !code.startsWith('ERR_')) {
         const at = /^invalid entries\[(\d+)\]\./.exec(String((e as Error).message))?.[1];
         const i = at === undefined ? 0 : Number(at);
@@ -687,7 +694,22 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
       if (this.sync) throw error;
       return Promise.reject(error) as Answer<S, BatchVerdict>;
     }
-    return this.driven(first, (r, id) => verdictOf(r, true, op === 0 ? this.releaser(r[CallSlot.Release] === 1 ? (this.calls.releaseToken(id) ?? undefined) : undefined) : undefined));
+    const then = (r: Float64Array, id: number): BatchVerdict =>
+      verdictOf(r, true, op === 0 ? this.releaser(r[CallSlot.Release] === 1 ? (this.calls.releaseToken(id) ?? undefined) : undefined) : undefined);
+    // A running call's UnsupportedError (keys across Cluster slots) names the batch's algorithm, as the
+    // refusal of a store that runs no mixed batch does.
+    const named = (e: unknown): never => {
+      if (e instanceof UnsupportedError) Object.defineProperty(e, 'algorithm', { value: algorithm ?? 'gcra' });
+      throw e;
+    };
+    if (this.sync) {
+      try {
+        return this.driven(first, then);
+      } catch (e) {
+        return named(e);
+      }
+    }
+    return (this.driven(first, then) as Promise<BatchVerdict>).catch(named) as Answer<S, BatchVerdict>;
   }
 
   /**
