@@ -179,15 +179,12 @@ impl Calls {
     }
 }
 
-/// The answer in a reply to a lock's planned command (`acquire`: its `SET … NX`; else the release
-/// script): 1 (taken, freed), 0 (not), or -1: no answer (drive the operation as a call, fed this reply).
+/// Every reply that answers a lock's planned command (`acquire`: its `SET … NX`; else the release
+/// script), with its answer (the core's `Redis::lock_answers`): a host looks each reply up in this
+/// table; a reply not in it is no answer (drive the operation as a call, fed this reply).
 #[cfg(feature = "lock-commands")]
-pub fn lock_answer(acquire: bool, reply: &ratewindow_core::redis::Reply) -> f64 {
-    match ratewindow_core::call::Redis::lock_answer(acquire, reply) {
-        Some(true) => 1.0,
-        Some(false) => 0.0,
-        None => -1.0,
-    }
+pub fn lock_answers(acquire: bool) -> ratewindow_core::call::LockAnswers {
+    ratewindow_core::call::Redis::lock_answers(acquire)
 }
 
 #[cfg(test)]

@@ -1,13 +1,11 @@
 //! The lock's napi shell (`ts/lock.ts`): the memory store's locks ([`NativeLocks`]), `block`'s
 //! schedule ([`NativeLockWait`]) and the networked stores' lock calls (`NativeCalls::lock`, driven like
-//! every call), and a Redis lock's commands planned once (`NativeCalls::lock_commands`, each reply read
-//! by [`lock_answer`]). Everything that decides is the core's (`ratewindow_core::lock`, the Redis
+//! every call), and a Redis lock's commands planned once (`NativeCalls::lock_commands`, each reply
+//! looked up among [`lock_answers`]). Everything that decides is the core's (`ratewindow_core::lock`, the Redis
 //! lock machine), through `ratewindow_js_glue::lock`.
 
-use napi::bindgen_prelude::{JsValue, Result, Unknown};
-use napi::sys;
+use napi::bindgen_prelude::Result;
 use napi_derive::napi;
-use ratewindow_core::redis::Reply;
 use ratewindow_js_glue::lock::{JsLocks, JsWait};
 
 use crate::call::{Joined, NativeCalls};
@@ -125,62 +123,34 @@ impl NativeCalls {
     }
 }
 
-/// The longest string reply read as an answer (`OK`, `1`, `0` and the like): a longer one is no
-/// answer, and goes to the call machine with the rest.
-const ANSWER_BYTES: usize = 16;
-
-/// The answer in a client's reply to a lock's planned command (`acquire`: its `SET … NX`; else the
-/// release script), decided by the core (`Redis::lock_answer`): 1 taken or freed, 0 not, -1 no
-/// answer (a reply of another shape: drive the operation as a call, fed this reply). Reads null,
-/// undefined, a number or a short string without allocating; anything else answers -1.
-#[napi]
-pub fn lock_answer(acquire: bool, reply: Unknown<'_>) -> f64 {
-    let value = reply.value();
-    // SAFETY: the value and its env come from this very call's arguments.
-    let reply = unsafe { simple_reply(value.env, value.value) };
-    reply.map_or(-1.0, |r| ratewindow_js_glue::lock::lock_answer(acquire, &r))
+/// A reply that answers a lock's planned command, and its answer (see [`lock_answers`]): `text` a
+/// string reply, else `int` an integer reply, else (both absent) nil — `null` or `undefined`.
+#[napi(object)]
+pub struct LockAnswer {
+    /// A string reply (`'OK'`, `'1'`).
+    pub text: Option<String>,
+    /// An integer reply.
+    pub int: Option<f64>,
+    /// The answer: taken or freed.
+    pub answer: bool,
 }
 
-/// A reply that is null, undefined, a number or a short string, as the core reads it; else none.
-///
-/// # Safety
-/// `env` and `value` must be napi's for the current call.
-unsafe fn simple_reply(env: sys::napi_env, value: sys::napi_value) -> Option<Reply> {
-    use sys::ValueType as T;
-    let mut t = 0;
-    if unsafe { sys::napi_typeof(env, value, &mut t) } != sys::Status::napi_ok {
-        return None;
-    }
-    match t {
-        T::napi_null | T::napi_undefined => Some(Reply::Nil),
-        T::napi_number => {
-            let mut n = 0.0;
-            if unsafe { sys::napi_get_value_double(env, value, &mut n) } != sys::Status::napi_ok {
-                return None;
-            }
-            // Only an integer is an answer (1 or 0); any other number is for the call machine.
-            (n.fract() == 0.0 && n.abs() < 1e15).then_some(Reply::Int(n as i64))
-        }
-        T::napi_string => {
-            let mut buf = [0u8; ANSWER_BYTES + 1];
-            let mut len = 0usize;
-            // SAFETY: V8 writes at most `buf.len()` bytes, a NUL included.
-            let status = unsafe {
-                sys::napi_get_value_string_utf8(
-                    env,
-                    value,
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    &mut len,
-                )
+/// Every reply that answers a lock's planned command (`acquire`: its `SET … NX`; else the release
+/// script), with its answer, from the core (`Redis::lock_answers`): the store looks each reply up in
+/// these (no crossing a reply); a reply not among them is no answer, and the operation is driven as
+/// a call fed that reply.
+#[napi]
+pub fn lock_answers(acquire: bool) -> Vec<LockAnswer> {
+    use ratewindow_core::call::AnswerReply;
+    ratewindow_js_glue::lock::lock_answers(acquire)
+        .iter()
+        .map(|&(reply, answer)| {
+            let (text, int) = match reply {
+                AnswerReply::Nil => (None, None),
+                AnswerReply::Int(n) => (None, Some(n as f64)),
+                AnswerReply::Text(t) => (Some(t.to_owned()), None),
             };
-            if status != sys::Status::napi_ok || len >= ANSWER_BYTES {
-                return None;
-            }
-            std::str::from_utf8(&buf[..len])
-                .ok()
-                .map(|s| Reply::Text(s.to_owned()))
-        }
-        _ => None,
-    }
+            LockAnswer { text, int, answer }
+        })
+        .collect()
 }

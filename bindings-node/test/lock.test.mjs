@@ -252,7 +252,7 @@ describe('Lock behaviour', () => {
   });
 });
 
-describe('a Redis lock with `command`: its commands planned once, sent again as they are', () => {
+describe('a Redis lock with `command`: its commands planned once, sent again with the owner in', () => {
   /** A store on `client` (node-redis) whose sends are logged: [what, ...arrays]. */
   const logged = (client, sent, prefix) =>
     RedisStore.using((s, keys, args) => (sent.push(['eval', keys, args]), client.sendCommand(['EVAL', s, String(keys.length), ...keys, ...args])), {
@@ -261,7 +261,7 @@ describe('a Redis lock with `command`: its commands planned once, sent again as 
       prefix,
     });
 
-  it('acquire and release send the same arrays every time, and hold no call (shared Redis)', async () => {
+  it('acquire and release send the planned commands every time, in arrays of their own, and hold no call (shared Redis)', async () => {
     const client = createClient({ url: 'redis://127.0.0.1:6379' });
     await client.connect();
     try {
@@ -283,12 +283,20 @@ describe('a Redis lock with `command`: its commands planned once, sent again as 
       const mine = (what) => sent.filter((s) => s[0] === what && (s[1].includes(lock.owner) || s[2]?.includes(lock.owner)));
       const acquires = mine('command');
       assert.equal(acquires.length, 3);
-      assert.deepEqual(acquires[0][1], ['SET', `${prefix}lck:${key}`, lock.owner, 'NX', 'PX', '10000']);
-      for (const a of acquires) assert.equal(a[1], acquires[0][1], 'the same array');
+      for (const a of acquires) assert.deepEqual(a[1], ['SET', `${prefix}lck:${key}`, lock.owner, 'NX', 'PX', '10000']);
+      assert.equal(new Set(acquires.map((a) => a[1])).size, 3, 'an array of its own each time');
       const releases = mine('evalsha');
       assert.equal(releases.length, 3);
-      assert.deepEqual([releases[0][1], releases[0][2]], [[`${prefix}lck:${key}`], ['release', lock.owner]]);
-      for (const r of releases) assert.ok(r[1] === releases[0][1] && r[2] === releases[0][2], 'the same arrays');
+      for (const r of releases) assert.deepEqual([r[1], r[2]], [[`${prefix}lck:${key}`], ['release', lock.owner]]);
+      assert.equal(new Set(releases.flatMap((r) => [r[1], r[2]])).size, 6, 'arrays of their own each time');
+      // A client that changes the arrays it was given changes no later command.
+      acquires[2][1].fill('changed');
+      releases[2][1].fill('changed');
+      releases[2][2].fill('changed');
+      assert.equal(await lock.acquire(), true);
+      assert.equal(await lock.release(), true);
+      assert.deepEqual(sent.at(-2)[1], ['SET', `${prefix}lck:${key}`, lock.owner, 'NX', 'PX', '10000']);
+      assert.deepEqual(sent.at(-1).slice(1), [[`${prefix}lck:${key}`], ['release', lock.owner]]);
       // Another lock on the key and TTL: the store's plan with its owner (no crossing), its own arrays.
       const third = store.lock(key, 10);
       assert.equal(await third.acquire(), true);

@@ -30,19 +30,21 @@ export interface LockBackend {
   /** The memory store's locks. */
   createLocks?(): MemoryLocksLike;
   /**
-   * The answer in a client's reply to a prepared lock's command (`acquire`: its `SET … NX`; else the
-   * release script): 1 taken or freed, 0 not, -1 no answer (see `ts/redis-lock.ts`).
+   * Every reply that answers a prepared lock's command (`acquire`: its `SET … NX`; else the release
+   * script), with its answer: `text` a string reply, else `int` an integer one, else nil (see
+   * `ts/redis-lock.ts`). Any other reply is no answer.
    */
-  lockAnswer?(acquire: boolean, reply: unknown): number;
+  lockAnswers?(acquire: boolean): Array<{ text?: string | null; int?: number | null; answer: boolean }>;
 }
 
 /**
- * A lock's acquire and release planned once by the engine (a Redis store with plain commands): each
- * sends the same commands. See `ts/redis-lock.ts`.
+ * A key's acquire and release on one TTL planned once by the engine (a Redis store with plain
+ * commands), shared by every lock on that key and TTL: each operation sends the planned command with
+ * the lock's owner in it. See `ts/redis-lock.ts`.
  */
 export interface PreparedLock {
-  acquire(): Promise<boolean>;
-  release(): Promise<boolean>;
+  acquire(owner: string): Promise<boolean>;
+  release(owner: string): Promise<boolean>;
 }
 
 /** The memory store's locks (the addon's `NativeLocks`). */
@@ -64,9 +66,9 @@ export interface LockDriver {
   /** Who holds `key`: the owner token, or null. */
   lockOwner(key: string): Awaitable<string | null>;
   /**
-   * Plans a lock's acquire and release once, checking its TTL and owner as `checkLock` does (throws
-   * code `invalid_argument:ttl` / `owner`; a generated owner, `given` false, is a UUID: valid):
-   * undefined when the store runs each operation as a call.
+   * The plan of a lock's acquire and release (kept by the store per key and TTL), checking its TTL and
+   * owner as `checkLock` does (throws code `invalid_argument:ttl` / `owner`; a generated owner,
+   * `given` false, is a UUID: valid): undefined when the store runs each operation as a call.
    */
   prepare?(key: string, owner: string, ttl: number, given: boolean): PreparedLock | undefined;
 }
@@ -149,7 +151,7 @@ export class Lock {
   /** How long a taken lock is held unless released, in seconds. */
   readonly ttl: number;
   private readonly driver: LockDriver;
-  /** The acquire and release planned once (a Redis store with plain commands), else none. */
+  /** The key's acquire and release planned once (a Redis store with plain commands), else none. */
   private readonly prepared: PreparedLock | undefined;
 
   /** @internal Use `store.lock(key, ttl, owner?)`. */
@@ -188,7 +190,7 @@ export class Lock {
   /** Tries once: true if this lock now holds the key (false while anyone holds it, this lock included). */
   acquire(): Promise<boolean> {
     const prepared = this.prepared;
-    return prepared !== undefined ? prepared.acquire() : this.run('acquire', this.owner);
+    return prepared !== undefined ? prepared.acquire(this.owner) : this.run('acquire', this.owner);
   }
 
   /**
@@ -227,7 +229,7 @@ export class Lock {
   /** Frees the lock if this owner holds it (compare and delete, one step): whether it did. */
   release(): Promise<boolean> {
     const prepared = this.prepared;
-    return prepared !== undefined ? prepared.release() : this.run('release', this.owner);
+    return prepared !== undefined ? prepared.release(this.owner) : this.run('release', this.owner);
   }
 
   /** Frees the lock whoever holds it: whether a held lock was freed. */

@@ -28,7 +28,7 @@ interface NativeModule {
   callRecordLayout(): string[];
   redisScripts(): string[];
   checkLock?(ttl: number, owner: string): void;
-  lockAnswer?(acquire: boolean, reply: unknown): number;
+  lockAnswers?(acquire: boolean): Array<{ text?: string | null; int?: number | null; answer: boolean }>;
   NativeLocks?: new () => MemoryLocksLike;
   NativeLockWait?: new (seconds: number, retryMs: number, now: number) => { afterRefusal(now: number): number };
 }
@@ -57,7 +57,7 @@ export function nativeBackend(): Backend {
     createPostgres: (record: Float64Array, prefix: string, durable?: boolean) => native.NativeCalls.postgres(record, prefix, durable),
     createSqlite: (record: Float64Array, prefix: string) => native.NativeCalls.sqlite(record, prefix),
     checkLock: native.checkLock,
-    lockAnswer: native.lockAnswer,
+    lockAnswers: native.lockAnswers,
     createLocks: native.NativeLocks && (() => new native.NativeLocks!()),
     createLockWait: native.NativeLockWait && ((seconds: number, retryMs: number, now: number) => new native.NativeLockWait!(seconds, retryMs, now)),
   } satisfies Backend & RedisBackend & SqlBackend & LockBackend);

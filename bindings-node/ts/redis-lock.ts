@@ -1,36 +1,60 @@
 /**
  * A Redis lock's commands planned once (`RedisStore` with `command`): the engine plans a key's acquire
  * (`SET key owner NX PX ttl`) and release (the lock script's keys and arguments) in one crossing
- * (`lockCommands`), with the owner's places; the store keeps the plans of its last keys and TTLs, so a
- * new lock on one of them is those arrays with its owner put in, and no crossing. Each acquire and
- * release then sends the lock's arrays (a lock's key, owner and TTL never change) and hands the reply to the engine's `lockAnswer`, which
- * reads `OK` / null / 1 / 0 in each client's spelling. Anything else — the client's failure, a
- * `NOSCRIPT`, a reply of another shape — starts the operation as an ordinary call fed what came, so the
- * call machine decides it (the source after `NOSCRIPT`, the typed error otherwise) exactly as before.
+ * (`lockCommands`), with the owner's places; the store keeps the plans of its last keys (each its last
+ * TTL's), and every lock on one of them holds that plan (no object of its own beside the `Lock`). Each acquire and
+ * release sends the plan's arrays, copied with the lock's owner put in, and looks the reply up among
+ * the replies the engine listed as answers (`lockAnswers`: `'OK'` / null / 1 / 0 in each client's
+ * spelling) — no crossing a reply. Anything else — the client's failure, a `NOSCRIPT`, a reply of
+ * another shape — starts the operation as an ordinary call fed what came, so the call machine decides
+ * it (the source after `NOSCRIPT`, the typed error otherwise) exactly as before.
  * @module
  * @internal
  */
 import type { PreparedLock } from './lock';
 import { CallSlot } from './redis-backend';
 
-/** What a prepared lock needs from its store. */
+/** What a store's planned locks need from it. */
 export interface PreparedLockHost {
   /** Sends the acquire's plain command with the user's client. */
   sendAcquire(args: string[]): unknown;
   /** Sends the release's lock script (by SHA1 when `bySha1`) with the user's client. */
   sendRelease(bySha1: boolean, keys: string[], args: string[]): unknown;
-  /** The engine's reading of a reply: 1 taken/freed, 0 not, -1 no answer. */
-  answer(acquire: boolean, reply: unknown): number;
+  /** The replies that answer the acquire, and their answers (the engine's `lockAnswers(true)`). */
+  readonly acquireAnswers: ReadonlyMap<unknown, boolean>;
+  /** The replies that answer the release (`lockAnswers(false)`). */
+  readonly releaseAnswers: ReadonlyMap<unknown, boolean>;
   /** The operation as a call whose first command already ran: fed `answer` (or the failure `error`). */
   answered(op: 'acquire' | 'release', key: string, owner: string, ttl: number, answer: unknown, failed: boolean): Promise<boolean>;
 }
 
 /**
- * A lock's commands on one key and TTL as the engine planned them, with the owner's places: another
- * owner's lock on that key and TTL sends these with its owner there (the store keeps a few plans).
+ * The engine's answer table as a map from the reply as a client decodes it: a string or a number as
+ * it is, nil as both `null` and `undefined` (how the clients spell it).
  */
-export class RedisLockPlan {
+export function answerMap(answers: ReadonlyArray<{ text?: string | null; int?: number | null; answer: boolean }>): Map<unknown, boolean> {
+  const map = new Map<unknown, boolean>();
+  for (const a of answers) {
+    if (typeof a.text === 'string') map.set(a.text, a.answer);
+    else if (typeof a.int === 'number') map.set(a.int, a.answer);
+    else {
+      map.set(null, a.answer);
+      map.set(undefined, a.answer);
+    }
+  }
+  return map;
+}
+
+/**
+ * A key's lock commands on one TTL as the engine planned them, with the owner's places: every lock on
+ * that key and TTL sends these with its owner there (the store keeps a few thousand plans, one a key).
+ */
+export class RedisLockPlan implements PreparedLock {
   private constructor(
+    private readonly host: PreparedLockHost,
+    private readonly key: string,
+    /** The TTL it was planned for. */
+    readonly ttl: number,
     private readonly acquireArgs: readonly string[],
     private readonly acquireOwner: number,
     private readonly releaseKeys: readonly string[],
@@ -43,7 +67,7 @@ export class RedisLockPlan {
    * The plan `lockCommands` just answered (`joined`, cut by the lengths in `record`), or undefined when
    * the store runs every lock operation as a call.
    */
-  static of(record: Float64Array, joined: string | null): RedisLockPlan | undefined {
+  static of(host: PreparedLockHost, key: string, ttl: number, record: Float64Array, joined: string | null): RedisLockPlan | undefined {
     if (joined === null) return undefined;
     let at = 0;
     let i = CallSlot.Pieces;
@@ -55,70 +79,45 @@ export class RedisLockPlan {
     const acquire = cut(record[CallSlot.Value]!);
     const keys = cut(record[CallSlot.Keys]!);
     const args = cut(record[CallSlot.Args]!);
-    return new RedisLockPlan(acquire, record[CallSlot.Allowed]!, keys, args, record[CallSlot.RetryAfterMs]!, record[CallSlot.BySha1] === 1);
+    return new RedisLockPlan(host, key, ttl, acquire, record[CallSlot.Allowed]!, keys, args, record[CallSlot.RetryAfterMs]!, record[CallSlot.BySha1] === 1);
   }
 
   /**
-   * The lock of `owner` on this plan's key and TTL: its own copies of the arrays (the plan's are never
-   * handed to a client; not frozen either: V8 slices and spreads a frozen array 2-20x slower).
+   * `owner`'s acquire: the plan's `SET` with the owner in (a copy each time: a client never gets the
+   * plan's own arrays, nor one it could have changed the last time).
    */
-  lock(host: PreparedLockHost, key: string, owner: string, ttl: number): PreparedRedisLock {
-    const acquire = this.acquireArgs.slice();
-    acquire[this.acquireOwner] = owner;
+  acquire(owner: string): Promise<boolean> {
+    const args = this.acquireArgs.slice();
+    args[this.acquireOwner] = owner;
+    let sent: unknown;
+    try {
+      sent = this.host.sendAcquire(args);
+    } catch (e) {
+      return this.host.answered('acquire', this.key, owner, this.ttl, e, true);
+    }
+    return this.settle(true, owner, sent instanceof Promise ? sent : Promise.resolve(sent));
+  }
+
+  /** `owner`'s release: the plan's lock script with the owner in. */
+  release(owner: string): Promise<boolean> {
     const args = this.releaseArgs.slice();
     args[this.releaseOwner] = owner;
-    return new PreparedRedisLock(host, key, owner, ttl, acquire, this.releaseKeys.slice(), args, this.bySha1);
-  }
-}
-
-/** A lock's commands, planned by the engine (see the module). */
-export class PreparedRedisLock implements PreparedLock {
-  /** @internal Made by {@link RedisLockPlan.lock}. */
-  constructor(
-    private readonly host: PreparedLockHost,
-    private readonly key: string,
-    private readonly owner: string,
-    private readonly ttl: number,
-    private readonly acquireArgs: string[],
-    private readonly releaseKeys: string[],
-    private readonly releaseArgs: string[],
-    private readonly bySha1: boolean,
-  ) {}
-
-  acquire(): Promise<boolean> {
-    const host = this.host;
     let sent: unknown;
     try {
-      sent = host.sendAcquire(this.acquireArgs);
+      sent = this.host.sendRelease(this.bySha1, this.releaseKeys.slice(), args);
     } catch (e) {
-      return host.answered('acquire', this.key, this.owner, this.ttl, e, true);
+      return this.host.answered('release', this.key, owner, this.ttl, e, true);
     }
-    if (!(sent instanceof Promise)) return this.settle(true, Promise.resolve(sent));
-    return this.settle(true, sent);
+    return this.settle(false, owner, sent instanceof Promise ? sent : Promise.resolve(sent));
   }
 
-  release(): Promise<boolean> {
+  /** The answer the reply is (one `then`, one map lookup), or the operation as a call when it is none. */
+  private settle(acquire: boolean, owner: string, sent: Promise<unknown>): Promise<boolean> {
     const host = this.host;
-    let sent: unknown;
-    try {
-      sent = host.sendRelease(this.bySha1, this.releaseKeys, this.releaseArgs);
-    } catch (e) {
-      return host.answered('release', this.key, this.owner, this.ttl, e, true);
-    }
-    if (!(sent instanceof Promise)) return this.settle(false, Promise.resolve(sent));
-    return this.settle(false, sent);
-  }
-
-  /** The answer in the client's reply (one `then`), or the operation as a call when it is none. */
-  private settle(acquire: boolean, sent: Promise<unknown>): Promise<boolean> {
-    const host = this.host;
-    const op = acquire ? 'acquire' : 'release';
+    const answers = acquire ? host.acquireAnswers : host.releaseAnswers;
     return sent.then(
-      (reply) => {
-        const a = host.answer(acquire, reply);
-        return a >= 0 ? a === 1 : host.answered(op, this.key, this.owner, this.ttl, reply, false);
-      },
-      (e: unknown) => host.answered(op, this.key, this.owner, this.ttl, e, true),
+      (reply) => answers.get(reply) ?? host.answered(acquire ? 'acquire' : 'release', this.key, owner, this.ttl, reply, false),
+      (e: unknown) => host.answered(acquire ? 'acquire' : 'release', this.key, owner, this.ttl, e, true),
     );
   }
 }

@@ -19,7 +19,7 @@ import { typeError } from './errors';
 import { CALL_RECORD_LENGTH, CallSlot, hasRedis, type BackendCalls, type StepKind } from './redis-backend';
 import { getDefaultBackend } from './store';
 import type { LockBackend, PreparedLock } from './lock';
-import { RedisLockPlan, type PreparedLockHost } from './redis-lock';
+import { answerMap, RedisLockPlan, type PreparedLockHost } from './redis-lock';
 import type { GiveBackError } from './store-errors';
 import type { CallPlan } from './redis-plan';
 
@@ -241,44 +241,40 @@ export class RedisStore extends CallStore<false> {
    * each operation (`ts/redis-lock.ts`); without it (or in a build without the plan) each is a call.
    */
   protected override prepareLock(key: string, owner: string, ttl: number, given: boolean): PreparedLock | undefined {
-    const calls = this.calls;
-    const backend = this.backend as LockBackend;
-    if (this.command === undefined || typeof calls.lockCommands !== 'function' || typeof backend.lockAnswer !== 'function') return undefined;
-    let byKey = this.lockPlans.get(ttl);
-    let plan = byKey?.get(key);
-    if (plan === undefined) {
+    const host = (this.lockHost ??= this.makeLockHost());
+    if (host === null) return undefined;
+    const plans = this.lockPlans;
+    let plan = plans.get(key);
+    if (plan === undefined || plan.ttl !== ttl) {
       // A refused owner or TTL throws code `invalid_argument:*`, which `Lock` names the field of.
-      plan = RedisLockPlan.of(this.record, calls.lockCommands(key, owner, ttl));
+      plan = RedisLockPlan.of(host, key, ttl, this.record, this.calls.lockCommands!(key, owner, ttl));
       if (plan === undefined) return undefined;
-      if (byKey === undefined) {
-        if (this.lockPlans.size >= 16) this.lockPlans.clear();
-        this.lockPlans.set(ttl, (byKey = new Map()));
-      } else if (byKey.size >= 4096) {
-        byKey.clear();
-      }
-      byKey.set(key, plan);
+      if (plans.size >= 4096) plans.clear();
+      plans.set(key, plan);
     } else if (given) {
-      backend.checkLock!(ttl, owner);
+      (this.backend as LockBackend).checkLock!(ttl, owner);
     }
-    return plan.lock((this.lockHost ??= this.makeLockHost()), key, owner, ttl);
+    return plan;
   }
 
-  /** The lock plans of the last keys by TTL (a few thousand at most: dropped when full). */
-  private readonly lockPlans = new Map<number, Map<string, RedisLockPlan>>();
+  /** The lock plans of the last keys, one a key (its last TTL's; a few thousand at most: dropped when full). */
+  private readonly lockPlans = new Map<string, RedisLockPlan>();
 
-  /** What this store's prepared locks send with (made at the first lock). */
-  private lockHost: PreparedLockHost | undefined;
+  /** What this store's planned locks send with (made at the first lock); null: the store plans none. */
+  private lockHost: PreparedLockHost | null | undefined;
 
-  private makeLockHost(): PreparedLockHost {
-    const command = this.command!;
+  private makeLockHost(): PreparedLockHost | null {
+    const backend = this.backend as LockBackend;
+    const command = this.command;
+    if (command === undefined || typeof this.calls.lockCommands !== 'function' || typeof backend.lockAnswers !== 'function') return null;
     const evalsha = this.evalsha;
     const run = this.run;
     const script = this.lockScript;
-    const answer = (this.backend as LockBackend).lockAnswer!;
     return {
       sendAcquire: command,
       sendRelease: (bySha1, keys, args) => (bySha1 && evalsha !== undefined ? evalsha(script.sha1, keys, args) : run(script.source, keys, args)),
-      answer,
+      acquireAnswers: answerMap(backend.lockAnswers(true)),
+      releaseAnswers: answerMap(backend.lockAnswers(false)),
       answered: (op, key, owner, ttl, reply, failed) => this.lockAnswered(op, key, owner, ttl, reply, failed),
     };
   }

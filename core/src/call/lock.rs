@@ -155,21 +155,64 @@ fn decode_reply(asked: Asked, reply: &Reply) -> Result<Outcome, CallError> {
     let error = |expected| CallError::Reply(ReplyError::new("lock", expected, reply));
     match (asked, reply) {
         #[cfg(feature = "lock-commands")]
-        (Asked::Set, Reply::Text(t)) if t == "OK" => Ok(Outcome::Bool(true)),
-        #[cfg(feature = "lock-commands")]
-        (Asked::Set, Reply::Nil) => Ok(Outcome::Bool(false)),
-        // A client that reads the reply as a boolean (redis-py's SET callback: True or None).
-        #[cfg(feature = "lock-commands")]
-        (Asked::Set, Reply::Int(n @ (0 | 1))) => Ok(Outcome::Bool(*n == 1)),
-        #[cfg(feature = "lock-commands")]
-        (Asked::Set, _) => Err(error("OK or nil")),
-        (Asked::Bool, Reply::Int(n @ (0 | 1))) => Ok(Outcome::Bool(*n == 1)),
-        (Asked::Bool, Reply::Text(t)) if t == "0" || t == "1" => Ok(Outcome::Bool(t == "1")),
-        (Asked::Bool, _) => Err(error("1 or 0")),
+        (Asked::Set, _) => answer_in(SET_ANSWERS, reply)
+            .map(Outcome::Bool)
+            .ok_or_else(|| error("OK or nil")),
+        (Asked::Bool, _) => answer_in(BOOL_ANSWERS, reply)
+            .map(Outcome::Bool)
+            .ok_or_else(|| error("1 or 0")),
         (Asked::Owner, Reply::Nil) => Ok(Outcome::Owner(None)),
         (Asked::Owner, Reply::Text(owner)) => Ok(Outcome::Owner(Some(owner.clone()))),
         (Asked::Owner, _) => Err(error("the owner's token, or nil")),
     }
+}
+
+/// A reply that answers a lock's yes-or-no question, as [`LockAnswers`] lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerReply {
+    /// A nil reply (`null` in JavaScript, `None` in Python).
+    Nil,
+    /// An integer reply.
+    Int(i64),
+    /// A bulk or status string.
+    Text(&'static str),
+}
+
+impl AnswerReply {
+    fn is(self, reply: &Reply) -> bool {
+        match (self, reply) {
+            (AnswerReply::Nil, Reply::Nil) => true,
+            (AnswerReply::Int(a), Reply::Int(b)) => a == *b,
+            (AnswerReply::Text(a), Reply::Text(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+/// The replies that answer a yes-or-no question, and their answers; any other reply is no answer.
+pub type LockAnswers = &'static [(AnswerReply, bool)];
+
+/// `SET … NX`'s answers, in each client's spelling: `OK` (taken) or nil (held by another): node-redis
+/// and ioredis `'OK'` / `null`; a client that reads the reply as a boolean (redis-py's SET callback:
+/// `True` or `None`) is fed 1 or nil.
+#[cfg(feature = "lock-commands")]
+const SET_ANSWERS: LockAnswers = &[
+    (AnswerReply::Text("OK"), true),
+    (AnswerReply::Nil, false),
+    (AnswerReply::Int(1), true),
+    (AnswerReply::Int(0), false),
+];
+
+/// The lock script's (and `DEL`'s) answers: 1 or 0, as an integer or its text.
+const BOOL_ANSWERS: LockAnswers = &[
+    (AnswerReply::Int(1), true),
+    (AnswerReply::Int(0), false),
+    (AnswerReply::Text("1"), true),
+    (AnswerReply::Text("0"), false),
+];
+
+fn answer_in(answers: LockAnswers, reply: &Reply) -> Option<bool> {
+    answers.iter().find(|(r, _)| r.is(reply)).map(|&(_, b)| b)
 }
 
 /// The lock statement's rows: none or one row of one boolean (or 1/0); for `owner` none or one row
@@ -314,10 +357,19 @@ impl Redis {
     /// feed it the reply: its error names what came).
     #[cfg(feature = "lock-commands")]
     pub fn lock_answer(acquire: bool, reply: &Reply) -> Option<bool> {
-        let asked = if acquire { Asked::Set } else { Asked::Bool };
-        match decode_reply(asked, reply) {
-            Ok(Outcome::Bool(b)) => Some(b),
-            _ => None,
+        answer_in(Redis::lock_answers(acquire), reply)
+    }
+
+    /// Every reply that answers a command of [`Redis::lock_commands`] (`acquire`: the `SET … NX`'s;
+    /// else the release script's), with its answer: what [`Redis::lock_answer`] reads, for a host that
+    /// looks a reply up in its own language rather than crossing to the core for each one. Any reply
+    /// not listed is no answer (start the operation with [`Redis::lock`] and feed it the reply).
+    #[cfg(feature = "lock-commands")]
+    pub fn lock_answers(acquire: bool) -> LockAnswers {
+        if acquire {
+            SET_ANSWERS
+        } else {
+            BOOL_ANSWERS
         }
     }
 }
@@ -594,6 +646,27 @@ mod tests {
                 answer,
                 "{acquire} {reply:?}"
             );
+        }
+        // The listed answers are the call machine's: each reply listed decides the call so.
+        for taking in [true, false] {
+            for &(listed, answer) in Redis::lock_answers(taking) {
+                let reply = match listed {
+                    AnswerReply::Nil => Reply::Nil,
+                    AnswerReply::Int(n) => Reply::Int(n),
+                    AnswerReply::Text(t) => Reply::Text(t.into()),
+                };
+                assert_eq!(Redis::lock_answer(taking, &reply), Some(answer));
+                let op = if taking {
+                    acquire("me")
+                } else {
+                    LockOp::Release {
+                        key: "job".into(),
+                        owner: "me".into(),
+                    }
+                };
+                let (result, _) = redis.lock(op).drive(|_| Ok(Fed::Reply(reply.clone())));
+                assert_eq!(result, Ok(Outcome::Bool(answer)), "{taking} {reply:?}");
+            }
         }
     }
 

@@ -39,7 +39,7 @@ pub use self::ids::CallIds;
 #[cfg(feature = "lock-commands")]
 pub use self::lock::LockCommands;
 #[cfg(feature = "lock")]
-pub use self::lock::LOCK;
+pub use self::lock::{AnswerReply, LockAnswers, LOCK};
 #[cfg(feature = "mixed")]
 pub use self::mixed::check_mixed;
 #[cfg(feature = "mixed")]
