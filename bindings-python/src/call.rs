@@ -407,8 +407,8 @@ impl Machine {
     }
 
     /// Starts a batch mixing algorithms (`consume`, else a peek): SQLite's `Sqlite::mixed` at its
-    /// clock, Redis' `Redis::mixed` on the server's; on PostgreSQL `UnsupportedError` naming the
-    /// batch's GCRA or counter algorithm.
+    /// clock, Redis' `Redis::mixed` and PostgreSQL's `Postgres::mixed` (one statement) on the
+    /// server's.
     fn start_mixed(
         &self,
         py: Python<'_>,
@@ -420,6 +420,21 @@ impl Machine {
             let id = consume.then(call_id);
             return Ok(Call {
                 call: store.mixed(entries, None, id.as_deref()),
+                shape: Shape::Batch,
+                release: self
+                    .release
+                    .as_ref()
+                    .filter(|_| consume)
+                    .map(|f| f.clone_ref(py)),
+                report: self.report.as_ref().map(|f| f.clone_ref(py)),
+                causes: Vec::new(),
+            });
+        }
+        if let Store::Postgres(store) = &self.store {
+            // One statement on the server's clock: locked, decided and written all or nothing.
+            let id = consume.then(call_id);
+            return Ok(Call {
+                call: store.mixed(entries, id.as_deref()),
                 shape: Shape::Batch,
                 release: self
                     .release

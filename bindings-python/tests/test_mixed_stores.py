@@ -3,8 +3,9 @@
 processes racing a batch whose global entry is the bottleneck (exactly its uses pass), the release of
 the sliding-log calls, bad input (typed errors, nothing written); the same on RedisStore and
 AsyncRedisStore (a walk on the server's clock, 4 processes x 64 concurrent asyncio batches; a Cluster
-when the keys share a slot, else UnsupportedError). PostgresStore and AsyncPostgresStore refuse a mixed
-batch as UnsupportedError with nothing sent. ``RATEWINDOW_SEED`` replays a walk."""
+when the keys share a slot, else UnsupportedError); and on PostgresStore and AsyncPostgresStore (one
+statement a batch: sync and asyncio walks on the server's clock, 4 processes x 64 concurrent asyncio
+batches, release, bad input). ``RATEWINDOW_SEED`` replays a walk."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import mixed_pg_worker
 import mixed_redis_worker
+import psycopg
 import pytest
 import redis_servers as rs
 import sql_support as sql
@@ -168,9 +171,6 @@ def test_bad_input_is_a_typed_error_and_writes_nothing(tmp_path: Path) -> None:
     assert rows == 0
 
 
-MIXED = [Entry("u", GcraLimit(2, 1000, 2)), Entry("all", Limit(3, 1000))]
-
-
 def never(*_: Any) -> Any:
     raise AssertionError("nothing may be sent")
 
@@ -179,24 +179,150 @@ async def never_async(*_: Any) -> Any:
     raise AssertionError("nothing may be sent")
 
 
-def test_postgres_refuses_a_mixed_batch() -> None:
-    store = PostgresStore.using(never)
-    with pytest.raises(UnsupportedError):
-        store.consume_many(MIXED)
-    with pytest.raises(UnsupportedError):
-        store.peek_many(MIXED)
+# --- PostgreSQL: one statement ({prefix}_mixed) locks every key's row in one global order, reads the
+# state on the server's clock, counts all or nothing and answers the state it read; the engine decides
+# from it as MemoryStore does (and refuses rows whose verdict disagrees).
 
 
-def test_async_postgres_refuses_a_mixed_batch() -> None:
-    store = AsyncPostgresStore.using(never_async)
+def watched(conn: Any, now: list[int], statements: list[int]) -> Any:
+    """A ``query(sql, params)`` over ``conn`` that counts statements and keeps the mixed statement's
+    clock: its last row is (-1, NULL, now, did), and its clock is never before the newest call it read
+    (rows (0, key, at, expires_at))."""
+
+    def query(text: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        statements[0] += 1
+        with psycopg.RawCursor(conn) as cur:
+            cur.execute(text, params)
+            rows = cur.fetchall() if cur.description is not None else []
+        if rows and rows[-1][0] == -1:
+            now[0] = max([int(rows[-1][2])] + [int(r[2]) for r in rows if r[0] == 0])
+        return rows
+
+    return query
+
+
+def test_postgres_a_seeded_walk_on_the_server_clock_gives_memory_stores_verdicts() -> None:
+    seed = int(os.environ.get("RATEWINDOW_SEED", time.time_ns() % 2**31))
+    print(f"RATEWINDOW_SEED={seed}")
+    rng = random.Random(seed)
+    prefix = sql.new_prefix("mixed_walk")
+    conn = sql.connect()
+    try:
+        PostgresStore(conn, prefix=prefix).install_schema()
+        now, statements = [0], [0]
+        store = PostgresStore.using(watched(conn, now, statements), prefix=prefix)
+        memory = MemoryStore(lambda: now[0])
+        for step in range(250):
+            time.sleep(rng.randrange(4) * rng.randrange(25) / 1000)
+            entries, peek = walk_batch(rng)
+            before = statements[0]
+            got = store.peek_many(entries) if peek else store.consume_many(entries)
+            assert statements[0] - before == 1, "one statement a batch"
+            want = memory.peek_many(entries) if peek else memory.consume_many(entries)
+            assert fields(got) == fields(want), f"step {step} at {now[0]}: {entries} (RATEWINDOW_SEED={seed})"
+            slides = any(isinstance(e.limit, Limit) for e in entries)
+            assert got.releasable == (got.allowed and not peek and slides), f"step {step}"
+    finally:
+        conn.close()
+        sql.drop_schema(prefix)
+
+
+def test_async_postgres_a_seeded_walk_gives_memory_stores_verdicts() -> None:
+    seed = int(os.environ.get("RATEWINDOW_SEED", time.time_ns() % 2**31))
+    print(f"RATEWINDOW_SEED={seed}")
+    rng = random.Random(seed)
+    prefix = sql.new_prefix("mixed_awalk")
+    now = [0]
 
     async def go() -> None:
-        with pytest.raises(UnsupportedError):
-            await store.consume_many(MIXED)
-        with pytest.raises(UnsupportedError):
-            await store.peek_many(MIXED)
+        conn = await psycopg.AsyncConnection.connect(sql.DSN, autocommit=True)
+
+        async def query(text: str, params: list[Any]) -> list[tuple[Any, ...]]:
+            async with psycopg.AsyncRawCursor(conn) as cur:
+                await cur.execute(text, params)
+                rows = await cur.fetchall() if cur.description is not None else []
+            if rows and rows[-1][0] == -1:
+                now[0] = max([int(rows[-1][2])] + [int(r[2]) for r in rows if r[0] == 0])
+            return rows
+
+        try:
+            await AsyncPostgresStore(conn, prefix=prefix).install_schema()
+            store = AsyncPostgresStore.using(query, prefix=prefix)
+            memory = MemoryStore(lambda: now[0])
+            for step in range(120):
+                await asyncio.sleep(rng.randrange(4) * rng.randrange(25) / 1000)
+                entries, peek = walk_batch(rng)
+                got = await (store.peek_many(entries) if peek else store.consume_many(entries))
+                want = memory.peek_many(entries) if peek else memory.consume_many(entries)
+                assert fields(got) == fields(want), f"step {step} at {now[0]}: {entries} (RATEWINDOW_SEED={seed})"
+        finally:
+            await conn.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        sql.drop_schema(prefix)
+
+
+def test_postgres_release_gives_back_the_sliding_calls_and_a_refusal_writes_nothing() -> None:
+    prefix = sql.new_prefix("mixed_release")
+    conn = sql.connect()
+    try:
+        store = PostgresStore(conn, prefix=prefix)
+        store.install_schema()
+        times = f"SELECT coalesce(cardinality(ats), 0) FROM {prefix}_log WHERE key = 'all'".encode()
+        entries = [Entry("u", GcraLimit(2, 60_000, 2)), Entry("all", Limit(2, 60_000), 2)]
+        v = store.consume_many(entries)
+        assert v.allowed and v.releasable
+        assert conn.execute(times).fetchone() == (2,)  # a call costing 2 is two times
+        refused = store.consume_many([Entry("new", CounterLimit(5, 60_000)), *entries])
+        assert (refused.allowed, refused.blocked, refused.releasable) == (False, 2, False)
+        new = f"SELECT count(*) FROM {prefix}_counters WHERE key = 'new'".encode()
+        assert conn.execute(new).fetchone() == (0,), "nothing written"
+        v.release()
+        assert conn.execute(times).fetchone() == (0,)
+        assert store.consume_many(entries).allowed
+        # 1 of the burst of 2 was left before this call, and this call took it.
+        assert not store.peek("u", GcraLimit(2, 60_000, 2)).allowed
+    finally:
+        conn.close()
+        sql.drop_schema(prefix)
+
+
+def test_postgres_bad_input_is_a_typed_error_and_sends_nothing() -> None:
+    for store in (PostgresStore.using(never),):
+        with pytest.raises(InvalidArgumentError) as e:
+            store.consume_many([Entry("u", GcraLimit(2, 1000, 2)), Entry("all", Limit(3, 1000), 4)])
+        assert e.value.field == "entries[1].cost"
+        with pytest.raises(InvalidArgumentError):
+            store.peek_many([Entry("u", CounterLimit(2, 1000), 3), Entry("all", Limit(3, 1000))])
+    astore = AsyncPostgresStore.using(never_async)
+
+    async def go() -> None:
+        with pytest.raises(InvalidArgumentError):
+            await astore.consume_many([Entry("u", GcraLimit(2, 1000, 2), 3), Entry("all", Limit(3, 1000))])
 
     asyncio.run(go())
+
+
+def test_postgres_4_processes_x_64_concurrent_batches_let_exactly_the_global_uses_pass() -> None:
+    prefix = sql.new_prefix("mixed_race")
+    try:
+        with sql.connect() as conn:
+            PostgresStore(conn, prefix=prefix).install_schema()
+        start_at = time.time() + 3  # after every process has connected
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(4) as pool:
+            counts = pool.starmap(mixed_pg_worker.worker, [(prefix, i, 20, 64, start_at) for i in range(4)])
+        assert sum(counts) == 20
+        with sql.connect() as conn:
+            row = conn.execute(f"SELECT cardinality(ats) FROM {prefix}_log WHERE key = 'api'".encode()).fetchone()
+            assert row == (20,)
+            # All or nothing: the users' counters hold exactly the calls the global entry let pass.
+            counted = conn.execute(f"SELECT coalesce(sum(cur), 0) FROM {prefix}_counters".encode()).fetchone()
+            assert counted == (20,)
+    finally:
+        sql.drop_schema(prefix)
 
 
 # --- Redis: the engine reads every key (mixed.lua 'r', on the server's TIME), decides as MemoryStore

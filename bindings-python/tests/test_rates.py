@@ -1,7 +1,7 @@
 """GCRA and the sliding-window counter: every case of tests/vectors/gcra/*.json and
 tests/vectors/counter/*.json on the sync and asyncio memory stores (manual clock, every field compared,
 None included), and the API around them: limits, typed errors naming the field, mixed batches, and
-PostgresStore refusing batches that mix algorithms (UnsupportedError)."""
+PostgresStore checking a batch that mixes algorithms before it sends anything."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from ratewindow import (
     InvalidLimitError,
     Limit,
     MemoryStore,
-    UnsupportedError,
     Verdict,
 )
 
@@ -237,8 +236,8 @@ def test_a_weighted_gcra_and_a_mixed_batch() -> None:
     assert repr(Entry("k", per_user, 2)) == "Entry(key='k', limit=GcraLimit(uses=2, window_ms=1000, burst=2), cost=2)"
 
 
-def test_postgres_refuses_batches_mixing_algorithms_and_sqlite_counts_them() -> None:
-    # RedisStore counts them too, on a real server (test_mixed_stores.py).
+def test_postgres_checks_a_mixed_batch_before_sending_and_sqlite_counts_them() -> None:
+    # PostgresStore and RedisStore count them on a real server (test_mixed_stores.py).
     import sqlite3
 
     from ratewindow import PostgresStore, SqliteStore
@@ -247,13 +246,14 @@ def test_postgres_refuses_batches_mixing_algorithms_and_sqlite_counts_them() -> 
         raise AssertionError("nothing may be sent")
 
     limits: list[GcraLimit | CounterLimit] = [GcraLimit(1, 1000), CounterLimit(1, 1000)]
-    for other in (PostgresStore.using(never),):
-        for limit in limits:
-            with pytest.raises(UnsupportedError) as caught:
-                other.consume_many([Entry("k", limit)])
-            assert caught.value.algorithm == limit.algorithm and caught.value.code == "unsupported"
-            with pytest.raises(UnsupportedError):
-                other.peek_many([Entry("k", limit), Entry("s", Limit(1, 1000))])
+    pg = PostgresStore.using(never)
+    for limit in limits:
+        # A cost above the limit's burst or uses: the typed error naming the entry, nothing sent.
+        with pytest.raises(InvalidArgumentError) as caught:
+            pg.consume_many([Entry("s", Limit(1, 1000)), Entry("k", limit, 2)])
+        assert caught.value.field == "entries[1].cost"
+        with pytest.raises(InvalidArgumentError):
+            pg.peek_many([Entry("k", limit, 2), Entry("s", Limit(1, 1000))])
     # SqliteStore counts a mixed batch (test_mixed_stores.py).
     store = SqliteStore(sqlite3.connect(":memory:", isolation_level=None))
     for limit in limits:

@@ -2,8 +2,7 @@
 mixed batch on a real Redis (127.0.0.1:6379), PostgreSQL and SQLite (names of this run's own),
 through each store's machine timed at the vector's ``now`` (``rate_call(..., now=)``) and driven by the
 store's own driver; the public RedisStore, AsyncRedisStore, PostgresStore and SqliteStore on their
-clocks; batches mixing algorithms refused with UnsupportedError on PostgreSQL (the memory stores,
-RedisStore and SqliteStore count them: test_mixed_stores.py)."""
+clocks; a batch mixing algorithms counted by each (test_mixed_stores.py has their walks and races)."""
 
 from __future__ import annotations
 
@@ -27,7 +26,6 @@ from ratewindow import (
     PostgresStore,
     RedisStore,
     SqliteStore,
-    UnsupportedError,
     Verdict,
     _ratewindow,
 )
@@ -134,12 +132,8 @@ def test_each_store_counts_gcra_and_the_counter_on_its_clock(
         store.consume("c", per_second, cost=3)
     assert caught.value.field == "cost"
     mixed = [Entry("c", per_second), Entry("s", Limit(1, 1000))]
-    if isinstance(store, PostgresStore):
-        with pytest.raises(UnsupportedError):
-            store.consume_many(mixed)
-    else:
-        # RedisStore and SqliteStore count a mixed batch (test_mixed_stores.py): refused here by the counter.
-        assert store.consume_many(mixed).blocked == 0
+    # Every store counts a mixed batch (test_mixed_stores.py): refused here by the counter.
+    assert store.consume_many(mixed).blocked == 0
     assert store.consume("s", Limit(1, 1000)).allowed, "the sliding log is untouched"
 
 

@@ -225,8 +225,7 @@ class CallStore(CooldownStore):
         the wait. An allowed verdict's ``release()`` gives a sliding-log call back. A
         :class:`GcraLimit` or :class:`CounterLimit` (with its ``cost``) is counted by its own script
         (Redis) or statement (PostgreSQL, SQLite); batches mixing them with the sliding log
-        (``consume_many``) run on the memory stores, Redis and SQLite
-        (:class:`~ratewindow.UnsupportedError` on PostgreSQL). A :class:`Limit` with a
+        (``consume_many``) run on every store (on PostgreSQL as one statement). A :class:`Limit` with a
         ``cost`` above 1 is a weighted call on the sliding log (one round trip; a batch's
         ``release()`` gives back exactly its cost)."""
         if isinstance(limit, _ratewindow.Limit) and cost == 1:
