@@ -131,6 +131,9 @@ pub(crate) struct Call {
     /// The client's exceptions fed as failures, with the message each was fed as: the `__cause__` of
     /// the error they lead to.
     causes: Vec<(String, Py<PyAny>)>,
+    /// The `algorithm` of the `UnsupportedError` a running call's `unsupported` raises: `"sliding"`,
+    /// or a mixed batch's GCRA or counter algorithm (as PostgreSQL's refusal of the batch names it).
+    algorithm: &'static str,
 }
 
 impl Call {
@@ -172,7 +175,9 @@ impl Call {
                 "StoreReplyError",
                 (text, e.statement, e.expected, e.got),
             )),
-            CallError::Unsupported(_) => PyTypeError::new_err(text),
+            CallError::Unsupported(_) => {
+                crate::errors::unsupported_because(py, self.algorithm, &text)
+            }
             CallError::Protocol { .. } => raised(instance(
                 py,
                 &INTERNAL_ERROR,
@@ -385,6 +390,18 @@ fn names(prefix: Option<&str>) -> PyResult<SqlNames> {
     })
 }
 
+/// The algorithm a mixed batch's `UnsupportedError` names: its first GCRA or counter entry's.
+fn mixed_algorithm(entries: &[ratewindow_core::MixedEntry]) -> &'static str {
+    entries
+        .iter()
+        .find_map(|e| match e.rule {
+            ratewindow_core::Rule::Gcra(_) => Some("gcra"),
+            ratewindow_core::Rule::Counter(_) => Some("counter"),
+            ratewindow_core::Rule::Sliding(_) => None,
+        })
+        .unwrap_or("gcra")
+}
+
 impl Machine {
     fn start(&self, py: Python<'_>, op: Op, shape: Shape) -> PyResult<Call> {
         let call = match &self.store {
@@ -403,6 +420,7 @@ impl Machine {
                 .map(|f| f.clone_ref(py)),
             report: self.report.as_ref().map(|f| f.clone_ref(py)),
             causes: Vec::new(),
+            algorithm: "sliding",
         })
     }
 
@@ -418,6 +436,7 @@ impl Machine {
         if let Store::Redis(store) = &self.store {
             // The server's clock (`TIME`): read, decided in the core, written if nothing changed.
             let id = consume.then(call_id);
+            let algorithm = mixed_algorithm(&entries);
             return Ok(Call {
                 call: store.mixed(entries, None, id.as_deref()),
                 shape: Shape::Batch,
@@ -428,11 +447,13 @@ impl Machine {
                     .map(|f| f.clone_ref(py)),
                 report: self.report.as_ref().map(|f| f.clone_ref(py)),
                 causes: Vec::new(),
+                algorithm,
             });
         }
         if let Store::Postgres(store) = &self.store {
             // One statement on the server's clock: locked, decided and written all or nothing.
             let id = consume.then(call_id);
+            let algorithm = mixed_algorithm(&entries);
             return Ok(Call {
                 call: store.mixed(entries, id.as_deref()),
                 shape: Shape::Batch,
@@ -443,18 +464,11 @@ impl Machine {
                     .map(|f| f.clone_ref(py)),
                 report: self.report.as_ref().map(|f| f.clone_ref(py)),
                 causes: Vec::new(),
+                algorithm,
             });
         }
         let Store::Sqlite(store, clock) = &self.store else {
-            let algorithm = entries
-                .iter()
-                .find_map(|e| match e.rule {
-                    ratewindow_core::Rule::Gcra(_) => Some("gcra"),
-                    ratewindow_core::Rule::Counter(_) => Some("counter"),
-                    ratewindow_core::Rule::Sliding(_) => None,
-                })
-                .unwrap_or("gcra");
-            return Err(crate::errors::unsupported(py, algorithm));
+            return Err(crate::errors::unsupported(py, mixed_algorithm(&entries)));
         };
         let now = read_clock(py, clock.as_ref())?;
         let id = consume.then(call_id);
@@ -469,6 +483,7 @@ impl Machine {
                 .map(|f| f.clone_ref(py)),
             report: self.report.as_ref().map(|f| f.clone_ref(py)),
             causes: Vec::new(),
+            algorithm: "sliding",
         })
     }
 
@@ -509,6 +524,7 @@ impl Machine {
             release: None,
             report: None,
             causes: Vec::new(),
+            algorithm: "sliding",
         })
     }
 
@@ -544,6 +560,7 @@ impl Machine {
             release: None,
             report: None,
             causes: Vec::new(),
+            algorithm: "sliding",
         })
     }
 

@@ -75,6 +75,18 @@ pub(crate) fn unsupported(py: Python<'_>, algorithm: &str) -> PyErr {
     }
 }
 
+/// `UnsupportedError(algorithm, message)`: what a running call's `unsupported` outcome raises (e.g. a
+/// batch mixing algorithms whose keys span Redis Cluster slots).
+pub(crate) fn unsupported_because(py: Python<'_>, algorithm: &str, message: &str) -> PyErr {
+    match UNSUPPORTED.import(py, "ratewindow._errors", "UnsupportedError") {
+        Ok(class) => match class.call1((algorithm, message)) {
+            Ok(instance) => PyErr::from_value(instance),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    }
+}
+
 /// `InvalidArgumentError(message, field, value)`: `field` is the argument's name, `value` the object
 /// given; `expected` says what it must be.
 pub(crate) fn invalid_argument(field: &str, given: &Bound<'_, PyAny>, expected: &str) -> PyErr {

@@ -495,10 +495,18 @@ def test_redis_cluster_runs_keys_of_one_slot_and_refuses_keys_across_slots() -> 
     assert [tagged.consume_many(entries).allowed for _ in range(3)] == [True, True, False]
     assert tagged.peek_many(entries).blocked == 2
     plain = rs.sync_store(client, prefix=prefix)
-    # The engine's `unsupported` outcome of a running call (UnsupportedError is a TypeError too).
-    with pytest.raises(TypeError, match="one slot"):
-        plain.consume_many([Entry("alice", GcraLimit(5, 60_000, 5)), Entry("bob", Limit(2, 60_000))])
+    # The engine's `unsupported` outcome of a running call: UnsupportedError naming the batch's algorithm
+    # (as PostgreSQL's refusal does), a consume and a peek alike.
+    spread = [Entry("alice", GcraLimit(5, 60_000, 5)), Entry("bob", Limit(2, 60_000))]
+    for call in (plain.consume_many, plain.peek_many):
+        with pytest.raises(UnsupportedError, match="one slot") as caught:
+            call(spread)
+        assert (caught.value.algorithm, caught.value.code) == ("gcra", "unsupported")
+    with pytest.raises(UnsupportedError, match="one slot") as caught:
+        plain.consume_many([Entry("carol", Limit(2, 60_000)), Entry("dave", CounterLimit(5, 60_000))])
+    assert caught.value.algorithm == "counter"
     assert client.exists(f"{prefix}gcr:alice") == 0  # nothing written
+    assert client.exists(f"{prefix}ctr:dave") == 0
     client.close()
 
 
@@ -514,8 +522,13 @@ def test_async_redis_cluster_runs_keys_of_one_slot_and_refuses_keys_across_slots
             refused = await tagged.consume_many(entries)
             assert (refused.allowed, refused.blocked) == (False, 1)
             plain = rs.async_store(client, prefix=prefix)
-            with pytest.raises(TypeError, match="one slot"):
-                await plain.peek_many([Entry("alice", GcraLimit(5, 60_000, 5)), Entry("bob", Limit(2, 60_000))])
+            spread = [Entry("alice", GcraLimit(5, 60_000, 5)), Entry("bob", Limit(2, 60_000))]
+            with pytest.raises(UnsupportedError, match="one slot") as caught:
+                await plain.peek_many(spread)
+            assert caught.value.algorithm == "gcra"
+            with pytest.raises(UnsupportedError, match="one slot"):
+                await plain.consume_many(spread)
+            assert await client.exists(f"{prefix}gcr:alice") == 0  # nothing written
         finally:
             await client.aclose()
 
