@@ -27,6 +27,9 @@ DECLARE
   v_logs text[] := ARRAY(SELECT DISTINCT s FROM unnest(p_kinds, p_keys) AS e(t, s) WHERE t = 0);
   v_gcras text[] := ARRAY(SELECT DISTINCT s FROM unnest(p_kinds, p_keys) AS e(t, s) WHERE t = 1);
   v_counters text[] := ARRAY(SELECT DISTINCT s FROM unnest(p_kinds, p_keys) AS e(t, s) WHERE t = 2);
+  -- The longest sliding window of the batch: a log's times before it count for no entry, so they are
+  -- not answered (the verdict is the same without them; a log of many old calls costs no more).
+  v_wmax bigint := coalesce((SELECT max(w) FROM unnest(p_kinds, p_windows) AS e(t, w) WHERE t = 0), 0);
   v_now bigint;
   v_kind bigint;
   v_key text;
@@ -50,10 +53,12 @@ BEGIN
     RAISE EXCEPTION 'ratewindow: the entries'' arrays differ in length';
   END IF;
   IF p_mode = 'p' THEN
-    -- One query: one snapshot of every key; the clock read in it is no earlier than any call it sees.
+    -- One query: one snapshot of every key; the clock read in it is no earlier than any call it sees
+    -- (the times a second older than the windows are answered too: the clock is read per row).
     RETURN QUERY
       SELECT 0::bigint, l.key, u.at, l.expires_at, 0::bigint, 0::bigint
         FROM {p}_log l, unnest(l.ats) AS u(at) WHERE l.key = ANY(v_logs)
+          AND u.at > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - v_wmax - 1000
       UNION ALL SELECT 1::bigint, g.key, g.ms, g.rem, g.per, 0::bigint FROM {p}_gcra g WHERE g.key = ANY(v_gcras)
       UNION ALL SELECT 2::bigint, t.key, t.start_ms, t.window_ms, t.cur, t.prev FROM {p}_counters t
         WHERE t.key = ANY(v_counters)
@@ -95,7 +100,7 @@ BEGIN
       (SELECT max(l.ats[cardinality(l.ats)]) FROM {p}_log l WHERE l.key = ANY(v_logs)));
     RETURN QUERY
       SELECT 0::bigint, l.key, u.at, l.expires_at, 0::bigint, 0::bigint
-        FROM {p}_log l, unnest(l.ats) AS u(at) WHERE l.key = ANY(v_logs)
+        FROM {p}_log l, unnest(l.ats) AS u(at) WHERE l.key = ANY(v_logs) AND u.at > v_now - v_wmax
       UNION ALL SELECT 1::bigint, g.key, g.ms, g.rem, g.per, 0::bigint FROM {p}_gcra g
         WHERE g.key = ANY(v_gcras) AND NOT ('1:' || g.key) = ANY(v_mine)
       UNION ALL SELECT 2::bigint, t.key, t.start_ms, t.window_ms, t.cur, t.prev FROM {p}_counters t
