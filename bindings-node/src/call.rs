@@ -142,9 +142,13 @@ impl FromNapiValue for ReplyText {
         // A character takes at most 4 bytes: a text that stopped 4 or more bytes before the end of
         // the room was copied whole.
         if written + 4 < ROOM {
-            Ok(ReplyText(
-                String::from_utf8_lossy(&buffer[..written]).into_owned(),
-            ))
+            let bytes = &buffer[..written];
+            // Valid UTF-8 (every reply of ratewindow's scripts) is checked in one pass; only another
+            // text takes the lossy walk.
+            Ok(ReplyText(match std::str::from_utf8(bytes) {
+                Ok(text) => text.to_owned(),
+                Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+            }))
         } else {
             // SAFETY: as above.
             unsafe { String::from_napi_value(env, value) }.map(ReplyText)

@@ -34,7 +34,7 @@ crate::sql::schema_text!(FIXED_SOURCE = include_str!("fixed.lua"));
 pub static FIXED: Script = Script {
     name: "fixed",
     source: FIXED_SOURCE,
-    sha1: "2d02aad6eeb48864f166282d8cbcbe68d940d8cb",
+    sha1: "b879fb6f032421afb7574172d67acfae4b0249ea",
 };
 
 #[cfg(test)]
@@ -48,6 +48,61 @@ mod tests {
                 "update the {} script's sha1 constant",
                 script.name
             );
+        }
+    }
+
+    /// The one-text replies' byte scans read exactly what `split(' ')` and `str::parse` read.
+    #[test]
+    fn pieces_and_digits_read_as_split_and_parse() {
+        let texts = [
+            "",
+            " ",
+            "  ",
+            "1",
+            "1 2",
+            "1 2 3",
+            "1 2 3 4",
+            "1 2 3 4 5",
+            " 1 2 3",
+            "1 2 3 ",
+            "1  2 3",
+            "a b c",
+            "0000000000001234 99 0",
+            "é 1 2",
+            "1\t2 3 4",
+        ];
+        for text in texts {
+            let split: Vec<&str> = text.split(' ').collect();
+            assert_eq!(
+                super::pieces::<3>(text).map(Vec::from),
+                (split.len() == 3).then(|| split.clone()),
+                "{text:?}"
+            );
+            assert_eq!(
+                super::pieces::<4>(text).map(Vec::from),
+                (split.len() == 4).then(|| split.clone()),
+                "{text:?}"
+            );
+        }
+        for s in [
+            "",
+            "0",
+            "7",
+            "42",
+            "0123",
+            "9999999999999999",
+            "10000000000000000",
+            "-1",
+            "+1",
+            "1a",
+            " 1",
+            "1.0",
+            "١",
+        ] {
+            let parsed = (!s.is_empty() && s.len() <= 16 && s.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| s.parse::<i64>().ok())
+                .flatten();
+            assert_eq!(super::digits(s), parsed, "{s:?}");
         }
     }
 
@@ -398,8 +453,9 @@ fn decode(
                 (_, Some([0, wait, now, reset])) => {
                     [0, wait, now.saturating_add(wait), 0, now, 0, 0, wait, reset]
                 }
-                _ => match (allowed_text(reply), marker_refusal(reply, limits[0])) {
-                    (Some([count, oldest, newest, now]), _) => {
+                // The allowed text first: a marker refusal's text is read only when it is not one.
+                _ => match allowed_text(reply) {
+                    Some([count, oldest, newest, now]) => {
                         let (uses, window) =
                             (limits[0].uses() as i64, limits[0].window_ms() as i64);
                         [
@@ -414,11 +470,13 @@ fn decode(
                             newest + window - now,
                         ]
                     }
-                    (_, Some([until, now, end])) => {
-                        let wait = until - now;
-                        [0, wait, until, 0, now, 0, 0, wait, end - now]
-                    }
-                    _ => return Err(err()),
+                    None => match marker_refusal(reply, limits[0]) {
+                        Some([until, now, end]) => {
+                            let wait = until - now;
+                            [0, wait, until, 0, now, 0, 0, wait, end - now]
+                        }
+                        None => return Err(err()),
+                    },
                 },
             },
             None => return Err(err()),
@@ -476,12 +534,40 @@ fn decode(
     }
 }
 
-/// Up to 16 ASCII digits (every time and count a reply carries is below 2^53), as a number.
+/// Up to 16 ASCII digits (every time and count a reply carries is below 2^53), as a number: one
+/// pass over the bytes, no `str::parse` (this runs on every one-text reply; 16 digits never overflow).
 fn digits(s: &str) -> Option<i64> {
-    if s.is_empty() || s.len() > 16 || !s.bytes().all(|b| b.is_ascii_digit()) {
+    let bytes = s.as_bytes();
+    if bytes.is_empty() || bytes.len() > 16 {
         return None;
     }
-    s.parse().ok()
+    let mut n = 0i64;
+    for &b in bytes {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        n = n * 10 + i64::from(d);
+    }
+    Some(n)
+}
+
+/// `text` cut at each space into exactly `N` pieces (as `text.split(' ')` would give them, empty
+/// pieces included), or `None` for another count: a byte scan, no `char` searcher.
+fn pieces<const N: usize>(text: &str) -> Option<[&str; N]> {
+    let mut out = [""; N];
+    let mut rest = text;
+    for (i, piece) in out.iter_mut().enumerate() {
+        match rest.bytes().position(|b| b == b' ') {
+            Some(at) if i + 1 < N => {
+                *piece = &rest[..at];
+                rest = &rest[at + 1..];
+            }
+            None if i + 1 == N => *piece = rest,
+            _ => return None,
+        }
+    }
+    Some(out)
 }
 
 /// A one-entry consume allowed, as the script sends it: one text, `'<count> <oldest> <newest> <now>'`
@@ -492,14 +578,13 @@ fn allowed_text(reply: &Reply) -> Option<[i64; 4]> {
     let Reply::Text(text) = reply else {
         return None;
     };
-    let mut parts = text.split(' ');
-    let out = [
-        digits(parts.next()?)?,
-        digits(parts.next()?)?,
-        digits(parts.next()?)?,
-        digits(parts.next()?)?,
-    ];
-    parts.next().is_none().then_some(out)
+    let [count, oldest, newest, now] = pieces::<4>(text)?;
+    Some([
+        digits(count)?,
+        digits(oldest)?,
+        digits(newest)?,
+        digits(now)?,
+    ])
 }
 
 /// A one-entry refusal answered by the log's refusal marker, as the script sends it: one text,
@@ -510,13 +595,10 @@ fn marker_refusal(reply: &Reply, limit: Limit) -> Option<[i64; 3]> {
     let Reply::Text(text) = reply else {
         return None;
     };
-    let mut parts = text.split(' ');
-    let (marker, secs, micros) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() {
-        return None;
-    }
+    let [marker, secs, micros] = pieces::<3>(text)?;
     let (until, end, named) = (marker.get(..16)?, marker.get(16..32)?, marker.get(32..)?);
-    let (uses, window) = named.split_once(':')?;
+    let colon = named.bytes().position(|b| b == b':')?;
+    let (uses, window) = (&named[..colon], &named[colon + 1..]);
     if digits(uses)? != limit.uses() as i64 || digits(window)? != limit.window_ms() as i64 {
         return None;
     }
