@@ -27,7 +27,11 @@ pg_schema!("postgres_weights.sql");
 #[cfg(all(feature = "rates", feature = "weights", not(feature = "mixed")))]
 pg_schema!("postgres_weights.sql", "postgres_rates.sql");
 #[cfg(all(feature = "rates", feature = "weights", feature = "mixed"))]
-pg_schema!("postgres_weights.sql", "postgres_rates.sql", "postgres_mixed.sql");
+pg_schema!(
+    "postgres_weights.sql",
+    "postgres_rates.sql",
+    "postgres_mixed.sql"
+);
 /// The server's clock in ms, as the functions read it.
 pub(crate) const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
