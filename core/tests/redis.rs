@@ -419,6 +419,47 @@ fn attempt_counts_exactly_max_under_concurrency() {
     );
 }
 
+/// Every reply of `attempt` is an array of integers (the window opened, a hit counted, a refusal, a
+/// max of 0): what a host hands the core as numbers, its cheapest reply to cross (Node's call record),
+/// never a count read by `GET` or the decay as sent as text.
+#[test]
+fn attempt_replies_are_integers_only() {
+    let options = options("attempt-integers");
+    let mut con = connection();
+    let mut replies = Vec::new();
+    for max in [2, 2, 2, 0] {
+        let call = start(
+            &options,
+            Op::Attempt {
+                key: "k".into(),
+                max,
+                decay: Window::from_ms(60_000).unwrap(),
+            },
+        );
+        let (outcome, _) = call.drive(|command| {
+            let fed = run_on(&mut con, command);
+            if let Ok(Fed::Reply(reply)) = &fed {
+                replies.push(reply.clone());
+            }
+            fed
+        });
+        assert!(
+            matches!(outcome, Ok(Outcome::Attempt { .. })),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(replies.len(), 4, "{replies:?}");
+    for reply in &replies {
+        let Reply::Array(items) = reply else {
+            panic!("not an array: {reply:?}");
+        };
+        assert!(
+            items.len() == 3 && items.iter().all(|i| matches!(i, Reply::Int(_))),
+            "{replies:?}"
+        );
+    }
+}
+
 #[test]
 fn verdicts_carry_the_quota_of_the_tightest_entry() {
     let (mut con, options) = (connection(), options("quota"));

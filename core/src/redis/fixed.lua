@@ -10,20 +10,23 @@
 -- No clock is read, so no replicate_commands(): replicated verbatim or by effects alike.
 --
 -- Reply: {count, ms until the window ends} with {0, 0} for a key without a window;
---        'attempt': {counted (1|0), count, ms until the window ends}.
+--        'attempt': {counted (1|0), count, ms until the window ends}, every one an integer (a
+--        client then hands the core numbers, its cheapest reply to cross: a count read by GET or the
+--        decay as sent would cross as text).
 local key, op = KEYS[1], ARGV[1]
 if op == 'attempt' then
   local count = redis.call('GET', key)
   if count then
     local ttl = redis.call('PTTL', key)
     if ttl > 0 then
-      if count + 0 < ARGV[3] + 0 then return {1, redis.call('INCR', key), ttl} end
+      count = count + 0
+      if count < ARGV[3] + 0 then return {1, redis.call('INCR', key), ttl} end
       return {0, count, ttl}
     end
   end
   if ARGV[3] + 0 < 1 then return {0, 0, 0} end
   redis.call('SET', key, '1', 'PX', ARGV[2])
-  return {1, 1, ARGV[2]}
+  return {1, 1, ARGV[2] + 0}
 end
 if op == 'clear' then
   redis.call('DEL', key)
