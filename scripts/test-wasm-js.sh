@@ -40,11 +40,14 @@ fi
 
 echo "== the Node package's suite on the wasm backend"
 # Its files for what this build carries: the vectors, the conformance kit on MemoryStore (and on stores
-# in plain JS), the TypeScript layer's unit tests (MemoryStore, RateLimiter, Limit, errors), panics.
-# Not its networked-store suites (Redis, PostgreSQL, SQLite, the conversation vectors: they drive the
-# core's call machines through the napi addon's call boundary, which this build does not carry), nor
-# load.test.mjs (it loads the `ratewindow` package by name: the napi addon).
-NODE_SUITE=(vectors.test.mjs rates-vectors.test.mjs kit.test.mjs kit-fails.test.mjs unit.test.mjs panic.test.mjs)
+# in plain JS), the TypeScript layer's unit tests (MemoryStore, RateLimiter, Limit, errors), panics,
+# GCRA / the counter / mixed batches on the memory store (rates.test.mjs), and weighted calls
+# (weights-stores.test.mjs: the weights vectors on MemoryStore and SqliteStore, the weighted calls and
+# the attempt's cost on the real Redis and PostgreSQL, every store on this build's engine: the suite
+# picks it as its default backend and as its Redis backend). Not load.test.mjs (it loads the
+# `ratewindow` package by name: the napi addon); this package's own tests run the conversation vectors
+# and Redis through its public entry.
+NODE_SUITE=(vectors.test.mjs rates-vectors.test.mjs rates.test.mjs weights-stores.test.mjs kit.test.mjs kit-fails.test.mjs unit.test.mjs panic.test.mjs)
 (cd "$ROOT/bindings-node" && npm run -s build:ts)
 for f in "${NODE_SUITE[@]}"; do
   [ -f "$ROOT/bindings-node/test/$f" ] || { echo "bindings-node/test/$f is gone: update NODE_SUITE" >&2; exit 1; }

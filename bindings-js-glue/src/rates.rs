@@ -1,5 +1,5 @@
-//! GCRA and the sliding-window counter on one memory store (cargo feature `rates`: the napi addon turns
-//! it on; the wasm-bindgen package leaves it off for its size budget). Each method is one
+//! GCRA and the sliding-window counter on one memory store (cargo feature `rates`: the napi addon and
+//! the wasm-bindgen package turn it on). Each method is one
 //! `BackendStore` method of `bindings-node/ts/backend.ts`, answering as the cooldown methods do: `0`
 //! allowed or the retry timestamp, the quota in the record; batches a release handle or minus the
 //! retry timestamp.
@@ -156,7 +156,7 @@ pub fn checked_rule(
     let cost = whole(RateField::Cost, cost, at)?;
     let checked = match rule {
         // The log's weights (1 to uses), as the core's batch takes them (a build without the core's
-        // `weights`, the wasm package, refuses a cost above 1 when it counts).
+        // `weights` refuses a cost above 1 when it counts).
         Rule::Sliding(l) if cost == 0 || cost > u64::from(l.uses()) => {
             Err(RateError::new(RateField::Cost, cost))
         }

@@ -192,8 +192,8 @@ export interface BackendStore {
   /** `MemoryStore::len`. */
   size(): number;
 
-  // GCRA and the sliding-window counter (`ratewindow_js_glue::rates`): the napi addon has them; the
-  // wasm-bindgen build leaves them out (its size budget), and the TypeScript layer then throws
+  // GCRA and the sliding-window counter (`ratewindow_js_glue::rates`): the napi addon and the
+  // wasm-bindgen build have them; a backend without them makes the TypeScript layer throw
   // `UnsupportedError`. `kind` is `1` for GCRA, `2` for the counter (`0`: the sliding log, in a mixed
   // batch); `burst` is read for GCRA only. Refusals: `invalid_limit:uses|window_ms|burst`,
   // `invalid_argument:cost` (a batch's message names `entries[i].<field>`).

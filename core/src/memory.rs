@@ -639,7 +639,14 @@ impl MemoryStore {
         let (shard, key) = self.key(key);
         let mut shard = self.lock(shard);
         let index = shard.live_log(key, now, horizon, limit.window_ms());
-        let wait = index.and_then(|i| Some((i, shard.logs[i].wait_until_cost(limit, cost, now)?)));
+        // A match, not a closure over `cost`: a closure LLVM leaves out of line (the wasm32 build did)
+        // takes `cost` through memory, so a call costing 1 ran the weighted checks.
+        let wait = match index {
+            Some(i) => shard.logs[i]
+                .wait_until_cost(limit, cost, now)
+                .map(|until| (i, until)),
+            None => None,
+        };
         let verdict = match wait {
             Some((i, until)) => {
                 let refused = Verdict::refused(now, until);

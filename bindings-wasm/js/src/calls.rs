@@ -201,6 +201,68 @@ impl WasmCalls {
         })
     }
 
+    /// Starts a weighted sliding-log call (`op` 0 consume, 1 peek), entry `i` costing `costs[i]` uses
+    /// (a batch's refusal of a cost names `entries[i].cost`): a separate entry point, so a call costing
+    /// 1 crosses as before (see `NativeCalls::weighted` of the addon).
+    #[allow(clippy::too_many_arguments)]
+    pub fn weighted(
+        &mut self,
+        out: &mut [f64],
+        op: u32,
+        #[wasm_bindgen(unchecked_param_type = "string[]")] keys: Array,
+        uses: Vec<f64>,
+        windows: Vec<f64>,
+        costs: Vec<f64>,
+        batch: bool,
+        release: bool,
+        now: Option<f64>,
+    ) -> Result<Option<String>, JsValue> {
+        self.go(out, |c, out| {
+            c.weighted(
+                out,
+                op,
+                keys_of(&keys)?,
+                &uses,
+                &windows,
+                &costs,
+                batch,
+                release,
+                now,
+            )
+        })
+    }
+
+    /// Starts a batch mixing algorithms (`op` 0 consume, 1 peek): entry `i` is `keys[i]` under
+    /// `kinds[i]` (0 the sliding log, 1 GCRA, 2 the counter); Redis (the server's clock) and SQLite
+    /// (`now`, its clock), an `invalid_argument:store` refusal on PostgreSQL.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mixed(
+        &mut self,
+        out: &mut [f64],
+        op: u32,
+        #[wasm_bindgen(unchecked_param_type = "string[]")] keys: Array,
+        kinds: Vec<u32>,
+        uses: Vec<f64>,
+        windows: Vec<f64>,
+        bursts: Vec<f64>,
+        costs: Vec<f64>,
+        now: Option<f64>,
+    ) -> Result<Option<String>, JsValue> {
+        self.go(out, |c, out| {
+            c.mixed(
+                out,
+                op,
+                keys_of(&keys)?,
+                &kinds,
+                &uses,
+                &windows,
+                &bursts,
+                &costs,
+                now,
+            )
+        })
+    }
+
     /// Starts a peek.
     pub fn peek(
         &mut self,
@@ -270,6 +332,23 @@ impl WasmCalls {
     ) -> Result<Option<String>, JsValue> {
         self.go(out, |c, out| {
             c.attempt(out, key_of(&key, KeyPosition::Key)?, max, decay_ms, now)
+        })
+    }
+
+    /// Starts an atomic attempt costing `cost` hits (`Op::AttemptCost`).
+    #[wasm_bindgen(js_name = attemptCost)]
+    pub fn attempt_cost(
+        &mut self,
+        out: &mut [f64],
+        #[wasm_bindgen(unchecked_param_type = "string")] key: JsString,
+        max: f64,
+        decay_ms: f64,
+        cost: f64,
+        now: Option<f64>,
+    ) -> Result<Option<String>, JsValue> {
+        self.go(out, |c, out| {
+            let key = key_of(&key, KeyPosition::Key)?;
+            c.attempt_cost(out, key, max, decay_ms, cost, now)
         })
     }
 
@@ -547,7 +626,8 @@ fn rows_of(value: &JsValue) -> Vec<Vec<SqlValue>> {
         .collect()
 }
 
-/// The two Redis scripts: `[sliding sha1, sliding source, fixed sha1, fixed source]`.
+/// The Redis scripts, each as its SHA1 then its source, in the slots `ts/redis.ts` reads (the sliding
+/// log, the fixed window, the lock, GCRA, the counter, the weighted call and attempt, the mixed batch).
 #[wasm_bindgen(js_name = redisScripts)]
 pub fn redis_scripts() -> Vec<String> {
     calls::redis_scripts()

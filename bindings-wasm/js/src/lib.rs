@@ -247,6 +247,22 @@ impl WasmStore {
         })
     }
 
+    /// [`Self::attempt`] costing `cost` hits: counted only when the count plus `cost` is at most
+    /// `max` (`invalid_argument:cost` unless a whole number from 1).
+    #[wasm_bindgen(js_name = attemptCost)]
+    pub fn attempt_cost(
+        &self,
+        key_len: u32,
+        max: f64,
+        decay_ms: f64,
+        cost: f64,
+        now: f64,
+    ) -> Result<f64, JsValue> {
+        with_key(key_len, |key, out| {
+            self.0.attempt_cost(key, max, decay_ms, cost, now, out)
+        })
+    }
+
     /// Hits counted in the current window.
     pub fn attempts(&self, key_len: u32, now: f64) -> Result<f64, JsValue> {
         with_key(key_len, |key, _| self.0.attempts(key, now))

@@ -166,9 +166,15 @@ test('initSync takes a compiled WebAssembly.Module (as Cloudflare Workers give i
 // leaves off, and the standard float formatter (~16 KB, flt2dec), reached only by the glue's
 // `number_or_text` of a non-integer reply, now the core's `input::number_text`. Together -42.7 KB of
 // code and data before wasm-bindgen, 426,739 bytes after it (measured 2026-12-02): the budget 428 KiB.
-test('the .wasm stays within its size budget (428 KiB)', () => {
+// Then the same API as the Node package (issue 17, the lead's decision): the core's `weights` (calls
+// costing more than one use on the sliding log, the attempt's cost: the weighted Redis plans and their
+// two scripts, the weighted SQL with its PostgreSQL functions) and `mixed` (batches mixing algorithms on
+// Redis, PostgreSQL and SQLite: their call machines, mixed.lua, the PostgreSQL mixed function) took it
+// from 427,339 to 533,542 bytes (188,070 gzipped, from 151,955; +87 KB of code, +24 KB of script and
+// SQL text before wasm-bindgen; measured 2026-12-02 08:21 UTC): the budget 532 KiB, ~2 % above.
+test('the .wasm stays within its size budget (532 KiB)', () => {
   const size = statSync(wasmFile).size;
-  assert.ok(size < 428 * 1024, `${size} bytes`);
+  assert.ok(size < 532 * 1024, `${size} bytes`);
   assert.ok(WebAssembly.validate(readFileSync(wasmFile)));
 });
 

@@ -1,6 +1,7 @@
-// GCRA and the sliding-window counter through this package's public API (its `node` entry):
-// `gcraLimit`, `counterLimit`, `MemoryStore` (consume / peek / reset with a cost, mixed batches and
-// their release) on every case of tests/vectors/gcra/*.json and tests/vectors/counter/*.json, every
+// GCRA, the sliding-window counter and weighted calls through this package's public API (its `node`
+// entry): `gcraLimit`, `counterLimit`, `MemoryStore` (consume / peek / reset with a cost, mixed batches
+// and their release, sliding-log calls and batches costing more than one use) on every case of
+// tests/vectors/gcra/*.json, tests/vectors/counter/*.json and tests/vectors/weights/*.json, every
 // verdict field compared; refusals as the typed errors the Node package throws.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -58,17 +59,27 @@ function run(store, op, ids) {
       return { ok: true };
     }
     case 'counter_limit': counterOf(op.limit); return { ok: true };
+    // weights/: the sliding log's ops, each with an optional cost (a batch's on each entry).
+    case 'consume': return verdict(store.consume(op.key, literal('sliding', op.limit), options(op)));
+    case 'peek': return verdict(store.peek(op.key, literal('sliding', op.limit), options(op)));
+    case 'consume_many': {
+      const v = store.consumeMany(entriesOf(op.entries));
+      if (op.id !== undefined) ids.set(op.id, v);
+      return batch(v);
+    }
+    case 'peek_many': return batch(store.peekMany(entriesOf(op.entries)));
     default: throw new Error(`unknown vector op ${JSON.stringify(op.op)}: teach this runner`);
   }
 }
 
-function errorOf(e) {
+/** The error a vector expects: gcra/ and counter/ name a bad cost `invalid_rate`, weights/ `invalid_argument`. */
+function errorOf(e, sub) {
   if (e instanceof rw.InvalidLimitError) return { error: 'invalid_rate', field: ENGINE[e.field] };
-  if (e instanceof rw.InvalidArgumentError && /(^|\.)cost$/.test(e.field)) return { error: 'invalid_rate', field: 'cost' };
+  if (e instanceof rw.InvalidArgumentError && /(^|\.)cost$/.test(e.field)) return { error: sub === 'weights' ? 'invalid_argument' : 'invalid_rate', field: 'cost' };
   throw e;
 }
 
-for (const sub of ['gcra', 'counter']) {
+for (const sub of ['gcra', 'counter', 'weights']) {
   const dir = path.join(VECTORS, sub);
   const files = readdirSync(dir).filter((f) => f.endsWith('.json')).sort();
   describe(`@ratewindow/wasm: ${sub} vectors`, () => {
@@ -87,7 +98,7 @@ for (const sub of ['gcra', 'counter']) {
               try {
                 got = run(store, op, ids);
               } catch (e) {
-                got = errorOf(e);
+                got = errorOf(e, sub);
               }
               assert.deepStrictEqual(got, op.expect ?? null, `${sub}/${file} / ${testCase.name} / op #${i} ${JSON.stringify(op)}`);
             });

@@ -283,6 +283,13 @@ export function createWasmBackend(exports: WasmExports): Backend {
         return this.#fail(e);
       }
     }
+    attemptCost(key: string, max: number, decayMs: number, cost: number, now: number): number {
+      try {
+        return this.#recorded(this.#store().attemptCost(writeKey(key), max, decayMs, cost, now));
+      } catch (e) {
+        return this.#fail(e);
+      }
+    }
     attempts(key: string, now: number): number {
       try {
         return this.#store().attempts(writeKey(key), now);
@@ -440,6 +447,26 @@ export function createWasmBackend(exports: WasmExports): Backend {
     peek(keys: string[], uses: number[], windows: number[], now?: number | null): string | null {
       return this.#go((c, r) => c.peek(r, keys, new Float64Array(uses), new Float64Array(windows), now ?? undefined));
     }
+    weighted(op: number, keys: string[], uses: number[], windows: number[], costs: number[], batch: boolean, release: boolean, now?: number | null): string | null {
+      return this.#go((c, r) =>
+        c.weighted(r, op, keys, new Float64Array(uses), new Float64Array(windows), new Float64Array(costs), batch, release, now ?? undefined),
+      );
+    }
+    mixed(op: number, keys: string[], kinds: number[], uses: number[], windows: number[], bursts: number[], costs: number[], now?: number | null): string | null {
+      return this.#go((c, r) =>
+        c.mixed(
+          r,
+          op,
+          keys,
+          new Uint32Array(kinds),
+          new Float64Array(uses),
+          new Float64Array(windows),
+          new Float64Array(bursts),
+          new Float64Array(costs),
+          now ?? undefined,
+        ),
+      );
+    }
     release(token: BackendRelease, now?: number | null): string | null {
       return this.#go((c, r) => c.release(r, token, now ?? undefined));
     }
@@ -451,6 +478,9 @@ export function createWasmBackend(exports: WasmExports): Backend {
     }
     attempt(key: string, max: number, decayMs: number, now?: number | null): string | null {
       return this.#go((c, r) => c.attempt(r, key, max, decayMs, now ?? undefined));
+    }
+    attemptCost(key: string, max: number, decayMs: number, cost: number, now?: number | null): string | null {
+      return this.#go((c, r) => c.attemptCost(r, key, max, decayMs, cost, now ?? undefined));
     }
     read(key: string, query: WindowQuery, max: number, now?: number | null): string | null {
       return this.#go((c, r) => c.read(r, key, query, max, now ?? undefined));
