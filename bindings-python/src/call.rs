@@ -433,46 +433,25 @@ impl Machine {
         entries: Vec<ratewindow_core::MixedEntry>,
         consume: bool,
     ) -> PyResult<Call> {
-        if let Store::Redis(store) = &self.store {
+        let (call, algorithm) = match &self.store {
             // The server's clock (`TIME`): read, decided in the core, written if nothing changed.
-            let id = consume.then(call_id);
-            let algorithm = mixed_algorithm(&entries);
-            return Ok(Call {
-                call: store.mixed(entries, None, id.as_deref()),
-                shape: Shape::Batch,
-                release: self
-                    .release
-                    .as_ref()
-                    .filter(|_| consume)
-                    .map(|f| f.clone_ref(py)),
-                report: self.report.as_ref().map(|f| f.clone_ref(py)),
-                causes: Vec::new(),
-                algorithm,
-            });
-        }
-        if let Store::Postgres(store) = &self.store {
+            Store::Redis(store) => {
+                let algorithm = mixed_algorithm(&entries);
+                let id = consume.then(call_id);
+                (store.mixed(entries, None, id.as_deref()), algorithm)
+            }
             // One statement on the server's clock: locked, decided and written all or nothing.
-            let id = consume.then(call_id);
-            let algorithm = mixed_algorithm(&entries);
-            return Ok(Call {
-                call: store.mixed(entries, id.as_deref()),
-                shape: Shape::Batch,
-                release: self
-                    .release
-                    .as_ref()
-                    .filter(|_| consume)
-                    .map(|f| f.clone_ref(py)),
-                report: self.report.as_ref().map(|f| f.clone_ref(py)),
-                causes: Vec::new(),
-                algorithm,
-            });
-        }
-        let Store::Sqlite(store, clock) = &self.store else {
-            return Err(crate::errors::unsupported(py, mixed_algorithm(&entries)));
+            Store::Postgres(store) => {
+                let algorithm = mixed_algorithm(&entries);
+                let id = consume.then(call_id);
+                (store.mixed(entries, id.as_deref()), algorithm)
+            }
+            Store::Sqlite(store, clock) => {
+                let now = read_clock(py, clock.as_ref())?;
+                let id = consume.then(call_id);
+                (store.mixed(entries, now, id.as_deref()), "sliding")
+            }
         };
-        let now = read_clock(py, clock.as_ref())?;
-        let id = consume.then(call_id);
-        let call = store.mixed(entries, now, id.as_deref());
         Ok(Call {
             call,
             shape: Shape::Batch,
@@ -483,7 +462,7 @@ impl Machine {
                 .map(|f| f.clone_ref(py)),
             report: self.report.as_ref().map(|f| f.clone_ref(py)),
             causes: Vec::new(),
-            algorithm: "sliding",
+            algorithm,
         })
     }
 
