@@ -1110,7 +1110,7 @@ pub fn redis_scripts() -> Vec<String> {
             .map(str::to_owned),
         );
     }
-    // The mixed batch's read and write (slot 8), in the builds with mixed batches (not the wasm package).
+    // The mixed batch's read and write (slot 8), in the builds with mixed batches.
     #[cfg(feature = "mixed")]
     {
         use ratewindow_core::call::MIXED;

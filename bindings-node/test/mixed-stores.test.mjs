@@ -449,7 +449,7 @@ describe('RedisStore: batches mixing algorithms', { concurrency: 1 }, async () =
           const plain = RedisStore.using(c.run, { evalsha: c.evalsha, prefix: p, backend: redisBackend });
           const spread = [{ key: 'alice', limit: gcra(5, 60_000, 5) }, { key: 'bob', limit: sliding(2, 60_000) }];
           // The engine's `unsupported` outcome of a running call crosses as an UnsupportedError naming the
-          // batch's algorithm (as PostgresStore's refusal does), not a TypeError; a peek too.
+          // batch's algorithm (as a build without mixed batches does), not a TypeError; a peek too.
           for (const call of [() => plain.consumeMany(spread), () => plain.peekMany(spread)]) {
             await assert.rejects(call, (e) => {
               assert.ok(e instanceof UnsupportedError, `UnsupportedError, got ${e?.constructor?.name}: ${e?.message}`);

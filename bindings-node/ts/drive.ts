@@ -645,7 +645,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
    * A weighted sliding-log call (`op` 0 consume, 1 peek), each entry costing its `cost` (default 1):
    * the engine's weighted entry point, so calls costing 1 keep theirs. An allowed consume's
    * `release()` gives back exactly the call's cost. A build without the engine's weighted entry point
-   * (the wasm-bindgen package) is `UnsupportedError('weighted sliding')`, nothing written.
+   * is `UnsupportedError('weighted sliding')`, nothing written.
    */
   private weighted(op: 0 | 1, entries: readonly Entry[], batch: boolean): Answer<S, BatchVerdict> {
     let first: string | null;
@@ -710,8 +710,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     } catch (e) {
       const code = (e as { code?: unknown } | null)?.code;
       let error = e;
-      if (code === 'invalid_argument:store') error = new UnsupportedError(algorithm ?? 'gcra', 'batches mixing algorithms run on MemoryStore, RedisStore and SqliteStore');
-      else if (typeof code === 'string' && !code.startsWith('ERR_')) {
+      if (typeof code === 'string' && !code.startsWith('ERR_')) {
         const at = /^invalid entries\[(\d+)\]\./.exec(String((e as Error).message))?.[1];
         const i = at === undefined ? 0 : Number(at);
         error = fromBackend(e, uses[i], windows[i], kinds[i] === 1 ? bursts[i] : undefined, costs[i]);

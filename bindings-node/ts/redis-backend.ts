@@ -144,8 +144,8 @@ export interface BackendCalls {
   weighted?(op: number, keys: string[], uses: number[], windows: number[], costs: number[], batch: boolean, release: boolean, now?: number | null): string | null;
   /**
    * A batch mixing algorithms (`op` 0 consume, 1 peek): entry `i` is `keys[i]` under `kinds[i]` (0 the
-   * sliding log, 1 GCRA, 2 the counter), `bursts[i]` for GCRA. SQLite only (code `invalid_argument:store`
-   * elsewhere); an entry's bad field is named `entries[i].<field>`. Absent from a build without rates.
+   * sliding log, 1 GCRA, 2 the counter), `bursts[i]` for GCRA, on SQLite, Redis and PostgreSQL;
+   * an entry's bad field is named `entries[i].<field>`. Absent from a build without rates.
    */
   mixed?(op: number, keys: string[], kinds: number[], uses: number[], windows: number[], bursts: number[], costs: number[], now?: number | null): string | null;
   release(token: BackendRelease, now?: number | null): string | null;

@@ -233,8 +233,8 @@ impl WasmCalls {
     }
 
     /// Starts a batch mixing algorithms (`op` 0 consume, 1 peek): entry `i` is `keys[i]` under
-    /// `kinds[i]` (0 the sliding log, 1 GCRA, 2 the counter); Redis (the server's clock) and SQLite
-    /// (`now`, its clock), an `invalid_argument:store` refusal on PostgreSQL.
+    /// `kinds[i]` (0 the sliding log, 1 GCRA, 2 the counter); Redis and PostgreSQL (the server's clock)
+    /// and SQLite (`now`, its clock).
     #[allow(clippy::too_many_arguments)]
     pub fn mixed(
         &mut self,
