@@ -641,9 +641,15 @@ fn write_fields(
         if let Some(policy) = &cached {
             set_field(headers, RATELIMIT_POLICY, policy.clone());
         }
-        let mut set = |field: &'static str, value: &[u8]| {
+        // `keep`: a copy of the value is wanted back (the policy, to keep: a clone of a value made
+        // from bytes allocates its shared header, so the other fields are set without one).
+        let mut set = |field: &'static str, value: &[u8], keep: bool| {
             let header = field_name(field)?;
             let v = HeaderValue::from_bytes(value).ok()?;
+            if !keep {
+                set_field(headers, header, v);
+                return None;
+            }
             set_field(headers, header, v.clone());
             Some(v)
         };
@@ -656,7 +662,7 @@ fn write_fields(
                 options,
                 buf,
                 |field, value| {
-                    set(field, &value);
+                    set(field, &value, false);
                     value
                 },
             ),
@@ -670,8 +676,9 @@ fn write_fields(
                     options,
                     buf,
                     |field, value| {
-                        let made = set(field, &value);
-                        if let (Some(v), "RateLimit-Policy") = (made, field) {
+                        let policy_field = field == "RateLimit-Policy";
+                        let made = set(field, &value, policy_field);
+                        if let (Some(v), true) = (made, policy_field) {
                             *policy = Some(Policy {
                                 name: name.into(),
                                 limits: limits.to_vec(),
