@@ -13,7 +13,7 @@ use ratewindow_core::call::{
     Call, CallError, Command, Fed, Next, Op, Outcome, Redis, ReleaseToken,
 };
 use ratewindow_core::redis::{RedisOptions, RedisRelease, Reply};
-use ratewindow_core::sql::{Postgres, SqlNames, SqlValue, Sqlite};
+use ratewindow_core::sql::{Postgres, SqlNames, Sqlite};
 use ratewindow_core::{Entry, Limit};
 
 fn nanos() -> u128 {
@@ -199,48 +199,7 @@ fn redis_a_reply_of_the_wrong_shape_keeps_the_token_and_refusals_and_peeks_have_
 // ---- PostgreSQL ----
 
 fn pg_run(client: &mut postgres::Client, command: Command<'_>) -> Result<Fed, String> {
-    use postgres::types::ToSql;
-    let Command::Sql { statements } = command else {
-        panic!("a SQL call asked for a script")
-    };
-    let mut rows = Vec::new();
-    for statement in statements {
-        let params: Vec<Box<dyn ToSql + Sync>> = statement
-            .params
-            .iter()
-            .map(|p| -> Box<dyn ToSql + Sync> {
-                match p {
-                    SqlValue::Int(i) => Box::new(*i),
-                    SqlValue::Text(s) => Box::new(s.clone()),
-                    SqlValue::Ints(v) => Box::new(v.clone()),
-                    SqlValue::Texts(v) => Box::new(v.clone()),
-                    SqlValue::Bool(b) => Box::new(*b),
-                    other => panic!("unexpected parameter {other:?}"),
-                }
-            })
-            .collect();
-        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
-        let got = client
-            .query(statement.sql.as_str(), &refs)
-            .map_err(|e| e.to_string())?;
-        rows = got
-            .iter()
-            .map(|row| {
-                (0..row.len())
-                    .map(|i| match row.columns()[i].type_().name() {
-                        "bool" => SqlValue::Bool(row.get(i)),
-                        "int4" => SqlValue::Int(row.get::<_, i32>(i) as i64),
-                        "int8" => SqlValue::Int(row.get(i)),
-                        "text" => row
-                            .get::<_, Option<String>>(i)
-                            .map_or(SqlValue::Null, SqlValue::Text),
-                        other => panic!("unexpected column type {other}"),
-                    })
-                    .collect()
-            })
-            .collect();
-    }
-    Ok(Fed::Rows(rows))
+    servers::pg_answer(client, command)
 }
 
 #[test]

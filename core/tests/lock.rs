@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use postgres::types::ToSql;
 use ratewindow_core::call::{Call, Command, Fed, Outcome, Redis};
 use ratewindow_core::lock::{LockField, LockOp, LockTtl, LockWait, MemoryLocks};
 use ratewindow_core::redis::RedisOptions;
@@ -171,31 +170,7 @@ fn sqlite_run(
     db: &rusqlite::Connection,
     statement: &Statement,
 ) -> rusqlite::Result<Vec<Vec<SqlValue>>> {
-    use rusqlite::types::{Value as Lv, ValueRef};
-    let mut st = db.prepare(&statement.sql)?;
-    let params: Vec<Lv> = statement
-        .params
-        .iter()
-        .map(|p| match p {
-            SqlValue::Int(i) => Lv::Integer(*i),
-            SqlValue::Text(s) => Lv::Text(s.clone()),
-            other => panic!("SQLite takes no {other:?}"),
-        })
-        .collect();
-    let n = st.column_count();
-    let rows = st.query_map(rusqlite::params_from_iter(params), |row| {
-        (0..n)
-            .map(|i| {
-                Ok(match row.get_ref(i)? {
-                    ValueRef::Integer(v) => SqlValue::Int(v),
-                    ValueRef::Text(t) => SqlValue::Text(String::from_utf8_lossy(t).into_owned()),
-                    ValueRef::Null => SqlValue::Null,
-                    other => panic!("unexpected column {other:?}"),
-                })
-            })
-            .collect()
-    })?;
-    rows.collect()
+    servers::sqlite_rows(db, statement)
 }
 
 fn sqlite_open(path: &std::path::Path) -> rusqlite::Connection {
@@ -361,40 +336,7 @@ fn a_redis_lock_is_one_key_with_the_ttl_of_the_lock() {
 // ---- PostgreSQL -------------------------------------------------------------------------------------
 
 fn pg_answer(client: &mut postgres::Client, command: Command<'_>) -> Result<Fed, String> {
-    let Command::Sql { statements } = command else {
-        return Err("PostgreSQL runs no scripts".into());
-    };
-    let mut out = Vec::new();
-    for statement in statements {
-        let params: Vec<Box<dyn ToSql + Sync>> = statement
-            .params
-            .iter()
-            .map(|p| -> Box<dyn ToSql + Sync> {
-                match p {
-                    SqlValue::Int(i) => Box::new(*i),
-                    SqlValue::Text(s) => Box::new(s.clone()),
-                    other => panic!("unexpected parameter {other:?}"),
-                }
-            })
-            .collect();
-        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
-        let rows = client
-            .query(statement.sql.as_str(), &refs)
-            .map_err(|e| e.to_string())?;
-        out = rows
-            .iter()
-            .map(|row| {
-                (0..row.len())
-                    .map(|i| match row.columns()[i].type_().name() {
-                        "bool" => SqlValue::Bool(row.get(i)),
-                        "text" => SqlValue::Text(row.get(i)),
-                        other => panic!("unexpected column type {other}"),
-                    })
-                    .collect()
-            })
-            .collect();
-    }
-    Ok(Fed::Rows(out))
+    servers::pg_answer(client, command)
 }
 
 /// A prefix of this test's own, its schema installed; dropped at the end.

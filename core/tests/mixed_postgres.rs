@@ -14,7 +14,6 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use postgres::types::ToSql;
 use ratewindow_core::call::{CallError, Command, Fed, Op, Outcome, ReleaseToken};
 use ratewindow_core::counter::Counter;
 use ratewindow_core::gcra::Gcra;
@@ -66,41 +65,7 @@ impl Drop for Pg {
 }
 
 fn run(client: &mut postgres::Client, statement: &Statement) -> Result<Vec<Vec<SqlValue>>, String> {
-    let params: Vec<Box<dyn ToSql + Sync>> = statement
-        .params
-        .iter()
-        .map(|p| -> Box<dyn ToSql + Sync> {
-            match p {
-                SqlValue::Int(i) => Box::new(*i),
-                SqlValue::Text(s) => Box::new(s.clone()),
-                SqlValue::Bool(b) => Box::new(*b),
-                SqlValue::Ints(v) => Box::new(v.clone()),
-                SqlValue::Texts(v) => Box::new(v.clone()),
-                SqlValue::Null => Box::new(None::<i64>),
-            }
-        })
-        .collect();
-    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
-    let rows = client
-        .query(statement.sql.as_str(), &refs)
-        .map_err(|e| e.to_string())?;
-    Ok(rows
-        .iter()
-        .map(|row| {
-            (0..row.len())
-                .map(|i| match row.columns()[i].type_().name() {
-                    "int8" => row
-                        .get::<_, Option<i64>>(i)
-                        .map_or(SqlValue::Null, SqlValue::Int),
-                    "text" => row
-                        .get::<_, Option<String>>(i)
-                        .map_or(SqlValue::Null, SqlValue::Text),
-                    "int4" => SqlValue::Int(row.get::<_, i32>(i).into()),
-                    other => panic!("unexpected column type {other}"),
-                })
-                .collect()
-        })
-        .collect())
+    servers::pg_rows(client, statement).map_err(|e| e.to_string())
 }
 
 /// Runs `command` on `client`; the clock the mixed statement answered (its last row) goes to `clock`.

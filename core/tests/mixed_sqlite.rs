@@ -5,6 +5,8 @@
 
 #![cfg(all(feature = "mixed", feature = "weights"))]
 
+mod servers;
+
 use ratewindow_core::call::{
     check_mixed, CallError, Command, Fed, Next, Op, Outcome, ReleaseToken,
 };
@@ -12,7 +14,6 @@ use ratewindow_core::counter::Counter;
 use ratewindow_core::gcra::Gcra;
 use ratewindow_core::sql::{SqlValue, Sqlite, Statement};
 use ratewindow_core::{BatchVerdict, Limit, MemoryStore, MixedEntry, Rule};
-use rusqlite::types::{Value as Lv, ValueRef};
 
 struct Lite {
     db: rusqlite::Connection,
@@ -29,44 +30,11 @@ impl Lite {
     }
 
     fn run(&self, statement: &Statement) -> rusqlite::Result<Vec<Vec<SqlValue>>> {
-        let mut st = self.db.prepare(&statement.sql)?;
-        let params: Vec<Lv> = statement
-            .params
-            .iter()
-            .map(|p| match p {
-                SqlValue::Int(i) => Lv::Integer(*i),
-                SqlValue::Text(s) => Lv::Text(s.clone()),
-                SqlValue::Null => Lv::Null,
-                other => panic!("SQLite takes no {other:?}"),
-            })
-            .collect();
-        let columns = st.column_count();
-        let rows = st.query_map(rusqlite::params_from_iter(params), |row| {
-            (0..columns)
-                .map(|i| {
-                    Ok(match row.get_ref(i)? {
-                        ValueRef::Integer(v) => SqlValue::Int(v),
-                        ValueRef::Text(t) => {
-                            SqlValue::Text(String::from_utf8_lossy(t).into_owned())
-                        }
-                        ValueRef::Null => SqlValue::Null,
-                        other => panic!("unexpected column {other:?}"),
-                    })
-                })
-                .collect()
-        })?;
-        rows.collect()
+        servers::sqlite_rows(&self.db, statement)
     }
 
     fn answer(&self, command: Command<'_>) -> Result<Fed, String> {
-        let Command::Sql { statements } = command else {
-            return Err("a SQL host runs no scripts".to_owned());
-        };
-        let mut rows = Vec::new();
-        for statement in statements {
-            rows = self.run(statement).map_err(|e| e.to_string())?;
-        }
-        Ok(Fed::Rows(rows))
+        servers::sqlite_answer(&self.db, command)
     }
 
     fn mixed(

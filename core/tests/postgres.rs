@@ -54,20 +54,7 @@ impl Drop for Schema {
 }
 
 fn to_sql(statement: &Statement) -> Vec<Box<dyn ToSql + Sync>> {
-    statement
-        .params
-        .iter()
-        .map(|p| -> Box<dyn ToSql + Sync> {
-            match p {
-                SqlValue::Int(i) => Box::new(*i),
-                SqlValue::Text(s) => Box::new(s.clone()),
-                SqlValue::Ints(v) => Box::new(v.clone()),
-                SqlValue::Texts(v) => Box::new(v.clone()),
-                SqlValue::Bool(b) => Box::new(*b),
-                other => panic!("unexpected parameter {other:?}"),
-            }
-        })
-        .collect()
+    servers::pg_params(statement)
 }
 
 fn run(client: &mut postgres::Client, statement: &Statement) -> Vec<Vec<SqlValue>> {
@@ -78,23 +65,7 @@ fn try_run(
     client: &mut postgres::Client,
     statement: &Statement,
 ) -> Result<Vec<Vec<SqlValue>>, postgres::Error> {
-    let params = to_sql(statement);
-    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
-    let rows = client.query(statement.sql.as_str(), &refs)?;
-    Ok(rows
-        .iter()
-        .map(|row| {
-            (0..row.len())
-                .map(|i| match row.columns()[i].type_().name() {
-                    "bool" => SqlValue::Bool(row.get(i)),
-                    "int4" => SqlValue::Int(row.get::<_, i32>(i) as i64),
-                    "int8" => SqlValue::Int(row.get(i)),
-                    "text" => SqlValue::Text(row.get(i)),
-                    other => panic!("unexpected column type {other}"),
-                })
-                .collect()
-        })
-        .collect())
+    servers::pg_rows(client, statement)
 }
 
 static ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -979,14 +950,7 @@ use ratewindow_core::call::{
 
 /// Runs each command's statements in order on `client`; the driver's message on the first failure.
 fn answer(client: &mut postgres::Client, command: Command<'_>) -> Result<Fed, String> {
-    let Command::Sql { statements } = command else {
-        return Err("a SQL host runs no scripts".to_owned());
-    };
-    let mut rows = Vec::new();
-    for statement in statements {
-        rows = try_run(client, statement).map_err(|e| e.to_string())?;
-    }
-    Ok(Fed::Rows(rows))
+    servers::pg_answer(client, command)
 }
 
 fn drive(client: &mut postgres::Client, call: Call) -> Result<Outcome, CallError> {

@@ -10,13 +10,11 @@ mod servers;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use postgres::types::ToSql;
-use ratewindow_core::call::{Call, CallError, Command, Fed, Outcome, RateOp};
+use ratewindow_core::call::{Call, CallError, Outcome, RateOp};
 use ratewindow_core::counter::Counter;
 use ratewindow_core::gcra::Gcra;
 use ratewindow_core::sql::{Postgres, SqlNames, SqlValue, Sqlite, Statement};
 use ratewindow_core::{BatchVerdict, Limit, MemoryStore};
-use rusqlite::types::{Value as Lv, ValueRef};
 
 fn nanos() -> u128 {
     SystemTime::now()
@@ -107,51 +105,11 @@ fn pg_run(
     client: &mut postgres::Client,
     statement: &Statement,
 ) -> Result<Vec<Vec<SqlValue>>, String> {
-    let params: Vec<Box<dyn ToSql + Sync>> = statement
-        .params
-        .iter()
-        .map(|p| -> Box<dyn ToSql + Sync> {
-            match p {
-                SqlValue::Int(i) => Box::new(*i),
-                SqlValue::Text(s) => Box::new(s.clone()),
-                SqlValue::Bool(b) => Box::new(*b),
-                SqlValue::Null => Box::new(None::<i64>),
-                other => panic!("unexpected parameter {other:?}"),
-            }
-        })
-        .collect();
-    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
-    let rows = client
-        .query(statement.sql.as_str(), &refs)
-        .map_err(|e| e.to_string())?;
-    Ok(rows
-        .iter()
-        .map(|row| {
-            (0..row.len())
-                .map(|i| match row.columns()[i].type_().name() {
-                    "bool" => SqlValue::Bool(row.get(i)),
-                    "int8" => row
-                        .get::<_, Option<i64>>(i)
-                        .map_or(SqlValue::Null, SqlValue::Int),
-                    other => panic!("unexpected column type {other}"),
-                })
-                .collect()
-        })
-        .collect())
+    servers::pg_rows(client, statement).map_err(|e| e.to_string())
 }
 
 fn pg_drive(client: &mut postgres::Client, call: Call) -> Result<Outcome, CallError> {
-    call.drive(|command| {
-        let Command::Sql { statements } = command else {
-            panic!("a SQL call asked for a script");
-        };
-        let mut rows = Vec::new();
-        for statement in statements {
-            rows = pg_run(client, statement)?;
-        }
-        Ok(Fed::Rows(rows))
-    })
-    .0
+    call.drive(|command| servers::pg_answer(client, command)).0
 }
 
 #[test]
@@ -323,46 +281,12 @@ impl Lite {
     }
 
     fn run(&self, statement: &Statement) -> Result<Vec<Vec<SqlValue>>, String> {
-        let mut st = self.db.prepare(&statement.sql).map_err(|e| e.to_string())?;
-        let params: Vec<Lv> = statement
-            .params
-            .iter()
-            .map(|p| match p {
-                SqlValue::Int(i) => Lv::Integer(*i),
-                SqlValue::Text(s) => Lv::Text(s.clone()),
-                SqlValue::Null => Lv::Null,
-                other => panic!("SQLite takes no {other:?}"),
-            })
-            .collect();
-        let columns = st.column_count();
-        let rows = st
-            .query_map(rusqlite::params_from_iter(params), |row| {
-                (0..columns)
-                    .map(|i| {
-                        Ok(match row.get_ref(i)? {
-                            ValueRef::Integer(v) => SqlValue::Int(v),
-                            ValueRef::Null => SqlValue::Null,
-                            other => panic!("unexpected column {other:?}"),
-                        })
-                    })
-                    .collect()
-            })
-            .map_err(|e| e.to_string())?;
-        rows.collect::<Result<_, _>>().map_err(|e| e.to_string())
+        servers::sqlite_rows(&self.db, statement).map_err(|e| e.to_string())
     }
 
     fn drive(&self, call: Call) -> Result<Outcome, CallError> {
-        call.drive(|command| {
-            let Command::Sql { statements } = command else {
-                panic!("a SQL call asked for a script");
-            };
-            let mut rows = Vec::new();
-            for statement in statements {
-                rows = self.run(statement)?;
-            }
-            Ok(Fed::Rows(rows))
-        })
-        .0
+        call.drive(|command| servers::sqlite_answer(&self.db, command))
+            .0
     }
 }
 

@@ -2,6 +2,7 @@
 //! store's horizon rules), and two processes' worth of connections racing for the last use.
 
 mod common;
+mod servers;
 
 use common::Engine;
 use ratewindow_core::call::{
@@ -9,7 +10,6 @@ use ratewindow_core::call::{
 };
 use ratewindow_core::sql::{SqlValue, Sqlite, Statement};
 use ratewindow_core::{BatchVerdict, Entry, Limit, Quota, Window};
-use rusqlite::types::{Value as Lv, ValueRef};
 use serde_json::{json, Value};
 
 struct Lite {
@@ -32,45 +32,12 @@ impl Lite {
     }
 
     fn run(&self, statement: &Statement) -> rusqlite::Result<Vec<Vec<SqlValue>>> {
-        let mut st = self.db.prepare(&statement.sql)?;
-        let params: Vec<Lv> = statement
-            .params
-            .iter()
-            .map(|p| match p {
-                SqlValue::Int(i) => Lv::Integer(*i),
-                SqlValue::Text(s) => Lv::Text(s.clone()),
-                SqlValue::Null => Lv::Null,
-                other => panic!("SQLite takes no {other:?}"),
-            })
-            .collect();
-        let columns = st.column_count();
-        let rows = st.query_map(rusqlite::params_from_iter(params), |row| {
-            (0..columns)
-                .map(|i| {
-                    Ok(match row.get_ref(i)? {
-                        ValueRef::Integer(v) => SqlValue::Int(v),
-                        ValueRef::Text(t) => {
-                            SqlValue::Text(String::from_utf8_lossy(t).into_owned())
-                        }
-                        ValueRef::Null => SqlValue::Null,
-                        other => panic!("unexpected column {other:?}"),
-                    })
-                })
-                .collect()
-        })?;
-        rows.collect()
+        servers::sqlite_rows(&self.db, statement)
     }
 
     /// Runs a command's statements in order; the driver's message on the first failure.
     fn answer(&self, command: Command<'_>) -> Result<Fed, String> {
-        let Command::Sql { statements } = command else {
-            return Err("a SQL host runs no scripts".to_owned());
-        };
-        let mut rows = Vec::new();
-        for statement in statements {
-            rows = self.run(statement).map_err(|e| e.to_string())?;
-        }
-        Ok(Fed::Rows(rows))
+        servers::sqlite_answer(&self.db, command)
     }
 
     /// Starts `op` at `now` and drives it to its end.

@@ -11,9 +11,8 @@ mod common;
 mod servers;
 
 use common::Engine;
-use postgres::types::ToSql;
 use ratewindow_core::call::{CallError, Command, Fed, Op, Outcome, ReleaseToken};
-use ratewindow_core::sql::{Postgres, SqlNames, SqlValue, Statement};
+use ratewindow_core::sql::{Postgres, SqlNames};
 use ratewindow_core::{BatchVerdict, Entry, Limit, MemoryStore, Window};
 use serde_json::{json, Value};
 
@@ -59,48 +58,8 @@ impl Pg {
         }
     }
 
-    fn run(&mut self, statement: &Statement) -> Result<Vec<Vec<SqlValue>>, postgres::Error> {
-        let params: Vec<Box<dyn ToSql + Sync>> = statement
-            .params
-            .iter()
-            .map(|p| -> Box<dyn ToSql + Sync> {
-                match p {
-                    SqlValue::Int(i) => Box::new(*i),
-                    SqlValue::Text(s) => Box::new(s.clone()),
-                    SqlValue::Ints(v) => Box::new(v.clone()),
-                    SqlValue::Texts(v) => Box::new(v.clone()),
-                    SqlValue::Bool(b) => Box::new(*b),
-                    other => panic!("unexpected parameter {other:?}"),
-                }
-            })
-            .collect();
-        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
-        let rows = self.client.query(statement.sql.as_str(), &refs)?;
-        Ok(rows
-            .iter()
-            .map(|row| {
-                (0..row.len())
-                    .map(|i| match row.columns()[i].type_().name() {
-                        "bool" => SqlValue::Bool(row.get(i)),
-                        "int4" => SqlValue::Int(row.get::<_, i32>(i) as i64),
-                        "int8" => SqlValue::Int(row.get(i)),
-                        "text" => SqlValue::Text(row.get(i)),
-                        other => panic!("unexpected column type {other}"),
-                    })
-                    .collect()
-            })
-            .collect())
-    }
-
     fn answer(&mut self, command: Command<'_>) -> Result<Fed, String> {
-        let Command::Sql { statements } = command else {
-            return Err("a SQL host runs no scripts".to_owned());
-        };
-        let mut rows = Vec::new();
-        for statement in statements {
-            rows = self.run(statement).map_err(|e| e.to_string())?;
-        }
-        Ok(Fed::Rows(rows))
+        servers::pg_answer(&mut self.client, command)
     }
 
     /// Runs `op` with the server's clock pinned at `now` (None: the real clock).

@@ -1,10 +1,14 @@
 //! The real servers the integration tests talk to: PostgreSQL (`PGHOST`, `PGUSER`, `PGDATABASE`; the
 //! unix socket, user `postgres`, database `test` by default) and Redis (`REDIS_URL`, 127.0.0.1:6379 by
-//! default), and a Redis reply as the core reads it. `scripts/test-core.sh` starts what is not running.
+//! default); a Redis reply as the core reads it, and a planned SQL statement run by each driver.
+//! `scripts/test-core.sh` starts what is not running.
 
 #![allow(dead_code)]
 
+use postgres::types::ToSql;
+use ratewindow_core::call::{Command, Fed};
 use ratewindow_core::redis::Reply;
+use ratewindow_core::sql::{SqlValue, Statement};
 
 /// A connection to the test PostgreSQL.
 pub fn pg_connect() -> postgres::Client {
@@ -40,4 +44,114 @@ pub fn to_reply(value: redis::Value) -> Reply {
         redis::Value::Array(items) => Reply::Array(items.into_iter().map(to_reply).collect()),
         other => panic!("unexpected reply {other:?}"),
     }
+}
+
+/// A planned statement's parameters as the PostgreSQL driver's.
+pub fn pg_params(statement: &Statement) -> Vec<Box<dyn ToSql + Sync>> {
+    statement
+        .params
+        .iter()
+        .map(|p| -> Box<dyn ToSql + Sync> {
+            match p {
+                SqlValue::Int(i) => Box::new(*i),
+                SqlValue::Text(s) => Box::new(s.clone()),
+                SqlValue::Bool(b) => Box::new(*b),
+                SqlValue::Ints(v) => Box::new(v.clone()),
+                SqlValue::Texts(v) => Box::new(v.clone()),
+                SqlValue::Null => Box::new(None::<i64>),
+            }
+        })
+        .collect()
+}
+
+/// Runs one planned statement on PostgreSQL: the core's parameters as the driver's, the rows as the
+/// core's values (`NULL` as [`SqlValue::Null`]).
+pub fn pg_rows(
+    client: &mut postgres::Client,
+    statement: &Statement,
+) -> Result<Vec<Vec<SqlValue>>, postgres::Error> {
+    let params = pg_params(statement);
+    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
+    let rows = client.query(statement.sql.as_str(), &refs)?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            (0..row.len())
+                .map(|i| match row.columns()[i].type_().name() {
+                    "bool" => row
+                        .get::<_, Option<bool>>(i)
+                        .map_or(SqlValue::Null, SqlValue::Bool),
+                    "int4" => row
+                        .get::<_, Option<i32>>(i)
+                        .map_or(SqlValue::Null, |v| SqlValue::Int(v.into())),
+                    "int8" => row
+                        .get::<_, Option<i64>>(i)
+                        .map_or(SqlValue::Null, SqlValue::Int),
+                    "text" => row
+                        .get::<_, Option<String>>(i)
+                        .map_or(SqlValue::Null, SqlValue::Text),
+                    other => panic!("unexpected column type {other}"),
+                })
+                .collect()
+        })
+        .collect())
+}
+
+/// Runs one planned statement on SQLite, as [`pg_rows`] does on PostgreSQL.
+pub fn sqlite_rows(
+    db: &rusqlite::Connection,
+    statement: &Statement,
+) -> rusqlite::Result<Vec<Vec<SqlValue>>> {
+    use rusqlite::types::{Value, ValueRef};
+    let mut st = db.prepare(&statement.sql)?;
+    let params: Vec<Value> = statement
+        .params
+        .iter()
+        .map(|p| match p {
+            SqlValue::Int(i) => Value::Integer(*i),
+            SqlValue::Text(s) => Value::Text(s.clone()),
+            SqlValue::Null => Value::Null,
+            other => panic!("SQLite takes no {other:?}"),
+        })
+        .collect();
+    let columns = st.column_count();
+    let rows = st.query_map(rusqlite::params_from_iter(params), |row| {
+        (0..columns)
+            .map(|i| {
+                Ok(match row.get_ref(i)? {
+                    ValueRef::Integer(v) => SqlValue::Int(v),
+                    ValueRef::Text(t) => SqlValue::Text(String::from_utf8_lossy(t).into_owned()),
+                    ValueRef::Null => SqlValue::Null,
+                    other => panic!("unexpected column {other:?}"),
+                })
+            })
+            .collect()
+    })?;
+    rows.collect()
+}
+
+/// Runs a SQL command's statements in order with `run`; the rows of the last, or the driver's message
+/// on the first failure (what a binding feeds back as `fail`).
+pub fn sql_answer<E: std::fmt::Display>(
+    command: Command<'_>,
+    mut run: impl FnMut(&Statement) -> Result<Vec<Vec<SqlValue>>, E>,
+) -> Result<Fed, String> {
+    let Command::Sql { statements } = command else {
+        return Err("a SQL host runs no scripts".to_owned());
+    };
+    let mut rows = Vec::new();
+    for statement in statements {
+        rows = run(statement).map_err(|e| e.to_string())?;
+    }
+    Ok(Fed::Rows(rows))
+}
+
+/// [`sql_answer`] on PostgreSQL.
+pub fn pg_answer(client: &mut postgres::Client, command: Command<'_>) -> Result<Fed, String> {
+    sql_answer(command, |statement| pg_rows(client, statement))
+}
+
+/// [`sql_answer`] on SQLite.
+pub fn sqlite_answer(db: &rusqlite::Connection, command: Command<'_>) -> Result<Fed, String> {
+    sql_answer(command, |statement| sqlite_rows(db, statement))
 }
