@@ -9,16 +9,16 @@
 #![cfg(all(feature = "mixed", feature = "weights"))]
 
 mod servers;
+mod walk;
+use walk::{cost_for, counter, gcra, seed, sliding, Rng};
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ratewindow_core::call::{CallError, Command, Fed, Op, Outcome, ReleaseToken};
-use ratewindow_core::counter::Counter;
-use ratewindow_core::gcra::Gcra;
 use ratewindow_core::sql::{Postgres, SqlNames, SqlValue, Statement};
-use ratewindow_core::{BatchVerdict, Limit, MemoryStore, MixedEntry, Rule};
+use ratewindow_core::{BatchVerdict, MemoryStore, MixedEntry, Rule};
 
 fn nanos() -> u128 {
     SystemTime::now()
@@ -112,39 +112,6 @@ fn mixed(
     }
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn seed() -> u64 {
-    std::env::var("RATEWINDOW_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| nanos() as u64 | 1)
-}
-
-fn sliding(uses: u64, window_ms: u64) -> Rule {
-    Rule::Sliding(Limit::new(uses, window_ms).unwrap())
-}
-
-fn gcra(uses: u64, window_ms: u64, burst: u64) -> Rule {
-    Rule::Gcra(Gcra::new(uses, window_ms, burst).unwrap())
-}
-
-fn counter(uses: u64, window_ms: u64) -> Rule {
-    Rule::Counter(Counter::new(Limit::new(uses, window_ms).unwrap()).unwrap())
-}
-
 /// Short windows: the walk runs on the server's clock, so time passes by sleeping.
 fn rules() -> Vec<(&'static str, Vec<Rule>)> {
     vec![
@@ -155,15 +122,6 @@ fn rules() -> Vec<(&'static str, Vec<Rule>)> {
         ("d", vec![counter(9, 90), counter(9, 180)]),
         ("g", vec![sliding(6, 180)]),
     ]
-}
-
-fn cost_for(rng: &mut Rng, rule: &Rule) -> u64 {
-    let top = match rule {
-        Rule::Sliding(l) => l.uses() as u64,
-        Rule::Gcra(g) => g.burst() as u64,
-        Rule::Counter(c) => c.limit().uses() as u64,
-    };
-    1 + rng.below(top.min(3))
 }
 
 #[test]

@@ -6,14 +6,14 @@
 #![cfg(all(feature = "mixed", feature = "weights"))]
 
 mod servers;
+mod walk;
+use walk::{cost_for, counter, gcra, seed, sliding, Rng};
 
 use ratewindow_core::call::{
     check_mixed, CallError, Command, Fed, Next, Op, Outcome, ReleaseToken,
 };
-use ratewindow_core::counter::Counter;
-use ratewindow_core::gcra::Gcra;
 use ratewindow_core::sql::{SqlValue, Sqlite, Statement};
-use ratewindow_core::{BatchVerdict, Limit, MemoryStore, MixedEntry, Rule};
+use ratewindow_core::{BatchVerdict, MemoryStore, MixedEntry, Rule};
 
 struct Lite {
     db: rusqlite::Connection,
@@ -58,46 +58,6 @@ impl Lite {
     }
 }
 
-/// xorshift64*: the walk's numbers, from a seed printed so a failure can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn seed() -> u64 {
-    std::env::var("RATEWINDOW_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        })
-}
-
-fn sliding(uses: u64, window_ms: u64) -> Rule {
-    Rule::Sliding(Limit::new(uses, window_ms).unwrap())
-}
-
-fn gcra(uses: u64, window_ms: u64, burst: u64) -> Rule {
-    Rule::Gcra(Gcra::new(uses, window_ms, burst).unwrap())
-}
-
-fn counter(uses: u64, window_ms: u64) -> Rule {
-    Rule::Counter(Counter::new(Limit::new(uses, window_ms).unwrap()).unwrap())
-}
-
 /// The walk's keys: each with the rules it may be counted under (one key name under two
 /// algorithms is two keys; a sliding key under two windows, a GCRA key under two rates).
 fn rules() -> Vec<(&'static str, Vec<Rule>)> {
@@ -109,15 +69,6 @@ fn rules() -> Vec<(&'static str, Vec<Rule>)> {
         ("d", vec![counter(9, 700), counter(9, 1_400)]),
         ("g", vec![sliding(6, 1_500)]),
     ]
-}
-
-fn cost_for(rng: &mut Rng, rule: &Rule) -> u64 {
-    let top = match rule {
-        Rule::Sliding(l) => l.uses() as u64,
-        Rule::Gcra(g) => g.burst() as u64,
-        Rule::Counter(c) => c.limit().uses() as u64,
-    };
-    1 + rng.below(top.min(3))
 }
 
 #[test]

@@ -6,6 +6,8 @@
 #![cfg(feature = "weights")]
 
 mod servers;
+mod walk;
+use walk::{weight_seeds, Rng};
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -14,23 +16,6 @@ use ratewindow_core::redis::RedisOptions;
 use ratewindow_core::sql::{SqlValue, Sqlite};
 use ratewindow_core::{MemoryStore, Window};
 use servers::{redis_connection as connection, to_reply};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
-
-fn seeds() -> Vec<u64> {
-    match std::env::var("RATEWINDOW_WEIGHT_SEED") {
-        Ok(s) => vec![s.parse().expect("a seed")],
-        Err(_) => vec![1, 2, 3, 0x9e37_79b9_7f4a_7c15],
-    }
-}
 
 /// The model: one window (count, ends) or none.
 fn model(
@@ -59,14 +44,14 @@ fn model(
 
 #[test]
 fn the_memory_store_answers_as_the_model() {
-    for seed in seeds() {
+    for seed in weight_seeds() {
         let store = MemoryStore::new();
         let (mut rng, mut window, mut now, mut refused) = (Rng(seed), None, 0u64, 0);
         for step in 0..2_000 {
             let (max, cost, decay) = (
-                5 + rng.next(6) as i64,
-                1 + rng.next(7) as u32,
-                50 + rng.next(100),
+                5 + rng.below(6) as i64,
+                1 + rng.below(7) as u32,
+                50 + rng.below(100),
             );
             let want = model(&mut window, max, cost.into(), decay, now);
             let got = store
@@ -77,7 +62,7 @@ fn the_memory_store_answers_as_the_model() {
                 "seed {seed} step {step} at {now}: max {max} cost {cost}"
             );
             refused += usize::from(!got.0);
-            now += rng.next(20);
+            now += rng.below(20);
         }
         assert!(refused > 200, "seed {seed}: {refused}");
     }
@@ -151,7 +136,7 @@ fn counted(outcome: Outcome) -> (bool, i64, u64) {
 
 #[test]
 fn sqlite_answers_as_the_memory_store() {
-    for seed in seeds() {
+    for seed in weight_seeds() {
         let dir =
             std::env::temp_dir().join(format!("ratewindow-wfixed-{}-{seed}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -161,9 +146,9 @@ fn sqlite_answers_as_the_memory_store() {
         let (mut rng, mut now) = (Rng(seed), 1_000u64);
         for step in 0..600 {
             let (max, cost, decay) = (
-                5 + rng.next(6) as i64,
-                1 + rng.next(7) as u32,
-                50 + rng.next(100),
+                5 + rng.below(6) as i64,
+                1 + rng.below(7) as u32,
+                50 + rng.below(100),
             );
             let got = counted(sqlite_op(&db, attempt("k", max, cost, decay), now));
             let want = store
@@ -173,7 +158,7 @@ fn sqlite_answers_as_the_memory_store() {
                 got, want,
                 "seed {seed} step {step} at {now}: max {max} cost {cost}"
             );
-            now += rng.next(20);
+            now += rng.below(20);
         }
         let zero = Op::AttemptCost {
             key: "k".into(),
@@ -224,11 +209,11 @@ fn redis_op(con: &mut redis::Connection, options: &RedisOptions, op: Op) -> Outc
 #[test]
 fn redis_answers_as_the_model_inside_one_window() {
     let mut con = connection();
-    for seed in seeds() {
+    for seed in weight_seeds() {
         let options = options(&format!("walk{seed}"));
         let (mut rng, mut window, mut refused, mut last) = (Rng(seed), None, 0, u64::MAX);
         for step in 0..300 {
-            let (max, cost) = (6 + rng.next(30) as i64, 1 + rng.next(5) as u32);
+            let (max, cost) = (6 + rng.below(30) as i64, 1 + rng.below(5) as u32);
             let (want, want_count, _) = model(&mut window, max, cost.into(), 60_000, 0);
             let (got, count, ms_left) = counted(redis_op(
                 &mut con,

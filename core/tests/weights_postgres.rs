@@ -9,6 +9,8 @@
 
 mod common;
 mod servers;
+mod walk;
+use walk::{weight_seeds, weighted_entries, Rng};
 
 use common::Engine;
 use ratewindow_core::call::{CallError, Command, Fed, Op, Outcome, ReleaseToken};
@@ -205,66 +207,24 @@ fn every_weight_vector_runs_on_postgres() {
     );
 }
 
-/// xorshift64*, seeded: a walk is the same run after run for one seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
-
-fn seeds() -> Vec<u64> {
-    match std::env::var("RATEWINDOW_WEIGHT_SEED") {
-        Ok(s) => vec![s.parse().expect("a seed")],
-        Err(_) => vec![1, 2, 3, 0x9e37_79b9_7f4a_7c15],
-    }
-}
-
-/// A random call on keys k and j: costs 1..=uses (a third of them 1), changing limits. Each key has
-/// one longest window per walk, which every call on it names (a second entry on one key may name a
-/// shorter one): the memory store forgets a log once its window has passed, and a later, longer
-/// window would find the calls PostgreSQL keeps until a purge (not a weights matter; C.md).
-fn entries(rng: &mut Rng, windows: [u64; 2]) -> Vec<Entry> {
-    let entry = |rng: &mut Rng, key: &str, w: u64| {
-        let uses = [1, 2, 3, 5, 8][rng.next(5) as usize];
-        let cost = if rng.next(3) == 0 {
-            1
-        } else {
-            1 + rng.next(uses)
-        };
-        Entry::with_cost(key, limit(uses, w), cost).unwrap()
-    };
-    match rng.next(8) {
-        0 => {
-            let shorter = 1 + rng.next(windows[0]);
-            vec![entry(rng, "k", windows[0]), entry(rng, "k", shorter)]
-        }
-        1 => vec![entry(rng, "k", windows[0]), entry(rng, "j", windows[1])],
-        _ => vec![entry(rng, "k", windows[0])],
-    }
-}
-
 /// PostgreSQL against the memory store at the same (monotonic, pinned) times: consumes, peeks,
 /// releases of the call just made; every verdict equal to the last field. Calls costing 1 take the
 /// usual statements, the others `{p}_take_n`, on the same rows.
 #[test]
 fn a_seeded_walk_answers_as_the_memory_store() {
-    for seed in seeds() {
+    for seed in weight_seeds() {
         eprintln!("weighted PostgreSQL walk seed {seed} (replay: RATEWINDOW_WEIGHT_SEED={seed})");
         let mut pg = Pg::open(&format!("walk{}", seed % 1000));
         let memory = MemoryStore::new();
         let mut rng = Rng(seed.max(1));
         let windows = [
-            [40, 90, 200][rng.next(3) as usize],
-            [40, 90, 200][rng.next(3) as usize],
+            [40, 90, 200][rng.below(3) as usize],
+            [40, 90, 200][rng.below(3) as usize],
         ];
         let (mut now, mut refused, mut pending) = (1_000u64, 0, None);
         for step in 0..400 {
-            let entries = entries(&mut rng, windows);
-            let what = rng.next(6);
+            let entries = weighted_entries(&mut rng, windows, true);
+            let what = rng.below(6);
             if what == 1 {
                 if let Some((token, in_memory)) = pending.take() {
                     pg.release(token, now);
@@ -288,7 +248,7 @@ fn a_seeded_walk_answers_as_the_memory_store() {
             };
             assert_eq!(got, want, "seed {seed} step {step} at {now}: {entries:?}");
             refused += usize::from(!got.allowed);
-            now += rng.next(25);
+            now += rng.below(25);
         }
         assert!(refused > 30, "seed {seed}: only {refused} refusals");
     }
@@ -418,7 +378,7 @@ fn attempt(
 /// statement.
 #[test]
 fn a_weighted_attempt_answers_as_the_memory_store() {
-    for seed in seeds() {
+    for seed in weight_seeds() {
         eprintln!(
             "weighted PostgreSQL attempt seed {seed} (replay: RATEWINDOW_WEIGHT_SEED={seed})"
         );
@@ -426,15 +386,15 @@ fn a_weighted_attempt_answers_as_the_memory_store() {
         let memory = MemoryStore::new();
         let mut rng = Rng(seed.max(1));
         let decays = [
-            [50, 120][rng.next(2) as usize],
-            [50, 120][rng.next(2) as usize],
+            [50, 120][rng.below(2) as usize],
+            [50, 120][rng.below(2) as usize],
         ];
         let (mut now, mut refused) = (1_000u64, 0);
         for step in 0..300 {
-            let k = rng.next(2) as usize;
+            let k = rng.below(2) as usize;
             let key = ["k", "j"][k];
-            let max = rng.next(9) as i64;
-            let cost = 1 + rng.next(4) as u32;
+            let max = rng.below(9) as i64;
+            let cost = 1 + rng.below(4) as u32;
             let got = attempt(&mut pg, key, max, cost, decays[k], Some(now));
             let want = memory
                 .attempt_cost(key, max, cost, Window::from_ms(decays[k]).unwrap(), now)
@@ -444,7 +404,7 @@ fn a_weighted_attempt_answers_as_the_memory_store() {
                 "seed {seed} step {step} at {now}: {key} max {max} cost {cost}"
             );
             refused += usize::from(!got.0);
-            now += rng.next(20);
+            now += rng.below(20);
         }
         assert!(refused > 30, "seed {seed}: only {refused} refusals");
     }

@@ -8,6 +8,8 @@
 
 mod common;
 mod servers;
+mod walk;
+use walk::{weight_seeds, weighted_entries, Rng};
 
 use common::Engine;
 use servers::{redis_connection as connection, to_reply};
@@ -159,50 +161,12 @@ fn every_weight_vector_runs_on_redis() {
     );
 }
 
-/// xorshift64*, seeded: a walk is the same run after run for one seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
-
-/// The seeds a walk runs: `RATEWINDOW_WEIGHT_SEED` alone when set (to replay one), else a fixed few.
-fn seeds() -> Vec<u64> {
-    match std::env::var("RATEWINDOW_WEIGHT_SEED") {
-        Ok(s) => vec![s.parse().expect("a seed")],
-        Err(_) => vec![1, 2, 3, 0x9e37_79b9_7f4a_7c15],
-    }
-}
-
-/// A random entry list: one or two entries on keys k and j, costs 1..=uses, small limits. Each key
-/// has one longest window per walk (`windows`), which every call on it names (a second entry on one
-/// key may name a shorter one): a key's expiry is then its window on both stores, as on the server
-/// clock, where the explicit clock stretches it.
-fn entries(rng: &mut Rng, windows: [u64; 2]) -> Vec<Entry> {
-    let entry = |rng: &mut Rng, key: &str, w: u64| {
-        let uses = [1, 2, 3, 5, 8][rng.next(5) as usize];
-        Entry::with_cost(key, limit(uses, w), 1 + rng.next(uses)).unwrap()
-    };
-    match rng.next(8) {
-        0 => {
-            let shorter = 1 + rng.next(windows[0]);
-            vec![entry(rng, "k", windows[0]), entry(rng, "k", shorter)]
-        }
-        1 => vec![entry(rng, "k", windows[0]), entry(rng, "j", windows[1])],
-        _ => vec![entry(rng, "k", windows[0])],
-    }
-}
-
 /// The weighted script against the memory store at the same explicit (monotonic) times: consumes,
 /// peeks and releases at once of the call just made, every verdict equal to the last field.
 #[test]
 fn a_seeded_walk_answers_as_the_memory_store() {
     let mut con = connection();
-    for seed in seeds() {
+    for seed in weight_seeds() {
         eprintln!("weighted walk seed {seed} (replay: RATEWINDOW_WEIGHT_SEED={seed})");
         let options = options(&format!("walk{seed}"));
         let mut at = At {
@@ -213,13 +177,13 @@ fn a_seeded_walk_answers_as_the_memory_store() {
         let memory = MemoryStore::new();
         let mut rng = Rng(seed.max(1));
         let windows = [
-            [40, 90, 200][rng.next(3) as usize],
-            [40, 90, 200][rng.next(3) as usize],
+            [40, 90, 200][rng.below(3) as usize],
+            [40, 90, 200][rng.below(3) as usize],
         ];
         let (mut now, mut refused, mut pending) = (1_000u64, 0, None);
         for step in 0..400 {
-            let entries = entries(&mut rng, windows);
-            let what = rng.next(6);
+            let entries = weighted_entries(&mut rng, windows, false);
+            let what = rng.below(6);
             if what == 1 {
                 if let Some((token, in_memory)) = pending.take() {
                     at.release(token, now);
@@ -241,7 +205,7 @@ fn a_seeded_walk_answers_as_the_memory_store() {
             };
             assert_eq!(got, want, "seed {seed} step {step} at {now}: {entries:?}");
             refused += usize::from(!got.allowed);
-            now += rng.next(25);
+            now += rng.below(25);
         }
         assert!(refused > 40, "seed {seed}: only {refused} refusals");
         forget(&mut con, &options);
@@ -310,15 +274,15 @@ fn peek(
 #[test]
 fn both_scripts_share_a_log_on_the_server_clock() {
     let mut con = connection();
-    for seed in seeds() {
+    for seed in weight_seeds() {
         eprintln!("server-clock walk seed {seed} (replay: RATEWINDOW_WEIGHT_SEED={seed})");
         let options = options(&format!("server{seed}"));
         let mut rng = Rng(seed.max(1));
         let (mut light, mut heavy_refused) = (0, 0);
         for step in 0..200 {
-            let entries: Vec<Entry> = entries(&mut rng, [90, 200])
+            let entries: Vec<Entry> = weighted_entries(&mut rng, [90, 200], false)
                 .into_iter()
-                .map(|e| match rng.next(3) {
+                .map(|e| match rng.below(3) {
                     0 => Entry::new(e.key.clone(), e.limit),
                     _ => e,
                 })
@@ -345,7 +309,7 @@ fn both_scripts_share_a_log_on_the_server_clock() {
                     "seed {seed} step {step}: {verdict:?}"
                 );
             }
-            if rng.next(4) == 0 {
+            if rng.below(4) == 0 {
                 if let Some(token) = token {
                     let op = Op::Release { token };
                     assert_eq!(
@@ -354,7 +318,7 @@ fn both_scripts_share_a_log_on_the_server_clock() {
                     );
                 }
             }
-            std::thread::sleep(std::time::Duration::from_millis(rng.next(8)));
+            std::thread::sleep(std::time::Duration::from_millis(rng.below(8)));
         }
         assert!(
             light > 20 && heavy_refused > 5,

@@ -6,6 +6,8 @@
 
 mod common;
 mod servers;
+mod walk;
+use walk::{weight_seeds, weighted_entries, Rng};
 
 use common::Engine;
 use ratewindow_core::call::{CallError, Command, Fed, Op, Outcome, ReleaseToken};
@@ -151,65 +153,23 @@ fn every_weight_vector_runs_on_sqlite() {
     );
 }
 
-/// xorshift64*, seeded: a walk is the same run after run for one seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
-
-fn seeds() -> Vec<u64> {
-    match std::env::var("RATEWINDOW_WEIGHT_SEED") {
-        Ok(s) => vec![s.parse().expect("a seed")],
-        Err(_) => vec![1, 2, 3, 0x9e37_79b9_7f4a_7c15],
-    }
-}
-
-/// A random call on keys k and j: costs 1..=uses (a third of them 1), changing limits. Each key has
-/// one longest window per walk, which every call on it names (a second entry on one key may name a
-/// shorter one): the memory store forgets a log once its window has passed, and a later, longer
-/// window would find the calls SQLite keeps until a purge (not a weights matter).
-fn entries(rng: &mut Rng, windows: [u64; 2]) -> Vec<Entry> {
-    let entry = |rng: &mut Rng, key: &str, w: u64| {
-        let uses = [1, 2, 3, 5, 8][rng.next(5) as usize];
-        let cost = if rng.next(3) == 0 {
-            1
-        } else {
-            1 + rng.next(uses)
-        };
-        Entry::with_cost(key, limit(uses, w), cost).unwrap()
-    };
-    match rng.next(8) {
-        0 => {
-            let shorter = 1 + rng.next(windows[0]);
-            vec![entry(rng, "k", windows[0]), entry(rng, "k", shorter)]
-        }
-        1 => vec![entry(rng, "k", windows[0]), entry(rng, "j", windows[1])],
-        _ => vec![entry(rng, "k", windows[0])],
-    }
-}
-
 /// SQLite against the memory store at the same (monotonic) times: consumes, peeks, releases of the
 /// call just made; every verdict equal to the last field, and one row a use held.
 #[test]
 fn a_seeded_walk_answers_as_the_memory_store() {
-    for seed in seeds() {
+    for seed in weight_seeds() {
         eprintln!("weighted SQLite walk seed {seed} (replay: RATEWINDOW_WEIGHT_SEED={seed})");
         let mut lite = Lite::open(&temp(&format!("walk{seed}")));
         let memory = MemoryStore::new();
         let mut rng = Rng(seed.max(1));
         let windows = [
-            [40, 90, 200][rng.next(3) as usize],
-            [40, 90, 200][rng.next(3) as usize],
+            [40, 90, 200][rng.below(3) as usize],
+            [40, 90, 200][rng.below(3) as usize],
         ];
         let (mut now, mut refused, mut pending) = (1_000u64, 0, None);
         for step in 0..500 {
-            let entries = entries(&mut rng, windows);
-            let what = rng.next(6);
+            let entries = weighted_entries(&mut rng, windows, true);
+            let what = rng.below(6);
             if what == 1 {
                 if let Some((token, in_memory)) = pending.take() {
                     lite.release(token, now);
@@ -233,7 +193,7 @@ fn a_seeded_walk_answers_as_the_memory_store() {
             };
             assert_eq!(got, want, "seed {seed} step {step} at {now}: {entries:?}");
             refused += usize::from(!got.allowed);
-            now += rng.next(25);
+            now += rng.below(25);
         }
         assert!(refused > 40, "seed {seed}: only {refused} refusals");
     }
