@@ -10,6 +10,11 @@
 //   PKG=/path/to/bindings-node ...                           another build (a before/after)
 //   CG=1 W=50000 N=20000 valgrind --tool=callgrind --instr-atstart=no node bench/node/http-hook.mjs
 //        instructions of N calls after W warm ones (instrumentation on around the N calls only)
+//   FRESH=1 ...                                              a client never seen before each call (every
+//                                                            store key new: its call planned first)
+//   UNPLANNED_KEYS=1 ...                                     each new key planned by the engine (a
+//                                                            crossing), as before keys were planned from
+//                                                            the last plan of the same limit
 import { createRequire } from 'node:module';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -26,6 +31,7 @@ if (process.env.FIXED) await real.attempt('x', 1000, 60000); else await real.con
 redis.disconnect();
 const reply0 = captured;
 const store = RedisStore.using((s, k, a) => Promise.resolve(reply0), { evalsha: (sha, k, a) => Promise.resolve(reply0), prefix: 'bhook:' });
+if (process.env.UNPLANNED_KEYS) store.keyPrefixes = [null, null, null, null];
 const fixedWindow = (store) => {
   const verdict = (max, got) => ({ allowed: got.allowed, retryAfterMs: got.allowed ? 0 : got.resetAfterMs, limit: max, remaining: Math.max(0, max - got.count), refillAfterMs: got.resetAfterMs, resetAfterMs: got.resetAfterMs });
   const consume = (key, limit) => { const got = store.attempt(key, limit.uses, limit.windowMs); return typeof got.then === 'function' ? got.then((g) => verdict(limit.uses, g)) : verdict(limit.uses, got); };
@@ -47,8 +53,10 @@ const socket = { remoteAddress: '127.0.0.1' };
 const reqs = Array.from({ length: 10000 }, (_, c) => ({ headers: { 'x-forwarded-for': `10.${(c >> 8) & 255}.${c & 255}.7` }, raw: { socket } }));
 class Reply { constructor() { this.h = {}; this.sent = false; this.raw = {}; } header(k, v) { this.h[k.toLowerCase()] = v; return this; } code() { return this; } send() { return this; } }
 let n = 0;
+// FRESH: a new client each call (10.x.y.z from a counter past the 10,000 kept ones).
+const fresh = process.env.FRESH ? () => { const c = 65536 + n++; return { headers: { 'x-forwarded-for': `10.${(c >> 16) & 255}.${(c >> 8) & 255}.${c & 255}` }, raw: { socket } }; } : undefined;
 async function loop(calls) {
-  const one = async () => { for (let i = 0; i < calls / 16; i++) { const r = new Reply(); await call(reqs[n++ % 10000], r); } };
+  const one = async () => { for (let i = 0; i < calls / 16; i++) { const r = new Reply(); await call(fresh ? fresh() : reqs[n++ % 10000], r); } };
   await Promise.all(Array.from({ length: 16 }, one));
 }
 { const r = new Reply(); await call(reqs[0], r); console.log(r.h); }

@@ -179,6 +179,24 @@ impl Prepared {
         })
     }
 
+    /// The same operation on another key (a consume or an attempt; `None` for the others): what
+    /// [`Calls::answer`] runs when a reply is no answer and the host planned `key`'s command from this
+    /// operation's (its keys from [`Calls::key_prefix`], its arguments the same).
+    fn with_key(&self, key: &str) -> Option<Prepared> {
+        match self {
+            Prepared::Consume(entry) => {
+                Some(Prepared::Consume(Entry::new(key.to_owned(), entry.limit)))
+            }
+            Prepared::Attempt { max, decay, .. } => Some(Prepared::Attempt {
+                key: key.to_owned(),
+                max: *max,
+                decay: *decay,
+            }),
+            #[cfg(feature = "rates")]
+            Prepared::Rate(_) => None,
+        }
+    }
+
     /// A GCRA or counter operation, as [`Calls::rate`] takes it.
     #[cfg(feature = "rates")]
     #[allow(clippy::too_many_arguments)]
@@ -561,6 +579,27 @@ impl Calls {
         format!("{:016x}", self.prepared_prefix)
     }
 
+    /// The text the Redis key of every prepared operation of `kind` starts with, the user's key
+    /// following it as it is (0 a consume's sliding log, 3 an attempt's fixed window), or `None` when
+    /// the store's keys are not so (a hash tag rule rewrites them; not a Redis store; another kind).
+    /// Every other piece of a consume's or an attempt's command is the same for every key of the same
+    /// limit, so the host plans a new key's command from another key's, with no crossing, and hands
+    /// [`Calls::answer`] the key.
+    pub fn key_prefix(&self, kind: u32) -> Option<String> {
+        let Planner::Redis(redis) = &self.planner else {
+            return None;
+        };
+        let options = redis.options();
+        if options.hash_tag().is_some() {
+            return None;
+        }
+        match kind {
+            0 => Some(options.log_key("")),
+            3 => Some(options.window_key("")),
+            _ => None,
+        }
+    }
+
     /// Plans `prepared` once (a Redis store only): writes its command's pieces into `out` as a start
     /// does (the call freed at once: nothing runs) and `VALUE` the piece holding the call id (-1:
     /// none). The host keeps the pieces and sends them for every call of this operation, the call id
@@ -595,13 +634,16 @@ impl Calls {
 
     /// The reply (or the client's failure) to a prepared operation's command sent with call id `n`
     /// ([`Calls::prepared_ids`]): its call started and fed in one step, answering as a feed does
-    /// (the outcome in `out`, or the next step: e.g. the source after `NOSCRIPT`, same id).
+    /// (the outcome in `out`, or the next step: e.g. the source after `NOSCRIPT`, same id). `key`:
+    /// the key the command was sent for when not `prepared`'s own (planned from its command with
+    /// [`Calls::key_prefix`]); read (`key()`) only when the reply is no answer and the call runs on.
     pub fn answer(
         &mut self,
         out: &mut CallRecord,
         prepared: &Prepared,
         n: f64,
         fed: Result<Fed, String>,
+        key: impl FnOnce() -> Res<Option<String>>,
     ) -> Res<Option<String>> {
         // A reply that is a verdict (or an attempt's outcome): the core decides it from the kept plan,
         // without planning the command again; the outcome is in `out`, nothing held. Any other
@@ -644,6 +686,19 @@ impl Calls {
                 Some(format!("{:016x}{:x}", self.prepared_prefix, n as u64))
             }
             _ => None,
+        };
+        let other;
+        let prepared = match key()? {
+            Some(key) => {
+                other = prepared.with_key(&key).ok_or_else(|| {
+                    coded(
+                        "invalid_argument:call",
+                        "a prepared GCRA or counter call answered for another key".to_owned(),
+                    )
+                })?;
+                &other
+            }
+            None => prepared,
         };
         let call = self.prepared_call(prepared, id)?;
         let id = self.hold(call, false);

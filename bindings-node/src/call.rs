@@ -105,6 +105,24 @@ pub struct PreparedCall {
     inner: Prepared,
 }
 
+/// The key an `answer*` method was given (a JS string, or none), read only now: on the path of a
+/// reply that is no answer, so an answered call never converts it.
+fn later_key(key: Option<Unknown<'_>>) -> ratewindow_js_glue::Res<Option<String>> {
+    let Some(key) = key else {
+        return Ok(None);
+    };
+    let value = key.value();
+    // SAFETY: the value and its env come from the arguments of the call this runs in.
+    let read = unsafe { <Key as FromNapiValue>::from_napi_value(value.env, value.value) };
+    match read {
+        Ok(key) => key.get().map(|k| Some(k.to_owned())),
+        Err(e) => Err(ratewindow_js_glue::Failure::new(
+            "invalid_argument:key",
+            e.reason.clone(),
+        )),
+    }
+}
+
 /// A reply that is a string (a script's one-text answer), read in one napi call into a stack buffer
 /// when short (as `src/key.rs` reads keys), else in full; a lone surrogate becomes U+FFFD, as the
 /// generic `feed` reads a string.
@@ -572,6 +590,15 @@ impl NativeCalls {
         self.calls.prepared_ids()
     }
 
+    /// The text the Redis key of every prepared consume (`kind` 0) or attempt (3) starts with, the
+    /// user's key following it as it is; null when the store's keys are not so (a hash tag rule).
+    /// The host then plans a new key's command from a prepared one of the same limit: the same
+    /// arguments, the key this prefix and the key, and names the key to the `answer*` methods.
+    #[napi]
+    pub fn prepared_key_prefix(&self, kind: u32) -> Option<String> {
+        self.calls.key_prefix(kind)
+    }
+
     /// Plans `prepared` once: its command's pieces joined (cut by the record as a start's), `value`
     /// the piece holding the call id (-1 none; -2 no command: answer every call as an ordinary one).
     fn prepare(&mut self, prepared: Prepared) -> Result<Joined, String> {
@@ -641,12 +668,19 @@ impl NativeCalls {
 
     /// The reply to `prepared`'s command sent as call `n`, an array of `len` numbers written into the
     /// record from the `pieces` slot (as `feedRecord`): its call started and fed in one crossing.
-    #[napi(ts_return_type = "string | null")]
+    ///
+    /// `key` (all four `answer*`): the key the command was sent for when the host planned it from
+    /// `prepared`'s (`preparedKeyPrefix`); read only when the reply is no answer.
+    #[napi(
+        ts_args_type = "prepared: PreparedCall, n: number, len: number, key?: string",
+        ts_return_type = "string | null"
+    )]
     pub fn answer_record(
         &mut self,
         prepared: &PreparedCall,
         n: f64,
         len: u32,
+        key: Option<Unknown<'_>>,
     ) -> Result<Joined, String> {
         self.go(|c, out| {
             let numbers = calls::numbers_in(out, len);
@@ -656,13 +690,15 @@ impl NativeCalls {
                     .map(|&x| calls::reply_number(x))
                     .collect(),
             );
-            c.answer(out, &prepared.inner, n, Ok(Fed::Reply(reply)))
+            c.answer(out, &prepared.inner, n, Ok(Fed::Reply(reply)), || {
+                later_key(key)
+            })
         })
     }
 
     /// [`Self::answer_record`] of a reply that is a string.
     #[napi(
-        ts_args_type = "prepared: PreparedCall, n: number, text: string",
+        ts_args_type = "prepared: PreparedCall, n: number, text: string, key?: string",
         ts_return_type = "string | null"
     )]
     pub fn answer_text(
@@ -670,33 +706,49 @@ impl NativeCalls {
         prepared: &PreparedCall,
         n: f64,
         text: ReplyText,
+        key: Option<Unknown<'_>>,
     ) -> Result<Joined, String> {
-        self.go(|c, out| c.answer(out, &prepared.inner, n, Ok(Fed::Reply(Reply::Text(text.0)))))
+        self.go(|c, out| {
+            let reply = Ok(Fed::Reply(Reply::Text(text.0)));
+            c.answer(out, &prepared.inner, n, reply, || later_key(key))
+        })
     }
 
     /// [`Self::answer_record`] of any reply, as the client gave it.
-    #[napi(ts_return_type = "string | null")]
+    #[napi(
+        ts_args_type = "prepared: PreparedCall, n: number, reply: unknown, key?: string",
+        ts_return_type = "string | null"
+    )]
     pub fn answer(
         &mut self,
         prepared: &PreparedCall,
         n: f64,
         reply: Unknown<'_>,
+        key: Option<Unknown<'_>>,
     ) -> Result<Joined, String> {
         let value = reply.value();
         // SAFETY: the value and its env come from this very call's arguments.
         let reply = guard(|| unsafe { reply_of(value.env, value.value, 0) })?;
-        self.go(|c, out| c.answer(out, &prepared.inner, n, Ok(Fed::Reply(reply))))
+        self.go(|c, out| {
+            c.answer(out, &prepared.inner, n, Ok(Fed::Reply(reply)), || {
+                later_key(key)
+            })
+        })
     }
 
     /// [`Self::answer_record`] of the client's failure (its message).
-    #[napi(ts_return_type = "string | null")]
+    #[napi(
+        ts_args_type = "prepared: PreparedCall, n: number, message: string, key?: string",
+        ts_return_type = "string | null"
+    )]
     pub fn answer_failed(
         &mut self,
         prepared: &PreparedCall,
         n: f64,
         message: String,
+        key: Option<Unknown<'_>>,
     ) -> Result<Joined, String> {
-        self.go(|c, out| c.answer(out, &prepared.inner, n, Err(message)))
+        self.go(|c, out| c.answer(out, &prepared.inner, n, Err(message), || later_key(key)))
     }
 
     /// Feeds call `id` the rows of its SQL command's last statement (an array of rows, each an array

@@ -96,6 +96,42 @@ for (const c of clients) {
       assert.equal((await store.attempt(k, 10, 60_000)).count, 3);
     });
 
+    it('a new key of a planned limit is planned from another key\'s: its own Redis key, the same arguments, and its own key again after NOSCRIPT', async () => {
+      const { store, sent, gone } = recorded();
+      const [k1, k2, k3, a1, a2] = [key(), key(), key(), key(), key()];
+      const limit = { uses: 5, windowMs: 60_000 };
+      await store.consume(k1, limit);
+      await store.consume(k2, limit);
+      assert.equal(sent.length, 2);
+      assert.equal(sent[0].keys.length, 1);
+      assert.ok(sent[0].keys[0].endsWith(k1));
+      const logs = sent[0].keys[0].slice(0, -k1.length);
+      assert.deepEqual(sent[1].keys, [logs + k2]);
+      assert.equal(sent[1].args.length, sent[0].args.length);
+      // After NOSCRIPT the call runs on with the new key's own keys (and the same id).
+      gone.now = true;
+      sent.length = 0;
+      assert.equal((await store.consume(k3, limit)).remaining, 4);
+      assert.deepEqual(sent.map((s) => s.full), [false, true]);
+      assert.deepEqual(sent[1].keys, [logs + k3]);
+      assert.deepEqual(sent[1].keys, sent[0].keys);
+      assert.deepEqual(sent[1].args, sent[0].args);
+      gone.now = false;
+      for (const [k, remaining] of [[k1, 3], [k2, 3], [k3, 3]]) assert.equal((await store.consume(k, limit)).remaining, remaining);
+      // An attempt the same: the fixed window of its own key.
+      await store.attempt(a1, 10, 60_000);
+      gone.now = true;
+      assert.equal((await store.attempt(a2, 10, 60_000)).count, 1);
+      gone.now = false;
+      assert.equal((await store.attempt(a1, 10, 60_000)).count, 2);
+      assert.equal((await store.attempt(a2, 10, 60_000)).count, 2);
+      // A key the engine refuses (a lone surrogate) is refused as before, nothing sent.
+      sent.length = 0;
+      await assert.rejects(store.consume(`${k1}\uD800`, limit), InvalidArgumentError);
+      await assert.rejects(store.attempt(`${a1}\uD800`, 10, 60_000), InvalidArgumentError);
+      assert.equal(sent.length, 0);
+    });
+
     it('a reply of another shape is StoreReplyError, a failing client StoreError with its cause', async () => {
       const boom = new Error('boom');
       const limit = { uses: 2, windowMs: 1000 };

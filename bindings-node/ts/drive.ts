@@ -317,10 +317,13 @@ const nothing = (): Verdict => undefined as unknown as Verdict;
 /** An attempt's outcome from the record. */
 const attempted = (r: Float64Array): AttemptResult => ({ allowed: r[CallSlot.Allowed] === 1, count: r[CallSlot.Value]!, resetAfterMs: r[CallSlot.ResetAfterMs]! });
 
+/** Whether `key` is well-formed UTF-16 (no lone surrogate; `String.prototype.isWellFormed`, Node 20). */
+const isWellFormed = (key: string): boolean => (key as unknown as { isWellFormed?: () => boolean }).isWellFormed?.() === true;
+
 /** What the client threw for a planned call: the failure and its message, as a call is fed it. */
 function planFailed(calls: BackendCalls, p: CallPlan, n: number, error: unknown): [string | null, Driven] {
   const text = message(error);
-  const command = calls.answerFailed!(p.native, n, text);
+  const command = calls.answerFailed!(p.native, n, text, p.key);
   const call = new Driven(0);
   (call.thrown = new Map()).set(text, error);
   return [command, call];
@@ -439,12 +442,21 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
   private planIds = '';
   private planCount = 0;
 
+  /**
+   * By kind, what the Redis key of a planned call starts with, the key following it as it is (the
+   * engine's `preparedKeyPrefix`; null: not so, every key planned by the engine), and the last plan
+   * the engine made of that kind: a new key of the same limit is planned from it, with no crossing.
+   */
+  private keyPrefixes: (string | null)[] = [null, null, null, null];
+  private lastPlanned: (CallPlan | undefined)[] = [undefined, undefined, undefined, undefined];
+
   /** Turns the plans on when the engine build has them (a Redis store calls it once made). */
   protected usePlans(): void {
     const c = this.calls;
     if (typeof c.prepareConsume !== 'function' || typeof c.answerFailed !== 'function' || typeof c.preparedIds !== 'function') return;
     this.planIds = c.preparedIds();
     this.plans = [new Map(), new Map(), new Map(), new Map()];
+    if (typeof c.preparedKeyPrefix === 'function') this.keyPrefixes = [c.preparedKeyPrefix(0), null, null, c.preparedKeyPrefix(3)];
   }
 
   /** Sends a planned call's command with the user's client (`args`: the plan's, its call id put in). */
@@ -478,17 +490,26 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     const plans = this.plans![kind]!;
     const p = plans.get(key);
     if (p !== undefined && p.a === a && p.b === b && p.c === c) return p;
-    const calls = this.calls;
+    const prefix = this.keyPrefixes[kind]!;
+    const last = this.lastPlanned[kind];
     let made: CallPlan | undefined;
-    try {
-      const joined =
-        kind === 0 ? calls.prepareConsume!(key, a, b) : kind === 3 ? calls.prepareAttempt!(key, a, b) : calls.prepareRate!(0, key, kind, a, b, c, 1);
-      made = CallPlan.of(this.record, joined, calls.prepared!(), a, b, c);
-    } catch {
-      // A refused argument or limit: the ordinary path answers it with its typed error.
-      return undefined;
+    // A key the engine would refuse (a lone surrogate) is planned by the engine, which refuses it.
+    if (prefix !== null && last !== undefined && last.a === a && last.b === b && last.c === c && isWellFormed(key)) {
+      made = last.forKey(key, prefix + key);
+    } else {
+      const calls = this.calls;
+      try {
+        const joined =
+          kind === 0 ? calls.prepareConsume!(key, a, b) : kind === 3 ? calls.prepareAttempt!(key, a, b) : calls.prepareRate!(0, key, kind, a, b, c, 1);
+        made = CallPlan.of(this.record, joined, calls.prepared!(), a, b, c);
+      } catch {
+        // A refused argument or limit: the ordinary path answers it with its typed error.
+        return undefined;
+      }
+      if (made === undefined) return undefined;
+      // Other keys of this limit are planned from this one when its keys are as the prefix says.
+      if (prefix !== null && made.keys.length === 1 && made.keys[0] === prefix + key) this.lastPlanned[kind] = made;
     }
-    if (made === undefined) return undefined;
     if (plans.size >= PLAN_KEYS) plans.clear();
     plans.set(key, made);
     return made;
@@ -533,7 +554,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
     if (failed) {
       [command, call] = planFailed(calls, p, n, reply);
     } else if (typeof reply === 'string') {
-      command = calls.answerText!(p.native, n, reply);
+      command = calls.answerText!(p.native, n, reply, p.key);
     } else {
       command = null;
       let numbers = Array.isArray(reply) && reply.length <= CALL_RECORD_NUMBERS;
@@ -542,10 +563,10 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
         for (let i = 0; i < a.length; i++) if (typeof a[i] !== 'number') numbers = false;
         if (numbers) {
           for (let i = 0; i < a.length; i++) r[CallSlot.Pieces + i] = a[i] as number;
-          command = calls.answerRecord!(p.native, n, a.length);
+          command = calls.answerRecord!(p.native, n, a.length, p.key);
         }
       }
-      if (!numbers) command = calls.answer!(p.native, n, reply);
+      if (!numbers) command = calls.answer!(p.native, n, reply, p.key);
     }
     const id: number = r[CallSlot.Id]!;
     const kind: StepKind = r[CallSlot.Kind]!;

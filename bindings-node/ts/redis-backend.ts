@@ -189,11 +189,21 @@ export interface BackendCalls {
   prepared?(): object;
   /** The prefix of a planned consume's call ids (16 hex digits): `prefix + n.toString(16)`. */
   preparedIds?(): string;
-  /** The reply to a planned call's command sent as call `n`: its call started and fed in one crossing. */
-  answerRecord?(prepared: object, n: number, len: number): string | null;
-  answerText?(prepared: object, n: number, text: string): string | null;
-  answer?(prepared: object, n: number, reply: unknown): string | null;
-  answerFailed?(prepared: object, n: number, message: string): string | null;
+  /**
+   * The text the Redis key of every planned consume (`kind` 0) or attempt (3) starts with, the user's
+   * key following it as it is; null when the store's keys are not so. A new key's command is then
+   * planned from another key's of the same limit, without a crossing. Absent from older builds.
+   */
+  preparedKeyPrefix?(kind: number): string | null;
+  /**
+   * The reply to a planned call's command sent as call `n`: its call started and fed in one crossing.
+   * `key`: the key the command was sent for when it was planned from another key's (read only when
+   * the reply is no answer).
+   */
+  answerRecord?(prepared: object, n: number, len: number, key?: string): string | null;
+  answerText?(prepared: object, n: number, text: string, key?: string): string | null;
+  answer?(prepared: object, n: number, reply: unknown, key?: string): string | null;
+  answerFailed?(prepared: object, n: number, message: string, key?: string): string | null;
   /** A reply, as the client gave it. */
   feed(id: number, reply: unknown): string | null;
   /**

@@ -6,7 +6,10 @@
  * engine's id prefix and the store's count). The reply then crosses once (`answerText`,
  * `answerRecord`, `answer`, or the client's failure `answerFailed`): the engine starts the call and
  * feeds it what came in one step, so it decides everything as before — the verdict, the typed error
- * of a reply of another shape, and the source after `NOSCRIPT` (then driven as any call).
+ * of a reply of another shape, and the source after `NOSCRIPT` (then driven as any call). A new key
+ * of a consume or an attempt whose limit was planned for another key is planned without a crossing:
+ * the engine says what its Redis keys start with (`preparedKeyPrefix`), the arguments are the same,
+ * and the key is named with the reply (for the call to run on with when the reply is no answer).
  * @module
  * @internal
  */
@@ -31,7 +34,20 @@ export class CallPlan {
     /** The script slot (`CallSlot.Script`) and whether by SHA1. */
     readonly script: number,
     readonly bySha1: boolean,
+    /**
+     * The key this plan was made for from another key's (`native` is that key's operation: the
+     * engine is named this key with each reply); undefined when `native` is this key's own.
+     */
+    readonly key?: string,
   ) {}
+
+  /**
+   * This plan's command for another key of the same limit (the engine's `preparedKeyPrefix`: the
+   * Redis key is `redisKey`, every argument the same), with no crossing.
+   */
+  forKey(key: string, redisKey: string): CallPlan {
+    return new CallPlan(this.a, this.b, this.c, this.native, [redisKey], this.args, this.idAt, this.script, this.bySha1, key);
+  }
 
   /**
    * The plan a `prepare*` just answered (`joined` cut by `record`), or undefined when its command does
