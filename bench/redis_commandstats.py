@@ -23,7 +23,7 @@ digits and a hex counter).
 
 Contenders (the scripts are the peers' own, sent by ``EVALSHA``):
 
-- ``return 1``: the floor, an EVALSHA that runs no command (same key and argument count as ours).
+- ``return 1``: the floor, an EVALSHA that runs no command (the key and arguments of our one-entry consume).
 - ratewindow: ``core/src/redis/sliding.lua`` of this checkout, and with ``--before FILE`` (repeatable)
   other versions of it (e.g. the one before a change: ``git show REV:core/src/redis/sliding.lua > old.lua``).
 - ratewindow's fixed window: ``core/src/redis/fixed.lua`` of this checkout, ``attempt`` (one hit only
@@ -145,7 +145,12 @@ Contender = tuple[str, Callable[[str, int], list[str]], Args]
 
 def ours(source: str, tag: str) -> Contender:
     # Each version of the script has keys of its own (a tag in the key), or one would count the calls
-    # another recorded.
+    # another recorded. A one-entry consume's arguments as that version takes them: the short form
+    # ('uses:window', id) since the scripts that test `#ARGV <= 2`, before that mode, id, key index,
+    # uses, window.
+    if "#ARGV <= 2" in source:
+        return (source, lambda p, i: [f"{p}{tag}:user:{i}"],
+                lambda n, uses, window: [f"{uses}:{window}", f"{ID_PREFIX}{n:x}"])
     return (source, lambda p, i: [f"{p}{tag}:user:{i}"],
             lambda n, uses, window: ["c", f"{ID_PREFIX}{n:x}", "1", str(uses), str(window)])
 
@@ -162,7 +167,7 @@ def contenders(before: list[str], fixed_before: list[str]) -> dict[str, Contende
     out: dict[str, Contender] = {
         "return 1 (the EVALSHA floor)": (
             FLOOR, lambda p, i: [f"{p}floor:user:{i}"],
-            lambda n, uses, window: ["c", f"{ID_PREFIX}{n:x}", "1", str(uses), str(window)]),
+            lambda n, uses, window: [f"{uses}:{window}", f"{ID_PREFIX}{n:x}"]),
     }
     for n, path in enumerate(before):
         with open(path) as f:

@@ -7,6 +7,11 @@ def lk(k, p=P): return p + "log:" + k
 def wk(k, p=P): return p + "win:" + k
 def E(k, u, w): return {"key": k, "limit": {"uses": u, "window_ms": w}}
 def sargs(mode, entries, cid="{call_id}"):
+    # One entry: the script's short form, 'uses:window_ms' then the call id (a consume's only).
+    if len(entries) == 1:
+        e = entries[0]
+        lim = "%d:%d" % (e["limit"]["uses"], e["limit"]["window_ms"])
+        return [e["key"]], [lim, cid] if mode == "c" else [lim]
     keys = []
     args = [mode, cid]
     for e in entries:

@@ -64,7 +64,7 @@ const rlfOf = (p, uses) => new RateLimiterRedis({ ...c.rlf, points: uses, durati
 const rlfR = rlfOf('rlfr', 5);
 const rlfA = rlfOf('rlfa', 1_000_000_000);
 const sha = await c.load('return 1');
-const args5 = ['c', 'x', '1', '5', '10000'];
+const args5 = ['5:10000', 'x']; // a one-entry consume's arguments (the limit, the id)
 const args3 = ['1', '2', '3'];
 const ignore = () => undefined;
 const fns = {

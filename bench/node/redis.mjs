@@ -178,7 +178,7 @@ for (const c of (await clients()).filter((c) => clientNames.includes(c.name))) {
     const tag = `${run}${c.name}:${variant}:`;
     const store = RedisStore.using(c.run, { evalsha: c.evalsha, prefix: tag });
     await c.load(store.scripts.sliding.source);
-    const bareArgs = ['c', 'x', '1', '5', '10000']; // the argument count of a one-entry consume
+    const bareArgs = ['5:10000', 'x']; // the arguments of a one-entry consume (the limit, the id)
     // The store's own command for one consume, as it sends it (two calls: the piece that differs is
     // the call's id), so `script` sends exactly that with a fresh id, whatever the script's layout.
     const seen = [];

@@ -286,7 +286,8 @@ def test_an_error_midway_gives_back_what_was_counted_and_raises(cluster: Any) ->
 
     def run(script: str, keys: list[str], args: list[str]) -> Any:
         calls.append(keys)
-        if args[0] == "c" and keys == [probe.redis_key("second")]:
+        # The second key's own consume: the one-entry form ('uses:window_ms', the call id).
+        if len(args) == 2 and args[0] != "r" and keys == [probe.redis_key("second")]:
             raise redis.ConnectionError("connection lost (injected)")
         return cluster.eval(script, len(keys), *keys, *args)
 
@@ -306,7 +307,8 @@ def test_a_cancelled_async_cluster_call_gives_back_what_it_counted() -> None:
             stalled = asyncio.Event()
 
             async def evalsha(sha: str, keys: list[str], args: list[str]) -> Any:
-                if args[0] == "c" and keys[0].endswith(":second"):
+                # The second key's own consume (the one-entry form: the limit, the call id).
+                if len(args) == 2 and args[0] != "r" and keys[0].endswith(":second"):
                     stalled.set()
                     await asyncio.sleep(30)  # a slow network: the caller gives up first
                 return await client.evalsha(sha, len(keys), *keys, *args)

@@ -514,9 +514,20 @@ struct Group {
 }
 
 impl Group {
-    /// The groups of a sliding plan (`mode, id, (key index, uses, window)*`; weighted: `mode, id,
-    /// now, (key index, uses, window, cost)*`), in order of keys.
+    /// The groups of a sliding plan (`mode, id, (key index, uses, window)*`, or one entry's short
+    /// form `'uses:window'[, id]`; weighted: `mode, id, now, (key index, uses, window, cost)*`), in
+    /// order of keys.
     fn of(plan: &Plan) -> Vec<Group> {
+        if plan.keys.len() == 1
+            && plan.args.len() <= 2
+            && plan.args.first().is_some_and(|a| a != "r")
+            && !is_weighted(plan)
+        {
+            return vec![Group {
+                key: 0,
+                entries: vec![0],
+            }];
+        }
         let (from, width) = if is_weighted(plan) { (3, 4) } else { (2, 3) };
         let mut groups: Vec<Group> = (0..plan.keys.len())
             .map(|key| Group {
@@ -616,14 +627,19 @@ impl Apart {
                     let key = vec![self.keys[group.key].clone()];
                     return weighted::plan_of(mode, key, entries, id, None);
                 }
-                let mut args = Vec::with_capacity(2 + 3 * limits.len());
-                args.push(mode.to_owned());
-                args.push(id.to_owned());
-                for limit in limits {
-                    args.push("1".to_owned());
-                    args.push(limit.uses().to_string());
-                    args.push(limit.window_ms().to_string());
-                }
+                let args = if let [limit] = limits[..] {
+                    plan::one_entry_args(mode, id, limit)
+                } else {
+                    let mut args = Vec::with_capacity(2 + 3 * limits.len());
+                    args.push(mode.to_owned());
+                    args.push(id.to_owned());
+                    for limit in limits {
+                        args.push("1".to_owned());
+                        args.push(limit.uses().to_string());
+                        args.push(limit.window_ms().to_string());
+                    }
+                    args
+                };
                 Plan {
                     script: &SLIDING,
                     keys: vec![self.keys[group.key].clone()],

@@ -38,12 +38,12 @@ mod slot;
 #[cfg(feature = "weights")]
 pub mod weighted;
 
-pub(crate) use plan::sliding_plan;
 pub use plan::{
     decode_attempt, decode_attempt_max, decode_batch, decode_consume, decode_release,
     decode_release_of, decode_window, plan_attempt, plan_clear, plan_consume_many, plan_get_window,
     plan_hit, plan_peek_many, plan_release, plan_reset_attempts, EmptyCallId, HashTag, Plan,
     RedisOptions, RedisRelease, Script, WindowState, CLOCK_STEP_MS, FIXED, MAX_BATCH, SLIDING,
 };
+pub(crate) use plan::{one_entry_args, sliding_plan};
 pub use reply::{Reply, ReplyError};
 pub use slot::key_slot;

@@ -3,9 +3,13 @@
 -- KEYS    the call's distinct keys (sorted sets: score = call time in ms, member = the call's id; and
 --         at most one refusal marker, scored -inf, which no score range over call times includes:
 --         count a log's calls with ZCOUNT key 0 +inf, not ZCARD)
--- ARGV[1] mode: 'c' consume, 'p' peek (writes nothing), 'r' release (removes this call's member)
--- ARGV[2] the call's id, unique per call, so calls in the same millisecond stay distinct
--- ARGV[3..] per entry, three at a time: key index (1-based into KEYS), uses, window_ms
+-- ARGV    one of three forms (the call's id: unique per call, so calls in the same millisecond stay
+--         distinct; never empty):
+--   'r', id                     release: removes this call's member from every key
+--   'uses:window_ms'[, id]      one entry on KEYS[1]: a consume recording id, or without id a peek
+--                               (writes nothing); the fewest arguments for the common call
+--   mode, id, entries...        any call: mode 'c' consume or 'p' peek (id '-'); then per entry,
+--                               three at a time: key index (1-based into KEYS), uses, window_ms
 --
 -- Reply (consume, peek): {allowed (1|0), retry_after_ms, retry_timestamp (-1 if allowed),
 --                         blocked (0-based entry index, -1 if allowed), server time in ms,
@@ -21,34 +25,24 @@
 --   now); refused {0, retry_after_ms, server time, reset_after_ms} or, by a marker (below), the text
 --   'marker seconds microseconds' (TIME's).
 -- Reply (release): {members removed}
-if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
 local mode, id = ARGV[1], ARGV[2]
-
-if mode == 'r' then
-  local removed = 0
-  for k = 1, #KEYS do
-    removed = removed + redis.call('ZREM', KEYS[k], id)
-    -- A use came back: a refusal marker (below) no longer holds.
-    redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', '-inf')
-  end
-  return {removed}
-end
-
 -- Cheaper: text to a number by arithmetic (tonumber parses twice); constant arguments as text; no
--- closure (~1k instructions a run) before the general path.
-local time, now, MK = nil, nil, '%016.0f%016.0f%s:%s'
+-- closure (~1k instructions a run) before the general path. A: the general form's arguments.
+local time, now, MK, A = nil, nil, '%016.0f%016.0f%s', ARGV
 
 -- One key, one entry (the common call), any limit. The log's lowest member, read first, answers most
 -- of it: either a refusal marker or the oldest call.
 --
 -- The refusal marker: the consume that fills a log (records its `uses`-th call in the window; in a
 -- batch, on a key one entry names), or a refusal of a log of exactly `uses` calls, adds a member
--- scored -inf (first; no range over call times has it) named MK % {until, end, uses, window} (end:
--- when the newest call leaves). Until the log changes, a call under that limit before `until` is
--- refused with that wait (calls only leave the window) from this one read, writing nothing.
+-- scored -inf (first; no range over call times has it) named MK % {until, end, 'uses:window'} (end:
+-- when the newest call leaves; the limit as the one-entry form sends it). Until the log changes, a
+-- call under that limit before `until` is refused with that wait (calls only leave the window) from
+-- this one read, writing nothing (and before replicate_commands, which only a write needs).
 -- Whatever changes the log removes it first: every consume trims from -inf, a release removes it.
-if #ARGV == 5 then
-  local key = KEYS[1]
+if #ARGV <= 2 and mode ~= 'r' then
+  local key, lim = KEYS[1], mode
+  mode = id and 'c' or 'p'
   local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
   time = redis.call('TIME')
   local oldest
@@ -61,7 +55,7 @@ if #ARGV == 5 then
       -- other than 10-digit seconds) compares numbers. Digits only up to where they differ, so any
       -- collation orders them alike.
       local m, s = first[1], time[1]
-      if string.sub(m, 33) == ARGV[4] .. ':' .. ARGV[5] and ((#s == 10 and m > '000' .. s .. '9999999999999999999')
+      if string.sub(m, 33) == lim and ((#s == 10 and m > '000' .. s .. '9999999999999999999')
           or string.sub(m, 1, 16) + 0 > s * 1000 + time[2] / 1000) then
         return m .. ' ' .. s .. ' ' .. time[2]
       end
@@ -69,10 +63,14 @@ if #ARGV == 5 then
       oldest = first[2] + 0
     end
   end
+  -- Below here a call may write (before Redis 5, after replicate_commands only; TIME was read).
+  if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
   -- The server time in ms as text (for ZADD and the reply) and as a number from it: one coercion.
   local now_s = time[1] .. string.sub('00000' .. time[2], -6, -4)
   now = now_s + 0
-  local uses, w = ARGV[4] + 0, ARGV[5] + 0
+  local colon = string.find(lim, ':', 1, true)
+  local uses_s, w_s = string.sub(lim, 1, colon - 1), string.sub(lim, colon + 1)
+  local uses, w = uses_s + 0, w_s + 0
   if first[1] then
     if not oldest or oldest + w <= now then
       -- A stale marker, or calls that have left the window: a consume trims (the marker too), a peek
@@ -93,11 +91,11 @@ if #ARGV == 5 then
     if mode ~= 'c' then return {1, uses, 0, 0, now} end
     if uses == 1 and now + w < 9007199254740992 then
       -- This call fills the log: its marker in the same ZADD.
-      redis.call('ZADD', key, now_s, id, '-inf', string.format(MK, now + w, now + w, ARGV[4], ARGV[5]))
+      redis.call('ZADD', key, now_s, id, '-inf', string.format(MK, now + w, now + w, lim))
     else
       redis.call('ZADD', key, now_s, id)
     end
-    redis.call('PEXPIRE', key, ARGV[5])
+    redis.call('PEXPIRE', key, w_s)
     return '1 ' .. now_s .. ' ' .. now_s .. ' ' .. now_s
   end
   if oldest then
@@ -112,7 +110,7 @@ if #ARGV == 5 then
       local newest = oldest
       if n > 1 then newest = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2]) end
       if mode == 'c' and n == uses and newest + w < 9007199254740992 then
-        redis.call('ZADD', key, '-inf', string.format(MK, u, newest + w, ARGV[4], ARGV[5]))
+        redis.call('ZADD', key, '-inf', string.format(MK, u, newest + w, lim))
       end
       local wait = u - now
       return {0, wait, now, math.max(wait, newest + w - now)}
@@ -130,11 +128,11 @@ if #ARGV == 5 then
     elseif redis.call('ZCOUNT', key, '(' .. now_s, '+inf') > 0 then
       at = tonumber(redis.call('ZREVRANGE', key, '0', '0', 'WITHSCORES')[2])
     end
-    local at_s, ttl, ttl_s = now_s, w, ARGV[5]
+    local at_s, ttl, ttl_s = now_s, w, w_s
     if at ~= now then at_s, ttl = string.format('%.0f', at), w + at - now; ttl_s = string.format('%.0f', ttl) end
     if n + 1 == uses and at + w < 9007199254740992 then
       -- Fills the log (all inside the window: the oldest decides `until`): its marker in the ZADD.
-      redis.call('ZADD', key, at_s, id, '-inf', string.format(MK, oldest + w, at + w, ARGV[4], ARGV[5]))
+      redis.call('ZADD', key, at_s, id, '-inf', string.format(MK, oldest + w, at + w, lim))
     else
       redis.call('ZADD', key, at_s, id)
     end
@@ -148,8 +146,21 @@ if #ARGV == 5 then
     -- The oldest call's score as the server gave it (integer ms: %.17g of a number below 2^53).
     return (n + 1) .. ' ' .. first[2] .. ' ' .. at_s .. ' ' .. now_s
   end
-  -- A peek of a log holding a marker or calls outside the window: the general path.
+  -- A peek of a log holding a marker or calls outside the window: the general path, as one entry.
+  A = {'p', '-', '1', uses_s, w_s}
 end
+if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
+
+if mode == 'r' then
+  local removed = 0
+  for k = 1, #KEYS do
+    removed = removed + redis.call('ZREM', KEYS[k], id)
+    -- A use came back: a refusal marker (below) no longer holds.
+    redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', '-inf')
+  end
+  return {removed}
+end
+
 if not time then
   time = redis.call('TIME')
   now = time[1] * 1000 + math.floor(time[2] / 1000)
@@ -159,11 +170,11 @@ local function int(x)
   if x < 1e14 and x > -1e14 then return x end
   return string.format('%.0f', x)
 end
-local function marker(u, w, until_, end_) return string.format(MK, until_, end_, u, w) end
-local entries = (#ARGV - 2) / 3
+local function marker(u, w, until_, end_) return string.format(MK, until_, end_, u .. ':' .. w) end
+local entries = (#A - 2) / 3
 local longest, only = {}, {}
 for i = 0, entries - 1 do
-  local k, w = tonumber(ARGV[3 + 3 * i]), tonumber(ARGV[5 + 3 * i])
+  local k, w = tonumber(A[3 + 3 * i]), tonumber(A[5 + 3 * i])
   if (longest[k] or 0) < w then longest[k] = w end
   -- The entry that alone names its key (false when several do).
   if only[k] == nil then only[k] = i else only[k] = false end
@@ -183,7 +194,7 @@ end
 local blocked, until_, blocked_reset = -1, -1, 0
 local count = {}
 for i = 0, entries - 1 do
-  local k, uses, w = tonumber(ARGV[3 + 3 * i]), tonumber(ARGV[4 + 3 * i]), tonumber(ARGV[5 + 3 * i])
+  local k, uses, w = tonumber(A[3 + 3 * i]), tonumber(A[4 + 3 * i]), tonumber(A[5 + 3 * i])
   local inside
   if size[k] and w == longest[k] then
     inside = size[k]
@@ -214,11 +225,11 @@ end
 local recorded = (mode == 'c') and 1 or 0
 local tight, left, tight_w = 0, nil, 0
 for i = 0, entries - 1 do
-  local uses, w = tonumber(ARGV[4 + 3 * i]), tonumber(ARGV[5 + 3 * i])
+  local uses, w = tonumber(A[4 + 3 * i]), tonumber(A[5 + 3 * i])
   local l = uses - count[i] - recorded
   if left == nil or l < left or (l == left and w > tight_w) then tight, left, tight_w = i, l, w end
 end
-local tight_k = tonumber(ARGV[3 + 3 * tight])
+local tight_k = tonumber(A[3 + 3 * tight])
 
 local recorded_at = {}
 if mode == 'c' then
@@ -231,11 +242,11 @@ if mode == 'c' then
     end
     -- A key one entry names, filled: its marker (the trim left calls inside the window only).
     local i = only[k]
-    local uses, w = i and tonumber(ARGV[4 + 3 * i]), i and tonumber(ARGV[5 + 3 * i])
+    local uses, w = i and tonumber(A[4 + 3 * i]), i and tonumber(A[5 + 3 * i])
     if i and count[i] + 1 == uses and at + w < 9007199254740992 then
       local oldest = at
       if size[k] > 0 then oldest = redis.call('ZRANGE', KEYS[k], '0', '0', 'WITHSCORES')[2] + 0 end
-      redis.call('ZADD', KEYS[k], int(at), id, '-inf', marker(ARGV[4 + 3 * i], ARGV[5 + 3 * i], oldest + w, at + w))
+      redis.call('ZADD', KEYS[k], int(at), id, '-inf', marker(A[4 + 3 * i], A[5 + 3 * i], oldest + w, at + w))
     else
       redis.call('ZADD', KEYS[k], int(at), id)
     end
