@@ -23,7 +23,7 @@ use crate::{BatchVerdict, Verdict};
 pub static GCRA: Script = Script {
     name: "gcra",
     source: GCRA_SOURCE,
-    sha1: "b48f61298fb224b01b2bab1a64f2b69d813c1eda",
+    sha1: "bf0de0b66db4555c7a6fa463830c1f0f9c02dba3",
 };
 // Without their comment lines (the SHA1s are of this text): see `redis::SLIDING`.
 crate::sql::schema_text!(GCRA_SOURCE = include_str!("../redis/gcra.lua"));
@@ -471,25 +471,36 @@ fn script_reply(reply: &Reply, at: Option<u64>) -> Option<Result<(bool, &str, u6
         Reply::Text(text) => text,
         _ => return None,
     };
-    let mut fields = text.split(' ');
-    let allowed = match fields.next()? {
-        "1" => true,
-        "0" => false,
+    // Byte scans (as `text.split(' ')` cuts it), no `char` searcher: this runs on every refusal.
+    let allowed = match text.as_bytes().get(..2)? {
+        b"1 " => true,
+        b"0 " => false,
         _ => return None,
     };
-    let state = fields.next()?;
-    let now = match at {
-        Some(now) => now,
-        None => {
-            let sec: u64 = digits(fields.next()?)?;
-            let usec: u64 = digits(fields.next()?)?;
+    let (state, rest) = cut(&text[2..], b' ');
+    let now = match (at, rest) {
+        (Some(now), None) => now,
+        (None, Some(rest)) => {
+            let (sec, usec) = cut(rest, b' ');
+            let sec: u64 = digits(sec)?;
+            // A space left in `usec` is no digit.
+            let usec: u64 = digits(usec?)?;
             if usec >= 1_000_000 {
                 return None;
             }
             sec.checked_mul(1_000)?.checked_add(usec / 1_000)?
         }
+        _ => return None,
     };
-    fields.next().is_none().then_some(Ok((allowed, state, now)))
+    Some(Ok((allowed, state, now)))
+}
+
+/// `s` cut at its first `sep`: the part before, and the rest after it (`None`: no `sep`).
+fn cut(s: &str, sep: u8) -> (&str, Option<&str>) {
+    match s.bytes().position(|b| b == sep) {
+        Some(at) => (&s[..at], Some(&s[at + 1..])),
+        None => (s, None),
+    }
 }
 
 /// The GCRA script's reply ([`script_reply`]): the TAT as the key holds it (`ms`, or
@@ -529,28 +540,39 @@ fn counter_reply(reply: &Reply, at: Option<u64>) -> Option<(bool, u64, Found)> {
     }
 }
 
-/// A whole number written in ASCII digits only (zero-padded allowed).
+/// A whole number written in ASCII digits only (zero-padded allowed): one pass over the bytes up to
+/// 19 digits (no `u64` overflows there), `str::parse` for longer (zero-padded) texts.
 fn digits(s: &str) -> Option<u64> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+    let bytes = s.as_bytes();
+    if bytes.is_empty() || !bytes.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    s.parse().ok()
+    if bytes.len() > 19 {
+        return s.parse().ok();
+    }
+    Some(
+        bytes
+            .iter()
+            .fold(0u64, |n, &b| n * 10 + u64::from(b - b'0')),
+    )
 }
 
 /// A GCRA key's text: `ms` (whole ms, counted in the limit's `uses`) or `ms:rem:per`.
 fn tat_text(s: &str, uses: u32) -> Option<Tat> {
-    let mut parts = s.split(':');
-    let ms = digits(parts.next()?)?;
-    let Some(rem) = parts.next() else {
+    let (ms, rest) = cut(s, b':');
+    let ms = digits(ms)?;
+    let Some(rest) = rest else {
         return Some(Tat {
             ms,
             rem: 0,
             per: uses,
         });
     };
+    let (rem, per) = cut(rest, b':');
     let rem = u32::try_from(digits(rem)?).ok()?;
-    let per = u32::try_from(digits(parts.next()?)?).ok()?;
-    (parts.next().is_none() && rem < per).then_some(Tat { ms, rem, per })
+    // A ':' left in `per` is no digit.
+    let per = u32::try_from(digits(per?)?).ok()?;
+    (rem < per).then_some(Tat { ms, rem, per })
 }
 
 #[cfg(feature = "sql")]
@@ -1146,6 +1168,118 @@ mod tests {
         for script in [&GCRA, &COUNTER] {
             let computed = sha1_smol::Sha1::from(script.source).digest().to_string();
             assert_eq!(script.sha1, computed, "update {}'s sha1", script.name);
+        }
+    }
+
+    /// The byte scans read every reply text as `split` and `str::parse` did (the readers before
+    /// them, kept here as the reference).
+    #[test]
+    fn replies_and_tats_read_as_split_and_parse() {
+        fn digits_ref(s: &str) -> Option<u64> {
+            if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            s.parse().ok()
+        }
+        fn reply_ref(text: &str, at: Option<u64>) -> Option<(bool, &str, u64)> {
+            let mut fields = text.split(' ');
+            let allowed = match fields.next()? {
+                "1" => true,
+                "0" => false,
+                _ => return None,
+            };
+            let state = fields.next()?;
+            let now = match at {
+                Some(now) => now,
+                None => {
+                    let sec = digits_ref(fields.next()?)?;
+                    let usec = digits_ref(fields.next()?)?;
+                    if usec >= 1_000_000 {
+                        return None;
+                    }
+                    sec.checked_mul(1_000)?.checked_add(usec / 1_000)?
+                }
+            };
+            fields.next().is_none().then_some((allowed, state, now))
+        }
+        fn tat_ref(s: &str, uses: u32) -> Option<Tat> {
+            let mut parts = s.split(':');
+            let ms = digits_ref(parts.next()?)?;
+            let Some(rem) = parts.next() else {
+                return Some(Tat {
+                    ms,
+                    rem: 0,
+                    per: uses,
+                });
+            };
+            let rem = u32::try_from(digits_ref(rem)?).ok()?;
+            let per = u32::try_from(digits_ref(parts.next()?)?).ok()?;
+            (parts.next().is_none() && rem < per).then_some(Tat { ms, rem, per })
+        }
+        let pieces = [
+            "",
+            "0",
+            "1",
+            "2",
+            "01",
+            "1796185214804",
+            "000001796185214804",
+            "999999",
+            "1000000",
+            "18446744073709551615",
+            "18446744073709551616",
+            "9999999999999999999",
+            "00000000000000000000042",
+            "4294967296",
+            "-1",
+            "+1",
+            "1.5",
+            "a",
+            " ",
+            ":",
+            "1:2",
+            "1:2:3",
+            "5:1:3",
+            "000000001796185214:2:3",
+            "7:3:3",
+            "7:0:3",
+            "7::3",
+            "7:1:",
+            "1:2:3:4",
+        ];
+        let mut texts = vec![
+            String::new(),
+            "1".into(),
+            "0".into(),
+            "1 ".into(),
+            "0  1 2".into(),
+        ];
+        for a in ["0", "1", "2", "10"] {
+            for p in pieces {
+                texts.push(format!("{a} {p}"));
+                for q in ["1796185157", "", "x", "18446744073709551"] {
+                    for r in ["971148", "999999", "1000000", "", "1 2", "0"] {
+                        texts.push(format!("{a} {p} {q} {r}"));
+                    }
+                }
+            }
+        }
+        for text in &texts {
+            for at in [None, Some(1_796_185_157_971)] {
+                let reply = Reply::Text(text.clone());
+                let got = match script_reply(&reply, at) {
+                    Some(Ok(x)) => Some(x),
+                    Some(Err(_)) => unreachable!("a text is no integer reply"),
+                    None => None,
+                };
+                assert_eq!(got, reply_ref(text, at), "{text:?} {at:?}");
+            }
+        }
+        for p in pieces.iter().map(|p| p.to_string()).chain(texts) {
+            assert_eq!(digits(&p), digits_ref(&p), "{p:?}");
+            for uses in [1, 3, 1_000_000] {
+                assert_eq!(tat_text(&p, uses), tat_ref(&p, uses), "{p:?} {uses}");
+            }
         }
     }
 

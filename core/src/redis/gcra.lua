@@ -18,6 +18,29 @@
 --        from it (core/src/gcra.rs), and checks `allowed` against it.
 local key, px = KEYS[1], ARGV[1]
 if not px then return redis.call('DEL', key) end
+if not ARGV[4] then
+  -- The usual call (the server's clock, whole-ms times) in the fewest steps; the same answers as the
+  -- general path below. A full bucket's new key expires at its TAT (now + n*T, when it is full
+  -- again: ARGV[2] ms), so a key found holds a TAT ahead of now but in its last ms.
+  local t = redis.call('TIME')
+  local now = t[1] * 1000 + t[2] / 1000
+  now = now - now % 1
+  local v = redis.call('GET', key)
+  if v then
+    if #v > 17 then return -1 end
+    local m = v + 0
+    if m > now then
+      if m > now + ARGV[3] then return '0 ' .. v .. ' ' .. t[1] .. ' ' .. t[2] end
+      if px ~= 'p' then
+        redis.call('INCRBY', key, ARGV[2])
+        redis.call('PEXPIRE', key, px)
+      end
+      return '1 ' .. v .. ' ' .. t[1] .. ' ' .. t[2]
+    end
+  end
+  if px ~= 'p' then redis.call('PSETEX', key, ARGV[2], string.format('%d', now + ARGV[2])) end
+  return now
+end
 local now, t = ARGV[7], nil
 if now then
   now = now + 0
