@@ -1,5 +1,6 @@
 // One process of the lock suite: opens its own client on a store (kind: redis-node | redis-io, each
-// with `-cmd` for a store with `command` | pg | sqlite; target: a prefix or a file), then
+// with `-cmd` for a store with `command` | cluster-node-cmd | cluster-io-cmd: the suite's Redis
+// Cluster, with `command` | pg | sqlite; target: a prefix or a file), then
 //   race <key> <n>           says `ready`, waits for `go` on stdin, fires n acquires at once (each its
 //                            own lock, its own owner) and prints how many got the lock;
 //   release <key> <owner>    restores the lock from its owner token and prints what release answered.
@@ -10,6 +11,7 @@ import Redis from 'ioredis';
 import { createClient } from 'redis';
 
 import { PostgresStore, RedisStore, SqliteStore } from '../dist/index.js';
+import { ioredisCluster, nodeRedisCluster } from './redis-servers.mjs';
 import { pgPool } from './sql-helpers.mjs';
 
 const [kind, target, mode, key, arg] = process.argv.slice(2);
@@ -35,6 +37,12 @@ if (kind === 'redis-node' || kind === 'redis-node-cmd') {
     prefix: target,
   });
   close = () => redis.quit();
+} else if (kind === 'cluster-node-cmd' || kind === 'cluster-io-cmd') {
+  // The plain SET routed by its key, as in lock.test.mjs' Cluster case.
+  const c = kind === 'cluster-node-cmd' ? await nodeRedisCluster() : await ioredisCluster();
+  const command = kind === 'cluster-node-cmd' ? (args) => c.client.sendCommand(args[1], false, args) : (args) => c.client.call(args[0], args.slice(1));
+  store = RedisStore.using(c.run, { evalsha: c.evalsha, command, prefix: target });
+  close = () => c.close();
 } else if (kind === 'pg') {
   const pool = pgPool(8);
   store = PostgresStore.using(pool, { prefix: target });

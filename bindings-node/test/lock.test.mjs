@@ -2,13 +2,14 @@
 // injected clock; a real Redis through node-redis and ioredis, and a real PostgreSQL, on the server's
 // clock, each step at its offset from the case's start, `exact` steps skipped); the argument errors
 // and block's schedule; block, withLock and restore by token; exactly one holder among 4 processes x
-// 64 concurrent acquirers on Redis, PostgreSQL and SQLite.
+// 64 concurrent acquirers on Redis, Redis Cluster, PostgreSQL and SQLite.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
 
 import Database from 'better-sqlite3';
 import Redis from 'ioredis';
@@ -198,19 +199,32 @@ describe('Lock behaviour', () => {
     assert.equal(await store.lock('job', 10).block(0).catch((e) => e.constructor), LockTimeoutError);
   });
 
-  it('a generated owner token is a version 4 UUID, a new one every lock (past a refill of its random bytes)', () => {
+  it('a generated owner token is unique: a random prefix of its process (128 bits) and a counter; each process and worker has its own', async () => {
     const store = new MemoryStore();
-    const seen = new Set();
-    // 256 tokens a refill of the random bytes: 2,000 locks cross several.
-    for (let i = 0; i < 2000; i++) {
-      const owner = store.lock('k', 10).owner;
-      assert.match(owner, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
-      seen.add(owner);
-    }
-    assert.equal(seen.size, 2000);
-    // Every hex digit appears in every free position across the tokens (not a constant or a short cycle).
-    const digits = [...seen].map((o) => o.replaceAll('-', ''));
-    for (const at of [0, 12, 13, 16, 17, 31]) assert.equal(new Set(digits.map((d) => d[at])).size, at === 12 ? 1 : at === 16 ? 4 : 16, `position ${at}`);
+    const tokens = Array.from({ length: 2000 }, () => store.lock('k', 10).owner);
+    assert.equal(new Set(tokens).size, 2000);
+    const prefixOf = (token) => {
+      const m = /^([0-9a-f]{32}):(\d+)$/.exec(token);
+      assert.ok(m, token);
+      return m[1];
+    };
+    const prefix = prefixOf(tokens[0]);
+    assert.ok(tokens.every((t) => prefixOf(t) === prefix));
+    // A lock restored from a generated token is that owner's (on the store that holds it).
+    const held = store.lock('restore', 10);
+    assert.equal(await held.acquire(), true);
+    assert.equal(await store.lock('restore', 10, held.owner).release(), true);
+    // Another process and another worker thread start their own prefix.
+    const dist = JSON.stringify(new URL('../dist/index.js', import.meta.url).href);
+    const source = `import { MemoryStore } from ${dist}; const s = new MemoryStore(); console.log(s.lock('k', 1).owner);`;
+    const child = execFileSync(process.execPath, ['--input-type=module', '-e', source], { encoding: 'utf8' }).trim();
+    const worker = await new Promise((resolve, reject) => {
+      const w = new Worker(`import(${dist}).then(({ MemoryStore }) => require('node:worker_threads').parentPort.postMessage(new MemoryStore().lock('k', 1).owner))`, { eval: true });
+      w.once('message', resolve);
+      w.once('error', reject);
+    });
+    const prefixes = new Set([prefix, prefixOf(child), prefixOf(worker)]);
+    assert.equal(prefixes.size, 3, [...prefixes].join(' '));
   });
 
   it('withLock runs the function holding the lock and releases it when it throws', async () => {
@@ -413,6 +427,12 @@ describe('exactly one holder among 4 processes x 64 concurrent acquirers', () =>
   it('Redis, plain SET NX PX and the script at once (node-redis and ioredis, each with and without `command`)', async () => {
     const key = `race:${Math.random()}`;
     assert.equal(await race(['redis-node-cmd', 'redis-node', 'redis-io-cmd', 'redis-io'], 'rwtest:nodelock:', key), 1);
+  });
+
+  it('Redis Cluster (two processes on node-redis, two on ioredis, each with `command`)', async () => {
+    clusterUp();
+    const key = `race:${Math.random()}`;
+    assert.equal(await race(['cluster-node-cmd', 'cluster-node-cmd', 'cluster-io-cmd', 'cluster-io-cmd'], `rwtest:clusterlock:${process.pid}:`, key), 1);
   });
 
   describe('PostgreSQL', () => {

@@ -1023,7 +1023,7 @@ export abstract class CallStore<S extends boolean> extends CooldownStore {
 
   /**
    * A lock on `key` held for `ttl` seconds once taken (on the store's clock), owned by `owner`
-   * (default: a random token; pass another lock's `owner` to restore it in another process).
+   * (default: a fresh token; pass another lock's `owner` to restore it in another process).
    */
   lock(key: string, ttl: number, owner?: string): Lock {
     return new Lock(this.lockDriver, key, ttl, owner);

@@ -5,7 +5,7 @@
  * too — this layer only sleeps.
  *
  * ```ts
- * const lock = store.lock('rebuild-feed', 30);          // TTL: 30 s; owner: a random token
+ * const lock = store.lock('rebuild-feed', 30);          // TTL: 30 s; owner: a fresh token
  * if (await lock.acquire()) {
  *   try { await rebuildFeed(); } finally { await lock.release(); }
  * }
@@ -68,7 +68,7 @@ export interface LockDriver {
   /**
    * The plan of a lock's acquire and release (kept by the store per key and TTL), checking its TTL and
    * owner as `checkLock` does (throws code `invalid_argument:ttl` / `owner`; a generated owner,
-   * `given` false, is a UUID: valid): undefined when the store runs each operation as a call.
+   * `given` false, is a prefix and a counter: valid): undefined when the store runs each operation as a call.
    */
   prepare?(key: string, owner: string, ttl: number, given: boolean): PreparedLock | undefined;
 }
@@ -105,41 +105,33 @@ export class LockTimeoutError extends RateWindowError {
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Random bytes for owner tokens (Web Crypto), 16 a token, refilled 256 tokens at a time. */
-let tokenBytes: Uint8Array | undefined;
-let tokenAt = 0;
-/** The character codes of `0`-`9`, `a`-`f`. */
-const HEX = Uint8Array.from('0123456789abcdef', (c) => c.charCodeAt(0));
+/** This process's owner-token prefix: 16 random bytes (Web Crypto) in hex and a `:`, made at the first token. */
+let tokenPrefix: string | undefined;
+/** Owner tokens made so far in this process. */
+let tokenCount = 0;
 
 /**
- * A random owner token: a version 4 UUID, as `crypto.randomUUID()` makes, built as one flat string
- * (`randomUUID` joins 36 pieces: about 650 bytes of short-lived strings a token, which a lock made per
- * operation pays in garbage collection; this allocates the 36-character string only).
+ * A fresh owner token: this process's random prefix (128 bits, made once) and a counter, e.g.
+ * `9b1c…4e0f:17`. Unique across processes and locks as a random UUID is (`randomUUID`, the seed's
+ * token: 122 random bits each), at a fraction of its cost (no random bytes a token). Tokens are not
+ * secrets either way: they keep an expired holder from freeing its successor's lock, and whoever can
+ * reach the store can force a release. A process started from another's memory (a fork without exec,
+ * a restored snapshot) would share its prefix: Node starts every child, worker and cluster worker
+ * afresh.
  */
 function ownerToken(): string {
-  let b = tokenBytes;
-  if (b === undefined || tokenAt === b.length) {
-    b = tokenBytes ??= new Uint8Array(4096);
-    globalThis.crypto.getRandomValues(b);
-    tokenAt = 0;
+  let prefix = tokenPrefix;
+  if (prefix === undefined) {
+    const b = globalThis.crypto.getRandomValues(new Uint8Array(16));
+    prefix = '';
+    for (const x of b) prefix += (x < 16 ? '0' : '') + x.toString(16);
+    tokenPrefix = prefix += ':';
   }
-  const i = tokenAt;
-  tokenAt += 16;
-  const h = HEX;
-  return String.fromCharCode(
-    h[b[i]! >> 4]!, h[b[i]! & 15]!, h[b[i + 1]! >> 4]!, h[b[i + 1]! & 15]!,
-    h[b[i + 2]! >> 4]!, h[b[i + 2]! & 15]!, h[b[i + 3]! >> 4]!, h[b[i + 3]! & 15]!, 45,
-    h[b[i + 4]! >> 4]!, h[b[i + 4]! & 15]!, h[b[i + 5]! >> 4]!, h[b[i + 5]! & 15]!, 45,
-    52, h[b[i + 6]! & 15]!, h[b[i + 7]! >> 4]!, h[b[i + 7]! & 15]!, 45, // version 4
-    h[8 | ((b[i + 8]! >> 4) & 3)]!, h[b[i + 8]! & 15]!, h[b[i + 9]! >> 4]!, h[b[i + 9]! & 15]!, 45, // variant 10xx
-    h[b[i + 10]! >> 4]!, h[b[i + 10]! & 15]!, h[b[i + 11]! >> 4]!, h[b[i + 11]! & 15]!,
-    h[b[i + 12]! >> 4]!, h[b[i + 12]! & 15]!, h[b[i + 13]! >> 4]!, h[b[i + 13]! & 15]!,
-    h[b[i + 14]! >> 4]!, h[b[i + 14]! & 15]!, h[b[i + 15]! >> 4]!, h[b[i + 15]! & 15]!,
-  );
+  return prefix + tokenCount++;
 }
 
 /**
- * One lock on a store: the key, the owner token (random unless given: pass another lock's `owner` to
+ * One lock on a store: the key, the owner token (a fresh one unless given: pass another lock's `owner` to
  * restore it in another process) and the TTL in seconds (required: a crashed holder's lock frees
  * itself when it ends, on the store's clock). Not re-entrant: acquiring a lock you hold answers false.
  */
@@ -159,7 +151,8 @@ export class Lock {
     checkKey(key);
     if (typeof ttl !== 'number') throw new InvalidArgumentError('ttl', ttl, `invalid ttl: ${String(ttl)} (expected a number of seconds above 0)`);
     if (owner !== undefined && typeof owner !== 'string') throw new InvalidArgumentError('owner', owner, `invalid owner: ${String(owner)} (expected a string)`);
-    // Web Crypto's random bytes (Node >= 19, browsers, Deno, workers): the wasm package shares this file.
+    // Web Crypto's random bytes for the prefix (Node >= 19, browsers, Deno, workers): the wasm package
+    // shares this file.
     const token = owner ?? ownerToken();
     // A store that plans the lock's commands checks the TTL and the owner as it plans them.
     let prepared: PreparedLock | undefined;
@@ -172,7 +165,8 @@ export class Lock {
     }
     this.prepared = prepared;
     // Else the engine checks the TTL and the owner. A TTL it passed with a generated token passes again
-    // with any other (every token is a UUID of the same shape): that check is not repeated per lock.
+    // with any other (every token is a prefix and a counter, far below the owner's 256 bytes): that
+    // check is not repeated per lock.
     if (prepared === undefined && (owner !== undefined || ttl !== driver.checkedTtl)) {
       try {
         need(driver.backend, 'checkLock')(ttl, token);
@@ -254,7 +248,7 @@ export interface WithLockOptions {
   wait?: number;
   /** Milliseconds between tries (default 250). */
   retryMs?: number;
-  /** The owner token (default: a random one). */
+  /** The owner token (default: a fresh one, see {@link Lock.owner}). */
   owner?: string;
 }
 

@@ -668,7 +668,7 @@ export class ShardedStore extends CooldownStore {
   }
 
   /**
-   * A lock on `key` held for `ttl` seconds once taken, owned by `owner` (default: a random token).
+   * A lock on `key` held for `ttl` seconds once taken, owned by `owner` (default: a fresh token).
    * Sharded, every operation is one message to the manager, which runs it on its store's lock, so the
    * lock is exclusive across every shard; outside sharding, the local store's.
    */

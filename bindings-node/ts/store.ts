@@ -178,7 +178,7 @@ export class MemoryStore extends CooldownStore {
   private readonly locks: LockDriver;
 
   /**
-   * A lock on `key` held for `ttl` seconds once taken, owned by `owner` (default: a random token; pass
+   * A lock on `key` held for `ttl` seconds once taken, owned by `owner` (default: a fresh token; pass
    * another lock's `owner` to restore it). Exclusive within this process (the store's memory).
    */
   lock(key: string, ttl: number, owner?: string): LockType {
