@@ -2,8 +2,8 @@
 injected clock; a real Redis through redis-py sync and asyncio, and a real PostgreSQL through psycopg,
 on the server's clock: each step at its offset from the case's start, ``exact`` steps skipped); the
 argument errors and ``block``'s schedule; ``block``, the context managers and restore by token; exactly
-one holder among 4 processes (``multiprocessing``) x 64 concurrent acquirers on Redis, PostgreSQL and
-SQLite."""
+one holder among 4 processes (``multiprocessing``) x 64 concurrent acquirers on Redis, Redis Cluster,
+PostgreSQL and SQLite."""
 
 from __future__ import annotations
 
@@ -270,6 +270,11 @@ def _store(kind: str, target: str) -> tuple[Any, Callable[[], None]]:
             prefix=target,
         )
         return store, client.close
+    if kind == "cluster":
+        from redis_servers import cluster_client
+
+        cluster = cluster_client(8)
+        return RedisStore.from_client(cluster, prefix=target), cluster.close
     if kind == "pg":
         import psycopg_pool
 
@@ -316,9 +321,10 @@ def test_a_lock_restored_in_another_process_releases_it() -> None:
         assert lock.current_owner() is None
 
 
-@pytest.mark.parametrize("kind", ["redis", "redis-mixed", "pg", "sqlite"])
+@pytest.mark.parametrize("kind", ["redis", "redis-mixed", "cluster", "pg", "sqlite"])
 def test_exactly_one_holder_among_4_processes_x_64(kind: str, tmp_path: Path) -> None:
-    # redis: a plain SET NX PX in every process; redis-mixed: two processes by SET, two by the script.
+    # redis: a plain SET NX PX in every process; redis-mixed: two processes by SET, two by the script;
+    # cluster: the plain SET routed to the key's master.
     if kind == "sqlite":
         target = str(tmp_path / "race.db")
         connection = sq.sqlite_connect(target)
@@ -326,7 +332,7 @@ def test_exactly_one_holder_among_4_processes_x_64(kind: str, tmp_path: Path) ->
         SqliteStore(connection).install_schema()
         connection.close()
     else:
-        target = REDIS_PREFIX if kind.startswith("redis") else PREFIX
+        target = REDIS_PREFIX if kind.startswith("redis") or kind == "cluster" else PREFIX
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(4)
     out = ctx.Queue()
@@ -615,6 +621,37 @@ def test_a_planned_lock_turns_a_client_failure_into_a_store_error_sent_once() ->
             await alock.release()
 
     asyncio.run(go())
+
+
+class _Int(int):
+    pass
+
+
+class _Str(str):
+    pass
+
+
+@pytest.mark.parametrize("op", ["acquire", "release"])
+def test_a_planned_lock_reads_every_reply_as_the_call_machine_does(op: str) -> None:
+    """The planned lock's own lookup (the core's ``lock_answers`` as a dict) answers what the call
+    machine fed the same reply answers (``_finish``: the operation as a call whose first command ran),
+    for replies of every type a client may give: each answer the same, or both a StoreReplyError."""
+    from ratewindow import StoreReplyError
+
+    replies: list[Any] = [True, False, None, 1, 0, 2, -1, 2**70, "OK", b"OK", "ok", b"ok", "1", b"1", "0", b"0"]
+    replies += [b"\xffOK", "", 1.0, 0.0, [1], (1,), ["OK"], bytearray(b"OK"), _Int(1), _Int(0), _Str("OK"), _Str("1")]
+    for reply in replies:
+        store = RedisStore.using(lambda s, k, a: reply, evalsha=lambda s, k, a: reply, command=lambda args: reply)
+        lock = store.lock("k", 1)
+        assert type(lock).__name__ == "PlannedLock"
+        outcomes = []
+        for run in (getattr(lock, op), lambda: lock._finish(op, reply)):  # type: ignore[attr-defined]
+            try:
+                outcomes.append(run())
+            except StoreReplyError as e:
+                outcomes.append(type(e))
+        assert outcomes[0] == outcomes[1] and type(outcomes[0]) is type(outcomes[1]), (op, reply, outcomes)
+    assert RedisStore.using(lambda s, k, a: 1, evalsha=lambda s, k, a: 1, command=lambda args: True).lock("k", 1).acquire() is True
 
 
 # ---- Purge ------------------------------------------------------------------------------------------
