@@ -6,7 +6,7 @@
 #![cfg(feature = "lock")]
 
 mod servers;
-use servers::{pg_connect, redis_connection, to_reply};
+use servers::{pg_connect, redis_connection};
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -199,39 +199,7 @@ fn vectors_on_sqlite() {
 // ---- Redis ------------------------------------------------------------------------------------------
 
 fn redis_answer(con: &mut redis::Connection, command: Command<'_>) -> Result<Fed, String> {
-    if let Command::Plain { args } = command {
-        let mut cmd = redis::cmd(&args[0]);
-        cmd.arg(&args[1..]);
-        // redis-rs reads `SET`'s `+OK` as `Value::Okay`: the status text, as the other clients give it.
-        return cmd
-            .query::<redis::Value>(con)
-            .map(|v| match v {
-                redis::Value::Okay => Fed::Reply(ratewindow_core::redis::Reply::Text("OK".into())),
-                v => Fed::Reply(to_reply(v)),
-            })
-            .map_err(|e| e.to_string());
-    }
-    let Command::Script {
-        script,
-        keys,
-        args,
-        by_sha1,
-    } = command
-    else {
-        return Err("Redis runs no SQL".into());
-    };
-    let mut cmd = if by_sha1 {
-        redis::cmd("EVALSHA")
-    } else {
-        redis::cmd("EVAL")
-    };
-    cmd.arg(if by_sha1 { script.sha1 } else { script.source })
-        .arg(keys.len())
-        .arg(keys)
-        .arg(args);
-    cmd.query::<redis::Value>(con)
-        .map(|v| Fed::Reply(to_reply(v)))
-        .map_err(|e| e.to_string())
+    servers::redis_answer(con, command)
 }
 
 fn redis_store() -> Redis {

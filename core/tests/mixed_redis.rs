@@ -19,7 +19,7 @@ use ratewindow_core::call::{
 };
 use ratewindow_core::redis::{RedisOptions, Reply};
 use ratewindow_core::{BatchVerdict, Entry, MemoryStore, MixedEntry, Rule};
-use servers::{redis_connection as connection, to_reply};
+use servers::redis_connection as connection;
 
 fn options(test: &str) -> RedisOptions {
     let nanos = SystemTime::now()
@@ -45,25 +45,12 @@ fn run_on(
     command: Command<'_>,
     clock: &Cell<u64>,
 ) -> Result<Fed, String> {
-    let Command::Script {
-        script,
-        keys,
-        args,
-        by_sha1,
-    } = command
-    else {
+    let Command::Script { script, args, .. } = &command else {
         panic!("a Redis call asked for something else");
     };
-    let mut cmd = redis::cmd(if by_sha1 { "EVALSHA" } else { "EVAL" });
-    cmd.arg(if by_sha1 { script.sha1 } else { script.source })
-        .arg(keys.len())
-        .arg(keys)
-        .arg(args);
-    let reply = cmd
-        .query::<redis::Value>(con)
-        .map(to_reply)
-        .map_err(|e| e.to_string())?;
-    if script.name == "mixed" && args[0] == "r" {
+    let release = script.name == "mixed" && args[0] == "r";
+    let reply = servers::redis_reply(con, command)?;
+    if release {
         if let Reply::Array(items) = &reply {
             let n = |r: &Reply| match r {
                 Reply::Text(s) => s.parse::<u64>().unwrap(),

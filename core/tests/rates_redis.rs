@@ -15,7 +15,7 @@ use ratewindow_core::counter::Counter;
 use ratewindow_core::gcra::Gcra;
 use ratewindow_core::redis::{RedisOptions, Reply};
 use ratewindow_core::{BatchVerdict, Limit, MemoryStore};
-use servers::{redis_connection as connection, to_reply};
+use servers::redis_connection as connection;
 
 /// A prefix of this run's own, so runs never see each other's keys.
 fn options(test: &str) -> RedisOptions {
@@ -28,27 +28,7 @@ fn options(test: &str) -> RedisOptions {
 
 /// Runs a machine's command as a host does: EVALSHA or EVAL, the server's error as its message.
 fn run_on(con: &mut impl redis::ConnectionLike, command: Command<'_>) -> Result<Fed, String> {
-    let Command::Script {
-        script,
-        keys,
-        args,
-        by_sha1,
-    } = command
-    else {
-        panic!("a Redis call asked for something else");
-    };
-    let mut cmd = if by_sha1 {
-        redis::cmd("EVALSHA")
-    } else {
-        redis::cmd("EVAL")
-    };
-    cmd.arg(if by_sha1 { script.sha1 } else { script.source })
-        .arg(keys.len())
-        .arg(keys)
-        .arg(args);
-    cmd.query::<redis::Value>(con)
-        .map(|v| Fed::Reply(to_reply(v)))
-        .map_err(|e| e.to_string())
+    servers::redis_answer(con, command)
 }
 
 fn drive(con: &mut impl redis::ConnectionLike, call: Call) -> Result<Outcome, CallError> {

@@ -25,27 +25,7 @@ fn options(test: &str) -> RedisOptions {
 
 /// Runs a machine's command as a host does: EVALSHA or EVAL, the server's error as its message.
 fn run_on(con: &mut impl redis::ConnectionLike, command: Command<'_>) -> Result<Fed, String> {
-    let Command::Script {
-        script,
-        keys,
-        args,
-        by_sha1,
-    } = command
-    else {
-        panic!("a Redis call asked for SQL");
-    };
-    let mut cmd = if by_sha1 {
-        redis::cmd("EVALSHA")
-    } else {
-        redis::cmd("EVAL")
-    };
-    cmd.arg(if by_sha1 { script.sha1 } else { script.source })
-        .arg(keys.len())
-        .arg(keys)
-        .arg(args);
-    cmd.query::<redis::Value>(con)
-        .map(|v| Fed::Reply(to_reply(v)))
-        .map_err(|e| e.to_string())
+    servers::redis_answer(con, command)
 }
 
 fn drive(

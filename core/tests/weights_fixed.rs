@@ -15,7 +15,7 @@ use ratewindow_core::call::{Command, Fed, Op, Outcome, Redis};
 use ratewindow_core::redis::RedisOptions;
 use ratewindow_core::sql::{SqlValue, Sqlite};
 use ratewindow_core::{MemoryStore, Window};
-use servers::{redis_connection as connection, to_reply};
+use servers::redis_connection as connection;
 
 /// The model: one window (count, ends) or none.
 fn model(
@@ -182,25 +182,9 @@ fn options(test: &str) -> RedisOptions {
 }
 
 fn redis_op(con: &mut redis::Connection, options: &RedisOptions, op: Op) -> Outcome {
-    let (result, _) = Redis::new(options.clone()).start(op).drive(|command| {
-        let Command::Script {
-            script,
-            keys,
-            args,
-            by_sha1,
-        } = command
-        else {
-            panic!("a script");
-        };
-        let mut cmd = redis::cmd(if by_sha1 { "EVALSHA" } else { "EVAL" });
-        cmd.arg(if by_sha1 { script.sha1 } else { script.source })
-            .arg(keys.len())
-            .arg(keys)
-            .arg(args);
-        cmd.query::<redis::Value>(con)
-            .map(|v| Fed::Reply(to_reply(v)))
-            .map_err(|e| e.to_string())
-    });
+    let (result, _) = Redis::new(options.clone())
+        .start(op)
+        .drive(|command| servers::redis_answer(con, command));
     result.expect("the call")
 }
 

@@ -16,7 +16,7 @@ use servers::{redis_connection as connection, to_reply};
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ratewindow_core::call::{Call, Command, Fed, Op, Outcome, Redis, ReleaseToken};
+use ratewindow_core::call::{Call, Op, Outcome, Redis, ReleaseToken};
 use ratewindow_core::redis::weighted::{self, decode_weighted};
 use ratewindow_core::redis::{self as rw, RedisOptions, RedisRelease, Reply};
 use ratewindow_core::{BatchVerdict, Entry, Limit, MemoryStore, Window};
@@ -213,25 +213,7 @@ fn a_seeded_walk_answers_as_the_memory_store() {
 }
 
 fn drive(con: &mut impl redis::ConnectionLike, call: Call) -> Outcome {
-    let (result, failures) = call.drive(|command| {
-        let Command::Script {
-            script,
-            keys,
-            args,
-            by_sha1,
-        } = command
-        else {
-            panic!("a Redis call asked for something else");
-        };
-        let mut cmd = redis::cmd(if by_sha1 { "EVALSHA" } else { "EVAL" });
-        cmd.arg(if by_sha1 { script.sha1 } else { script.source })
-            .arg(keys.len())
-            .arg(keys)
-            .arg(args);
-        cmd.query::<redis::Value>(con)
-            .map(|v| Fed::Reply(to_reply(v)))
-            .map_err(|e| e.to_string())
-    });
+    let (result, failures) = call.drive(|command| servers::redis_answer(con, command));
     assert!(failures.is_empty(), "{failures:?}");
     result.expect("the call")
 }

@@ -155,3 +155,47 @@ pub fn pg_answer(client: &mut postgres::Client, command: Command<'_>) -> Result<
 pub fn sqlite_answer(db: &rusqlite::Connection, command: Command<'_>) -> Result<Fed, String> {
     sql_answer(command, |statement| sqlite_rows(db, statement))
 }
+
+/// Runs a machine's Redis command as a host does: a plain command as it is, a script by EVALSHA or
+/// EVAL; the reply as the core reads it (`SET`'s `+OK` as the text the other clients give), the
+/// server's error as its message.
+pub fn redis_reply(
+    con: &mut impl redis::ConnectionLike,
+    command: Command<'_>,
+) -> Result<Reply, String> {
+    let cmd = match command {
+        Command::Plain { args } => {
+            let mut cmd = redis::cmd(&args[0]);
+            cmd.arg(&args[1..]);
+            cmd
+        }
+        Command::Script {
+            script,
+            keys,
+            args,
+            by_sha1,
+        } => {
+            let mut cmd = redis::cmd(if by_sha1 { "EVALSHA" } else { "EVAL" });
+            cmd.arg(if by_sha1 { script.sha1 } else { script.source })
+                .arg(keys.len())
+                .arg(keys)
+                .arg(args);
+            cmd
+        }
+        _ => return Err("Redis runs no SQL".to_owned()),
+    };
+    cmd.query::<redis::Value>(con)
+        .map(|v| match v {
+            redis::Value::Okay => Reply::Text("OK".to_owned()),
+            v => to_reply(v),
+        })
+        .map_err(|e| e.to_string())
+}
+
+/// [`redis_reply`] as what the host feeds back.
+pub fn redis_answer(
+    con: &mut impl redis::ConnectionLike,
+    command: Command<'_>,
+) -> Result<Fed, String> {
+    redis_reply(con, command).map(Fed::Reply)
+}
