@@ -2,9 +2,12 @@
 // PX ttl` to acquire and a compare-and-delete script (EVALSHA) to release — on node-redis and ioredis.
 //
 // One operation is a pair: acquire a lock on a key of its own (1,000 keys round-robin, a fresh owner
-// token each time), then release it. Contenders run interleaved in one process (rotating order each
-// round), 1 and 64 pairs in flight; each ratio is the median of the per-round ratios of ours over bare
-// (throughput; target >= 0.9x).
+// token each time), then release it. Contenders run interleaved in one process, 1 and 64 pairs in
+// flight; each ratio is the median of the per-round ratios of ours over bare (throughput; target >=
+// 0.9x). A round gives each contender RUN_MS in slices of SLICE_MS (default 100 ms), alternating
+// ours, bare, bare, ours, ...: on a machine whose other load moves by the second, both contenders see
+// the same load within a round (whole 1 s turns each, the old default, swung the per-round ratio
+// 0.53-1.71 at load 0.3-2, and their 7-round medians moved 0.80-1.12 between runs).
 //   - ours:  store.lock(key, 10).acquire() then .release()   (the store has `command`: the acquire is a
 //            plain SET NX PX, the release an EVALSHA of the lock script)
 //   - bare:  SET key owner NX PX 10000, then EVALSHA of `if GET == owner then DEL` (the seed's shape)
@@ -13,16 +16,18 @@
 //   BENCH_QUICK=1 node bench/node/lock.mjs a smoke run;  BENCH_PARTS=noio …  only the client CPU with no I/O
 //   REDIS_PORT=6440 …  a private redis-server (default: the shared 6379);  BENCH_ROUNDS=9 …  more rounds
 //   BENCH_RUN_MS=2000 …  longer rounds (default 1000);  BENCH_PKG=<dir> …  the package built in another checkout
+//   BENCH_SLICE_MS=1000 …  one turn a contender a round (the method before slices; default 100)
 //   BENCH_NODE_REDIS_TIMEOUT=0 …  node-redis without its per-command timeout (default: node-redis 6's
 //            own default, 5000 ms, set explicitly so both contenders share it)
 //
 // Fairness (both contenders share one client with the same options, on both clients):
 //   - node-redis 6 arms `AbortSignal.timeout(commandOptions.timeout)` for every command (its default
 //     5,000 ms), and that timer fires 5 s later whether or not the reply came, making a `DOMException`
-//     and keeping the signal alive until then. Short back-to-back rounds charged one contender for the
-//     other's commands of earlier rounds. So after every node-redis round the bench waits the timeout
-//     (+250 ms) until the round's own timers have all fired, and counts the CPU of that wait to the
-//     round's contender: each pays for exactly its own timers. The throughput is the round's alone.
+//     and keeping the signal alive until then. So after every node-redis round the bench waits the
+//     timeout (+250 ms) until the round's own timers have all fired, and splits the CPU of that wait
+//     between the contenders by the pairs each made (two commands, two timers a pair on both sides); no
+//     timer of a round fires in the next. Within a round the slices alternate, so a slice meets the
+//     timers of earlier slices of both contenders alike. The throughput is the slices' alone.
 //   - A warm-up round of each contender (not recorded), so the JIT and the scripts are warm for both.
 //   - A full GC (not counted) before every round, so no contender starts with the other's garbage.
 // Beside each ratio: this process's and the redis-server's CPU per pair (the server's from /proc when it
@@ -47,6 +52,7 @@ const IORedis = require('ioredis');
 const quick = process.env.BENCH_QUICK === '1';
 const ROUNDS = quick ? 1 : Number(process.env.BENCH_ROUNDS ?? 7);
 const RUN_MS = quick ? 100 : Number(process.env.BENCH_RUN_MS ?? 1000);
+const SLICE_MS = Math.min(RUN_MS, Number(process.env.BENCH_SLICE_MS ?? 100));
 const REDIS_PORT = Number(process.env.REDIS_PORT ?? 6379);
 // node-redis 6's per-command timeout (its default, 5000 ms, unless BENCH_NODE_REDIS_TIMEOUT says).
 const NODE_REDIS_TIMEOUT = Number(process.env.BENCH_NODE_REDIS_TIMEOUT ?? 5000);
@@ -139,37 +145,71 @@ function serverCpu() {
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
- * Pairs per second for `ms`, `inFlight` at once, each worker on its own slice of the keys; pushes this
- * process's and the server's CPU per pair (µs) onto `cpu` (load-independent, unlike the throughput).
- * A full GC first (not counted); after the round, `drainMs` of waiting for the round's own deferred
- * work (node-redis' command timers), whose CPU is counted to the round but not its time.
+ * One round of every contender in `fns`: each runs `ms` in all, in slices of `sliceMs` alternating
+ * A, B, B, A, ... (each slice `inFlight` pairs at once, waited out before the next contender's), a
+ * full GC first (not counted). Pushes each contender's pairs a second (pairs over the slices' own
+ * time) onto `rates`, and its CPU per pair (this process, the server) and the server's command time
+ * per pair onto `cpu`; then waits `drainMs` for the round's node-redis timers, whose CPU is split by
+ * the pairs each contender made.
  */
-async function measure(fn, inFlight, ms, cpu, drainMs = 0) {
-  let done = 0;
+async function measureRound(fns, inFlight, ms, sliceMs, rates, cpu, drainMs = 0) {
+  const names = Object.keys(fns);
+  const acc = Object.fromEntries(names.map((n) => [n, { done: 0, time: 0, client: 0, server: 0, commands: 0 }]));
   gc();
-  if (cpu && admin) await admin.sendCommand(['CONFIG', 'RESETSTAT']);
-  const cpu0 = process.cpuUsage();
-  const server0 = serverCpu();
-  const until = performance.now() + ms;
+  if (admin) await admin.sendCommand(['CONFIG', 'RESETSTAT']);
+  let usec0 = admin ? await commandTime() : 0;
   const per = KEYS.length / inFlight;
-  await Promise.all(
-    Array.from({ length: inFlight }, async (_, w) => {
-      let i = 0;
-      while (performance.now() < until) {
-        await fn(KEYS[Math.floor(w * per) + (i++ % Math.max(1, Math.floor(per)))]);
-        done++;
+  const slices = Math.max(1, Math.round(ms / sliceMs));
+  for (let s = 0; s < slices; s++) {
+    for (const name of s % 2 === 0 ? names : [...names].reverse()) {
+      const fn = fns[name];
+      const a = acc[name];
+      let done = 0;
+      const cpu0 = process.cpuUsage();
+      const server0 = serverCpu();
+      const start = performance.now();
+      const until = start + sliceMs;
+      await Promise.all(
+        Array.from({ length: inFlight }, async (_, w) => {
+          let i = 0;
+          while (performance.now() < until) {
+            await fn(KEYS[Math.floor(w * per) + (i++ % Math.max(1, Math.floor(per)))]);
+            done++;
+          }
+        }),
+      );
+      a.time += performance.now() - start;
+      const used = process.cpuUsage(cpu0);
+      a.client += used.user + used.system;
+      if (server0 !== undefined) a.server += serverCpu() - server0;
+      a.done += done;
+      if (admin) {
+        const usec = await commandTime();
+        a.commands += usec - usec0;
+        usec0 = usec;
       }
-    }),
-  );
-  const rate = (done / ms) * 1000;
-  if (drainMs > 0) await sleep(drainMs);
-  if (cpu) {
-    const used = process.cpuUsage(cpu0);
-    cpu.client.push((used.user + used.system) / done);
-    if (server0 !== undefined) cpu.server.push((serverCpu() - server0) / done);
-    if (admin) cpu.commands.push((await commandTime()) / done);
+    }
   }
-  return rate;
+  if (drainMs > 0) {
+    const cpu0 = process.cpuUsage();
+    const server0 = serverCpu();
+    await sleep(drainMs);
+    const used = process.cpuUsage(cpu0);
+    const all = names.reduce((t, n) => t + acc[n].done, 0);
+    for (const n of names) {
+      acc[n].client += ((used.user + used.system) * acc[n].done) / all;
+      if (server0 !== undefined) acc[n].server += ((serverCpu() - server0) * acc[n].done) / all;
+    }
+  }
+  for (const n of names) {
+    const a = acc[n];
+    rates[n]?.push((a.done / a.time) * 1000);
+    if (cpu) {
+      cpu[n].client.push(a.client / a.done);
+      if (redisPid !== undefined) cpu[n].server.push(a.server / a.done);
+      if (admin) cpu[n].commands.push(a.commands / a.done);
+    }
+  }
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -229,18 +269,17 @@ if (process.env.BENCH_CALLGRIND) {
 const noioOnly = process.env.BENCH_PARTS === 'noio';
 const cs = noioOnly ? [] : await clients();
 console.log(
-  `lock bench: ${ROUNDS} rounds x ${RUN_MS} ms per contender, node-redis command timeout ${NODE_REDIS_TIMEOUT} ms, load ${loadavg().map((l) => l.toFixed(1)).join(' ')}`,
+  `lock bench: ${ROUNDS} rounds x ${RUN_MS} ms per contender in slices of ${SLICE_MS} ms, node-redis command timeout ${NODE_REDIS_TIMEOUT} ms, load ${loadavg().map((l) => l.toFixed(1)).join(' ')}`,
 );
 for (const c of cs) {
   const fns = contenders(c);
   for (const inFlight of [1, 64]) {
-    for (const fn of Object.values(fns)) await measure(fn, inFlight, RUN_MS, undefined, c.drainMs); // warm-up, not recorded
+    await measureRound(fns, inFlight, RUN_MS, SLICE_MS, {}, undefined, c.drainMs); // warm-up, not recorded
     const rates = { ours: [], bare: [] };
     const cpu = { ours: { client: [], server: [], commands: [] }, bare: { client: [], server: [], commands: [] } };
-    const names = Object.keys(fns);
     for (let r = 0; r < ROUNDS; r++) {
-      const order = r % 2 === 0 ? names : [...names].reverse();
-      for (const name of order) rates[name].push(await measure(fns[name], inFlight, RUN_MS, cpu[name], c.drainMs));
+      // The first contender alternates by round too.
+      await measureRound(r % 2 === 0 ? fns : { bare: fns.bare, ours: fns.ours }, inFlight, RUN_MS, SLICE_MS, rates, cpu, c.drainMs);
     }
     const ratios = rates.ours.map((o, i) => o / rates.bare[i]);
     console.log(
