@@ -13,13 +13,17 @@ DIST="${RATEWINDOW_COMPONENT_DIST:-$ROOT/bindings-wasm/component/dist}"
 # Size budgets: 176 KiB for the engine world, 352 KiB for the hosted one, which carries the core's call
 # machines: the Redis machine with its Cluster fallback, the lock (memory and Redis), and GCRA and the
 # sliding-window counter (memory in both worlds, Redis in the hosted one). The component depends on the
-# core without its default features: no `sql` (the SQL machines, ~38 KB it never runs), no `weights`,
+# core without its default features: no `sql` (the SQL machines, ~38 KB it never runs), no `mixed`,
 # no `lock-commands`; the hosted build turns the core's `lock` feature on (its lock without the SQL
 # machines: ~24 KB), both the core's `rates`. Raised deliberately for `rates` (issue 17) from 150 KB and
 # 256 KiB, at 1 Dec 2026 (rustup toolchain): engine 168,005 bytes with them (92-101 KB before), hosted
 # 349,969 (261,455 before): the rate and mixed-batch code of the memory store and the Redis rate machine
 # with its two scripts. Where those bytes go is not profiled yet (twiggy on an unstripped build).
-budget() { if [ "$1" = hosted ]; then echo $((352 * 1024)); else echo $((176 * 1024)); fi; }
+# Raised again for `weights` (weighted calls on the sliding log, issue 17) to 184 KiB and 392 KiB, at 2 Dec
+# 2026 (rustup toolchain, HEAD built beside it): engine 168,010 -> 180,218 bytes, hosted 354,095 ->
+# 392,392 (the weighted memory and Redis code, weighted.lua, and the weighted attempt the core's machine
+# carries with the feature).
+budget() { if [ "$1" = hosted ]; then echo $((392 * 1024)); else echo $((184 * 1024)); fi; }
 JCO="$ROOT/bindings-wasm/node_modules/.bin/jco"
 
 eval "$("$ROOT/scripts/wasm-toolchain.sh" env)"

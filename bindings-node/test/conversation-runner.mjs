@@ -7,16 +7,40 @@
 // the same failed give-backs.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const dir = join(resolve(dirname(fileURLToPath(import.meta.url)), '..', '..'), 'tests', 'vectors', 'conversations');
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const dir = join(root, 'tests', 'vectors', 'conversations');
+
+// The weighted and mixed scripts (weights.json) are not in `store.scripts`: named by their text as the
+// core ships it (without its comment lines, `sql::schema_text!`) and its SHA1.
+const shipped = (source) => source.split(/(?<=\n)/).filter((line) => !/^[ \t]*--/.test(line)).join('');
+const MORE_SCRIPTS = {};
+for (const name of ['weighted', 'mixed']) {
+  const source = shipped(readFileSync(join(root, 'core', 'src', 'redis', `${name}.lua`), 'utf8'));
+  MORE_SCRIPTS[source] = name;
+  MORE_SCRIPTS[createHash('sha1').update(source).digest('hex')] = name;
+}
 
 /** Runs every conversation vector through `api`'s public stores, each made with `backend`. */
 export function conversationSuite(api, backend, title = 'conversation vectors through the public stores') {
   const limitOf = (l) => ({ uses: l.uses, windowMs: l.window_ms });
-  const entriesOf = (entries) => entries.map((e) => ({ key: e.key, limit: limitOf(e.limit) }));
+  // An entry's `cost` (weights.json) is passed only when the vector gives one.
+  const withCost = (entry, cost) => (cost === undefined ? entry : { ...entry, cost });
+  const entriesOf = (entries) => entries.map((e) => withCost({ key: e.key, limit: limitOf(e.limit) }, e.cost));
+  /** A mixed batch's entries (`algorithm`: sliding, gcra or counter) as the public API's limits. */
+  const mixedOf = (entries) =>
+    entries.map((e) => {
+      const l = limitOf(e.limit);
+      const limit = e.algorithm === 'sliding' ? l
+        : e.algorithm === 'gcra' ? { algorithm: 'gcra', ...l, ...(e.limit.burst === undefined ? {} : { burst: e.limit.burst }) }
+        : { algorithm: e.algorithm, ...l };
+      return withCost({ key: e.key, limit }, e.cost);
+    });
+  const options = (op) => (op.cost === undefined ? [] : [{ cost: op.cost }]);
 
   /** The steps of the call under way, checked and answered one command at a time. */
   class Script {
@@ -66,7 +90,7 @@ export function conversationSuite(api, backend, title = 'conversation vectors th
 
   /** A RedisStore over a scripted client. */
   function redisStore(options, script, reports) {
-    const names = {};
+    const names = { ...MORE_SCRIPTS };
     const run = (text, bySha1, keys, args) => {
       const step = script.next();
       const c = step.command;
@@ -131,10 +155,12 @@ export function conversationSuite(api, backend, title = 'conversation vectors th
   /** The public call of `op` on `store`, awaited; `verdicts` holds earlier calls' verdicts (for `release`). */
   async function call(store, op, verdicts) {
     switch (op.op) {
-      case 'consume': return { verdict: await store.consume(op.key, limitOf(op.limit)), batch: false };
-      case 'peek': return { verdict: await store.peek(op.key, limitOf(op.limit)), batch: false };
+      case 'consume': return { verdict: await store.consume(op.key, limitOf(op.limit), ...options(op)), batch: false };
+      case 'peek': return { verdict: await store.peek(op.key, limitOf(op.limit), ...options(op)), batch: false };
       case 'consume_many': return { verdict: await store.consumeMany(entriesOf(op.entries)), batch: true };
       case 'peek_many': return { verdict: await store.peekMany(entriesOf(op.entries)), batch: true };
+      case 'consume_mixed': return { verdict: await store.consumeMany(mixedOf(op.entries)), batch: true };
+      case 'peek_mixed': return { verdict: await store.peekMany(mixedOf(op.entries)), batch: true };
       case 'release': return { unit: (await verdicts[op.of].release()) ?? null };
       case 'hit': {
         const h = await store.hitWindow(op.key, op.decay_ms, op.amount);

@@ -6,6 +6,7 @@ reported give-backs must be the case's."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import json
 from collections.abc import Callable
@@ -17,7 +18,9 @@ import pytest
 from ratewindow import (
     AsyncPostgresStore,
     AsyncRedisStore,
+    CounterLimit,
     Entry,
+    GcraLimit,
     GiveBackError,
     GiveBackWarning,
     InternalError,
@@ -33,6 +36,17 @@ from ratewindow._ratewindow import redis_scripts
 FOLDER = Path(__file__).resolve().parents[2] / "tests" / "vectors" / "conversations"
 CASES = [case for path in sorted(FOLDER.glob("*.json")) for case in json.loads(path.read_text())["cases"]]
 SCRIPTS = {text: name for name, sha, source in redis_scripts() for text in (sha, source)}
+
+
+def _shipped(source: str) -> str:
+    """A script as the core ships it: without its comment lines (``sql::schema_text!``)."""
+    return "".join(line for line in source.splitlines(keepends=True) if not line.lstrip(" \t").startswith("--"))
+
+
+# The weighted and mixed scripts (weights.json), named by their shipped text and its SHA1.
+for _name in ("weighted", "mixed"):
+    _text = _shipped((FOLDER.parents[2] / "core" / "src" / "redis" / f"{_name}.lua").read_text())
+    SCRIPTS[_text] = SCRIPTS[hashlib.sha1(_text.encode()).hexdigest()] = _name
 ERRORS: dict[str, Callable[[BaseException], bool]] = {
     "store": lambda e: type(e) is StoreError,
     "reply": lambda e: isinstance(e, StoreReplyError),
@@ -106,12 +120,31 @@ def _limit(spec: dict[str, Any]) -> Limit:
     return Limit(spec["uses"], spec["window_ms"])
 
 
+def _any_limit(entry: dict[str, Any]) -> Limit | GcraLimit | CounterLimit:
+    """A mixed batch's entry limit by its ``algorithm`` (sliding, gcra or counter)."""
+    spec, algorithm = entry["limit"], entry["algorithm"]
+    if algorithm == "gcra":
+        return GcraLimit(spec["uses"], spec["window_ms"], burst=spec.get("burst"))
+    if algorithm == "counter":
+        return CounterLimit(spec["uses"], spec["window_ms"])
+    return _limit(spec)
+
+
 def _method(store: Any, op: dict[str, Any], made: list[Any]) -> Callable[[], Any]:
     kind = op["op"]
+    # A `cost` (weights.json) is passed only when the vector gives one.
     if kind in ("consume", "peek"):
-        return lambda: getattr(store, kind)(op["key"], _limit(op["limit"]))
+        cost = {"cost": op["cost"]} if "cost" in op else {}
+        return lambda: getattr(store, kind)(op["key"], _limit(op["limit"]), **cost)
     if kind in ("consume_many", "peek_many"):
-        return lambda: getattr(store, kind)([Entry(e["key"], _limit(e["limit"])) for e in op["entries"]])
+        return lambda: getattr(store, kind)(
+            [Entry(e["key"], _limit(e["limit"]), e.get("cost")) for e in op["entries"]]
+        )
+    if kind in ("consume_mixed", "peek_mixed"):
+        method = kind.replace("mixed", "many")
+        return lambda: getattr(store, method)(
+            [Entry(e["key"], _any_limit(e), e.get("cost")) for e in op["entries"]]
+        )
     if kind == "release":
         return made[op["of"]].release  # type: ignore[no-any-return]
     if kind == "hit":

@@ -115,7 +115,8 @@ export const verdictJson = (v) => ({
 export const batchJson = (v) => ({ ...verdictJson(v), blocked: v.blocked === undefined ? null : v.blocked });
 
 const limit = (l) => ({ uses: l.uses, windowMs: l.window_ms });
-const entries = (list) => list.map((e) => ({ key: e.key, limit: limit(e.limit) }));
+// An entry's `cost` (the weights vectors) crosses as the WIT `option<f64>`: undefined is none.
+const entries = (list) => list.map((e) => ({ key: e.key, limit: limit(e.limit), cost: e.cost }));
 
 /**
  * Runs `fn` and gives `{ ok }` or `{ err }` where `err` is the component's `error` variant: jco throws
@@ -166,6 +167,15 @@ class Ops {
 
   peek(key, l, now) {
     return attempt(() => this.store.peek(key, limit(l), ...this.at(now)));
+  }
+
+  /** A sliding-log call costing `cost` uses (`consume-cost`). */
+  consumeCost(key, l, cost, now) {
+    return attempt(() => this.store.consumeCost(key, limit(l), cost, ...this.at(now)));
+  }
+
+  peekCost(key, l, cost, now) {
+    return attempt(() => this.store.peekCost(key, limit(l), cost, ...this.at(now)));
   }
 
   consumeMany(list, now, id) {

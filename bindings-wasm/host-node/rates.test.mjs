@@ -125,16 +125,18 @@ for (const [world, make] of WORLDS) {
         assert.equal(ops.consumeMixed(entries, 5).err?.tag, 'invalid-argument');
       }
     }
-    // A sliding-log entry costs 1 in this build (no weighted log).
-    const weighted = [{ algorithm: 'sliding', key: 's', limit: GCRA, cost: 2 }];
-    assert.deepStrictEqual(ops.consumeMixed(weighted, 5).err, { tag: 'invalid-argument', val: { field: 'cost', value: '2' } });
+    // A sliding-log entry takes its cost (the weighted log): above its limit's uses, the error.
+    const heavy = [{ algorithm: 'sliding', key: 's', limit: GCRA, cost: 11 }];
+    assert.deepStrictEqual(ops.consumeMixed(heavy, 5).err?.tag, 'invalid-argument');
+    assert.deepStrictEqual(ops.consumeMixed(heavy, 5).err.val.field, 'cost');
     assert.equal(ops.store.keyCount(), 0n, 'nothing was recorded');
     // A `now` that is not a time (a wrapped clock's -1) is refused before the store sees it.
     if (ops.timed) {
       const r = ops.consumeRate('k', 'gcra', GCRA, 1, 2n ** 64n - 1n);
       assert.deepStrictEqual(r.err, { tag: 'invalid-argument', val: { field: 'now', value: '18446744073709551615' } });
     }
-    // The instance still works.
+    // The instance still works; a sliding-log entry costing 4 takes 4 uses.
+    assert.equal(ops.consumeMixed([{ algorithm: 'sliding', key: 's', limit: GCRA, cost: 4 }], 5).ok.remaining, 6);
     assert.equal(ops.consumeRate('k', 'gcra', GCRA, 10, 5).ok.allowed, true);
     assert.equal(ops.consumeRate('k', 'gcra', GCRA, 1, 5).ok.retryAfterMs, 100n);
   });

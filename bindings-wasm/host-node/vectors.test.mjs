@@ -1,4 +1,5 @@
-// Every case of tests/vectors/*.json through the component in Node (jco transpile), in both worlds.
+// Every case of tests/vectors/*.json and tests/vectors/weights/*.json through the component in Node (jco
+// transpile), in both worlds.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -8,7 +9,8 @@ import path from 'node:path';
 import { batchJson as batch, engineOps, hostedOps, num, verdictJson as verdict } from './component.mjs';
 
 const VECTORS = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'tests', 'vectors');
-const files = readdirSync(VECTORS).filter((f) => f.endsWith('.json')).sort();
+const jsonIn = (sub) => readdirSync(path.join(VECTORS, sub)).filter((f) => f.endsWith('.json')).sort().map((f) => path.join(sub, f));
+const files = [...jsonIn('.'), ...jsonIn('weights')];
 
 const fromResult = (r, ok) => {
   if (r.err) {
@@ -25,8 +27,10 @@ function run(ops, op) {
     case 'limit':
       return fromResult(ops.checkLimit({ uses: op.uses, window_ms: op.window_ms }), () => ({ ok: true }));
     case 'consume':
+      if (op.cost !== undefined) return fromResult(ops.consumeCost(op.key, op.limit, op.cost, op.now), verdict);
       return fromResult(ops.consume(op.key, op.limit, op.now), verdict);
     case 'peek':
+      if (op.cost !== undefined) return fromResult(ops.peekCost(op.key, op.limit, op.cost, op.now), verdict);
       return fromResult(ops.peek(op.key, op.limit, op.now), verdict);
     case 'consume_many':
       return fromResult(ops.consumeMany(op.entries, op.now, op.id), batch);
@@ -71,6 +75,7 @@ function run(ops, op) {
 
 test('the vectors directory has cases', () => {
   assert.ok(files.length > 0, `no vectors in ${VECTORS}`);
+  assert.ok(files.some((f) => f.startsWith('weights')), 'no weights vectors');
 });
 
 for (const [world, make] of [['engine', engineOps], ['hosted', hostedOps]]) {

@@ -78,11 +78,12 @@ def verdict_json(v: Any, batch: bool = False) -> dict[str, Any]:
     return out
 
 
-def entry(key: str, lim: wc.Record) -> wc.Record:
-    """A WIT ``entry`` record."""
+def entry(key: str, lim: wc.Record, cost: Optional[float] = None) -> wc.Record:
+    """A WIT ``entry`` record (``cost`` None: the entry costs 1)."""
     r = wc.Record()
     setattr(r, "key", key)
     setattr(r, "limit", lim)
+    setattr(r, "cost", None if cost is None else float(cost))
     return r
 
 
@@ -139,12 +140,13 @@ def _interface(store: wasmtime.Store, instance: wc.Instance, name: str, funcs: l
 _METHODS = [
     "consume", "peek", "consume-many", "peek-many", "release", "hit", "hit-window", "attempt", "attempts",
     "too-many-attempts", "remaining", "available-in", "available-in-ms", "reset-attempts", "clear", "purge",
-    "key-count", "consume-rate", "peek-rate", "reset-rate", "consume-mixed", "peek-mixed",
+    "key-count", "consume-rate", "peek-rate", "reset-rate", "consume-mixed", "peek-mixed", "consume-cost", "peek-cost",
 ]
 
 _REDIS_METHODS = [
     "consume", "peek", "consume-many", "peek-many", "release", "hit", "hit-window", "attempt", "attempts",
     "too-many-attempts", "remaining", "available-in", "available-in-ms", "reset-attempts", "clear",
+    "consume-cost", "peek-cost",
 ]
 
 #: The host's script runner: ``(script, sha1, keys, args)`` -> a ``store-io.reply`` (a
@@ -225,6 +227,13 @@ class _World:
 
     def consume(self, key: str, lim: wc.Record, now: int) -> Any:
         return self._call("consume", key, lim, now=now)
+
+    def consume_cost(self, key: str, lim: wc.Record, cost: float, now: int) -> Any:
+        """A sliding-log call costing ``cost`` uses (``consume-cost``)."""
+        return self._call("consume-cost", key, lim, float(cost), now=now)
+
+    def peek_cost(self, key: str, lim: wc.Record, cost: float, now: int) -> Any:
+        return self._call("peek-cost", key, lim, float(cost), now=now)
 
     def consume_rate(self, key: str, lim: wc.Variant, cost: float, now: int) -> Any:
         """GCRA or the counter (``lim`` from :func:`gcra_limit` / :func:`counter_limit`)."""

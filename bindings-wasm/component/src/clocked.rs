@@ -45,6 +45,14 @@ impl GuestMemoryStore for ClockedStore {
         self.0.peek(&key, &limit, now_ms())
     }
 
+    fn consume_cost(&self, key: String, limit: Limit, cost: f64) -> Result<Verdict, Error> {
+        self.0.weighted(&key, &limit, cost, now_ms(), true)
+    }
+
+    fn peek_cost(&self, key: String, limit: Limit, cost: f64) -> Result<Verdict, Error> {
+        self.0.weighted(&key, &limit, cost, now_ms(), false)
+    }
+
     fn consume_many(&self, entries: Vec<Entry>) -> Result<Consumed, Error> {
         let (verdict, token) = self.0.consume_many(entries, now_ms())?;
         Ok(Consumed {

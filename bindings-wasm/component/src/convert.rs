@@ -78,15 +78,29 @@ pub fn window(ms: f64) -> Result<core::Window, Error> {
     Ok(core::Window::from_f64(ms)?)
 }
 
-/// Checked entries: the first invalid limit fails the whole batch, before anything is counted.
+/// Checked entries: the first invalid limit or cost fails the whole batch, before anything is
+/// counted (a cost is checked after its entry's limit).
 pub fn entries(entries: Vec<Entry>) -> Result<Vec<core::Entry>, Error> {
     entries
         .into_iter()
         .map(|e| {
             let limit = limit(&e.limit)?;
-            Ok(core::Entry::new(e.key, limit))
+            match e.cost {
+                None => Ok(core::Entry::new(e.key, limit)),
+                Some(c) => Ok(core::Entry::with_cost(
+                    e.key,
+                    limit,
+                    u64::from(cost(c, limit)?),
+                )?),
+            }
         })
         .collect()
+}
+
+/// A checked sliding-log cost: a whole number from 1 to the limit's `uses`, else the error naming
+/// `cost` with the value as given.
+pub fn cost(cost: f64, limit: core::Limit) -> Result<u32, Error> {
+    Ok(core::check_cost_f64(cost, limit)?)
 }
 
 /// A fixed window after a hit: `(count, ms until it ends)`.

@@ -251,8 +251,8 @@ impl RedisStore {
     }
 }
 
-fn entry(key: String, limit: Limit) -> Vec<Entry> {
-    vec![Entry { key, limit }]
+fn entry(key: String, limit: Limit, cost: Option<f64>) -> Vec<Entry> {
+    vec![Entry { key, limit, cost }]
 }
 
 impl GuestRedisStore for RedisStore {
@@ -276,7 +276,7 @@ impl GuestRedisStore for RedisStore {
     }
 
     fn consume(&self, key: String, limit: Limit) -> Result<RedisConsumedOne, Error> {
-        let (verdict, release) = RedisStore::consume(self, entry(key, limit))?;
+        let (verdict, release) = RedisStore::consume(self, entry(key, limit, None))?;
         Ok(RedisConsumedOne {
             verdict: single(verdict),
             release,
@@ -284,7 +284,24 @@ impl GuestRedisStore for RedisStore {
     }
 
     fn peek(&self, key: String, limit: Limit) -> Result<Verdict, Error> {
-        RedisStore::peek(self, entry(key, limit)).map(single)
+        RedisStore::peek(self, entry(key, limit, None)).map(single)
+    }
+
+    fn consume_cost(
+        &self,
+        key: String,
+        limit: Limit,
+        cost: f64,
+    ) -> Result<RedisConsumedOne, Error> {
+        let (verdict, release) = RedisStore::consume(self, entry(key, limit, Some(cost)))?;
+        Ok(RedisConsumedOne {
+            verdict: single(verdict),
+            release,
+        })
+    }
+
+    fn peek_cost(&self, key: String, limit: Limit, cost: f64) -> Result<Verdict, Error> {
+        RedisStore::peek(self, entry(key, limit, Some(cost))).map(single)
     }
 
     fn consume_many(&self, entries: Vec<Entry>) -> Result<RedisConsumed, Error> {

@@ -54,6 +54,26 @@ impl Store {
         Ok(self.inner.peek(key, limit, convert::now(now)?).into())
     }
 
+    /// A sliding-log call costing `cost` uses, recorded when allowed (`record`) or only judged.
+    pub fn weighted(
+        &self,
+        key: &str,
+        limit: &Limit,
+        cost: f64,
+        now: u64,
+        record: bool,
+    ) -> Result<Verdict, Error> {
+        let limit = convert::limit(limit)?;
+        let cost = u64::from(convert::cost(cost, limit)?);
+        let now = convert::now(now)?;
+        let verdict = if record {
+            self.inner.consume_cost(key, limit, cost, now)
+        } else {
+            self.inner.peek_cost(key, limit, cost, now)
+        };
+        Ok(verdict?.into())
+    }
+
     /// The verdict, and the token when it is allowed.
     pub fn consume_many(
         &self,
@@ -218,6 +238,20 @@ impl GuestMemoryStore for Store {
 
     fn peek(&self, key: String, limit: Limit, now: u64) -> Result<Verdict, Error> {
         Store::peek(self, &key, &limit, now)
+    }
+
+    fn consume_cost(
+        &self,
+        key: String,
+        limit: Limit,
+        cost: f64,
+        now: u64,
+    ) -> Result<Verdict, Error> {
+        Store::weighted(self, &key, &limit, cost, now, true)
+    }
+
+    fn peek_cost(&self, key: String, limit: Limit, cost: f64, now: u64) -> Result<Verdict, Error> {
+        Store::weighted(self, &key, &limit, cost, now, false)
     }
 
     fn consume_many(&self, entries: Vec<Entry>, now: u64) -> Result<Consumed, Error> {

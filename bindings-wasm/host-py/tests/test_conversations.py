@@ -19,12 +19,20 @@ from ratewindow_component_host import verdict_json as verdict
 
 ROOT = Path(__file__).resolve().parents[3]
 FILES = sorted((ROOT / "tests" / "vectors" / "conversations").glob("*.json"))
-CASES = [
-    pytest.param(case, id=f"{f.name}: {case['name']}")
-    for f in FILES
-    for case in json.loads(f.read_text())["cases"]
-    if case["store"] == "redis"
+# The component's redis-store has no batch mixing algorithms (its core is built without the `mixed`
+# feature, which needs the SQL machines): cases with `consume_mixed` / `peek_mixed` are left out, and
+# counted in test_there_are_redis_conversations.
+MIXED = ("consume_mixed", "peek_mixed")
+
+
+def _mixes(case: dict[str, Any]) -> bool:
+    return any(call["op"]["op"] in MIXED for call in case["calls"])
+
+
+REDIS_CASES = [
+    (f, case) for f in FILES for case in json.loads(f.read_text())["cases"] if case["store"] == "redis"
 ]
+CASES = [pytest.param(case, id=f"{f.name}: {case['name']}") for f, case in REDIS_CASES if not _mixes(case)]
 
 def shipped(source: bytes) -> bytes:
     """A script as the core ships it: without its comment lines (a line whose first non-blank
@@ -35,7 +43,7 @@ def shipped(source: bytes) -> bytes:
 # The scripts' names by SHA1, from the core's Lua sources.
 SCRIPTS = {
     hashlib.sha1(shipped((ROOT / "core" / "src" / "redis" / f"{name}.lua").read_bytes())).hexdigest(): name
-    for name in ("sliding", "fixed")
+    for name in ("sliding", "fixed", "weighted")
 }
 KINDS = {"store-failed": "store", "malformed-reply": "reply", "protocol": "protocol", "unsupported": "unsupported"}
 
@@ -116,8 +124,15 @@ def run(store: RedisStore, op: dict[str, Any], tokens: list[Any]) -> dict[str, A
         return {"unit": None}
 
     name, key = op["op"], op.get("key")
-    entries = [entry(e["key"], lim(e["limit"])) for e in op.get("entries", [])]
-    if name == "consume":
+    entries = [entry(e["key"], lim(e["limit"]), e.get("cost")) for e in op.get("entries", [])]
+    if name == "consume" and "cost" in op:
+        out = outcome(store.call("consume-cost", key, lim(op["limit"]), float(op["cost"])), consumed(False))
+    elif name == "peek" and "cost" in op:
+        out = outcome(
+            store.call("peek-cost", key, lim(op["limit"]), float(op["cost"])),
+            lambda v: {"verdict": verdict(v, False), "release": False},
+        )
+    elif name == "consume":
         out = outcome(store.call("consume", key, lim(op["limit"])), consumed(False))
     elif name == "consume_many":
         out = outcome(store.call("consume-many", entries), consumed(True))
@@ -153,6 +168,9 @@ def run(store: RedisStore, op: dict[str, Any], tokens: list[Any]) -> dict[str, A
 
 def test_there_are_redis_conversations() -> None:
     assert len(CASES) >= 19
+    # Weighted cases run; only the mixed ones (two of weights.json) are left out.
+    assert any("cost" in call["op"] for _, case in REDIS_CASES if not _mixes(case) for call in case["calls"])
+    assert 1 <= len(REDIS_CASES) - len(CASES) <= 2
 
 
 @pytest.fixture(scope="module")

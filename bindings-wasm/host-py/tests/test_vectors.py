@@ -1,4 +1,5 @@
-"""Every case of tests/vectors/*.json through the component in wasmtime-py, in both worlds."""
+"""Every case of tests/vectors/*.json and tests/vectors/weights/*.json through the component in
+wasmtime-py, in both worlds."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ratewindow_component_host import EngineWorld, HostedWorld, entry, limit
 from ratewindow_component_host import verdict_json as verdict
 
 VECTORS = Path(__file__).resolve().parents[3] / "tests" / "vectors"
-FILES = sorted(VECTORS.glob("*.json"))
+FILES = sorted(VECTORS.glob("*.json")) + sorted((VECTORS / "weights").glob("*.json"))
 
 
 def lim(v: dict[str, Any]) -> wc.Record:
@@ -21,7 +22,7 @@ def lim(v: dict[str, Any]) -> wc.Record:
 
 
 def entries(op: dict[str, Any]) -> list[wc.Record]:
-    return [entry(e["key"], lim(e["limit"])) for e in op["entries"]]
+    return [entry(e["key"], lim(e["limit"]), e.get("cost")) for e in op["entries"]]
 
 
 def result(r: Any, ok: Callable[[Any], Any]) -> Any:
@@ -40,6 +41,10 @@ def run(w: Any, op: dict[str, Any]) -> Any:
     name = op["op"]
     if name == "limit":
         return result(w.check_limit(lim(op)), lambda _: {"ok": True})
+    if name == "consume" and "cost" in op:
+        return result(w.consume_cost(op["key"], lim(op["limit"]), op["cost"], now), verdict)
+    if name == "peek" and "cost" in op:
+        return result(w.peek_cost(op["key"], lim(op["limit"]), op["cost"], now), verdict)
     if name == "consume":
         return result(w.consume(op["key"], lim(op["limit"]), now), verdict)
     if name == "peek":
@@ -84,6 +89,7 @@ def run(w: Any, op: dict[str, Any]) -> Any:
 
 def test_there_are_vectors() -> None:
     assert FILES, f"no vectors in {VECTORS}"
+    assert any(f.parent.name == "weights" for f in FILES), "no weights vectors"
 
 
 @pytest.fixture(scope="module")

@@ -71,6 +71,9 @@ pub struct RateLimit {
     pub burst: Option<f64>,
 }
 
+/// One entry of a weighted batch: the key, its limit and its cost (`None`: the entry has no cost, 1).
+pub type Weighted = (String, Limit, Option<f64>);
+
 /// A verdict, world-independent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Verdict {
@@ -176,6 +179,35 @@ pub trait Ops {
     fn peek_many(
         &mut self,
         entries: &[(String, Limit)],
+        now: u64,
+    ) -> Result<Result<Verdict, Error>>;
+    /// `consume-cost`: a sliding-log call costing `cost` uses.
+    fn consume_cost(
+        &mut self,
+        key: &str,
+        limit: Limit,
+        cost: f64,
+        now: u64,
+    ) -> Result<Result<Verdict, Error>>;
+    /// `peek-cost`.
+    fn peek_cost(
+        &mut self,
+        key: &str,
+        limit: Limit,
+        cost: f64,
+        now: u64,
+    ) -> Result<Result<Verdict, Error>>;
+    /// `consume-many` of entries with costs; the token kept under `id` as `consume_many`.
+    fn consume_many_weighted(
+        &mut self,
+        entries: &[Weighted],
+        now: u64,
+        id: Option<&str>,
+    ) -> Result<Result<Verdict, Error>>;
+    /// `peek-many` of entries with costs.
+    fn peek_many_weighted(
+        &mut self,
+        entries: &[Weighted],
         now: u64,
     ) -> Result<Result<Verdict, Error>>;
     /// `release` of the token kept under `id`, if any (again: a no-op in the component).
@@ -409,11 +441,12 @@ macro_rules! convert_types {
             }
         }
 
-        pub(crate) fn entries(list: &[(String, crate::Limit)]) -> Vec<t::Entry> {
+        pub(crate) fn weighted(list: &[crate::Weighted]) -> Vec<t::Entry> {
             list.iter()
-                .map(|(key, l)| t::Entry {
+                .map(|(key, l, cost)| t::Entry {
                     key: key.clone(),
                     limit: limit(*l),
+                    cost: *cost,
                 })
                 .collect()
         }
@@ -793,15 +826,50 @@ macro_rules! impl_ops {
                 Ok(r.map($conv::verdict).map_err($conv::error))
             }
 
+            fn consume_cost(&mut self, key: &str, limit: Limit, cost: f64, $now: u64) -> Result<Result<Verdict, Error>> {
+                let s = self.current.store()?;
+                self.at($now);
+                let r = self.bindings.$iface().memory_store().call_consume_cost(
+                    &mut self.store, s, key, $conv::limit(limit), cost $(, $pass)?)?;
+                Ok(r.map($conv::verdict).map_err($conv::error))
+            }
+
+            fn peek_cost(&mut self, key: &str, limit: Limit, cost: f64, $now: u64) -> Result<Result<Verdict, Error>> {
+                let s = self.current.store()?;
+                self.at($now);
+                let r = self.bindings.$iface().memory_store().call_peek_cost(
+                    &mut self.store, s, key, $conv::limit(limit), cost $(, $pass)?)?;
+                Ok(r.map($conv::verdict).map_err($conv::error))
+            }
+
             fn consume_many(
                 &mut self,
                 entries: &[(String, Limit)],
                 $now: u64,
                 id: Option<&str>,
             ) -> Result<Result<Verdict, Error>> {
+                let list: Vec<Weighted> = entries.iter().map(|(k, l)| (k.clone(), *l, None)).collect();
+                self.consume_many_weighted(&list, $now, id)
+            }
+
+            fn peek_many(
+                &mut self,
+                entries: &[(String, Limit)],
+                $now: u64,
+            ) -> Result<Result<Verdict, Error>> {
+                let list: Vec<Weighted> = entries.iter().map(|(k, l)| (k.clone(), *l, None)).collect();
+                self.peek_many_weighted(&list, $now)
+            }
+
+            fn consume_many_weighted(
+                &mut self,
+                entries: &[Weighted],
+                $now: u64,
+                id: Option<&str>,
+            ) -> Result<Result<Verdict, Error>> {
                 let s = self.current.store()?;
                 self.at($now);
-                let list = $conv::entries(entries);
+                let list = $conv::weighted(entries);
                 let r = self.bindings.$iface().memory_store().call_consume_many(
                     &mut self.store, s, &list $(, $pass)?)?;
                 Ok(match r {
@@ -818,14 +886,14 @@ macro_rules! impl_ops {
                 })
             }
 
-            fn peek_many(
+            fn peek_many_weighted(
                 &mut self,
-                entries: &[(String, Limit)],
+                entries: &[Weighted],
                 $now: u64,
             ) -> Result<Result<Verdict, Error>> {
                 let s = self.current.store()?;
                 self.at($now);
-                let list = $conv::entries(entries);
+                let list = $conv::weighted(entries);
                 let r = self.bindings.$iface().memory_store().call_peek_many(
                     &mut self.store, s, &list $(, $pass)?)?;
                 Ok(r.map($conv::batch).map_err($conv::error))

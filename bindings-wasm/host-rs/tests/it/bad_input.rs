@@ -224,6 +224,7 @@ fn entry(
     ratewindow_host_rs::engine::exports::ratewindow::engine::types::Entry {
         key: key.to_owned(),
         limit: limit_wit(l),
+        cost: None,
     }
 }
 

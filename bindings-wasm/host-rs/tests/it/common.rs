@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use ratewindow_host_rs::{Error, Limit, Ops, Verdict};
+use ratewindow_host_rs::{Error, Limit, Ops, Verdict, Weighted};
 use serde_json::{json, Value};
 
 pub fn vector_files() -> Vec<PathBuf> {
@@ -54,12 +54,13 @@ pub fn limit(v: &Value) -> Limit {
     }
 }
 
-pub fn entries(op: &Value) -> Vec<(String, Limit)> {
+/// A batch's entries, each with its `cost` when it has one (the weights vectors).
+pub fn entries(op: &Value) -> Vec<Weighted> {
     op["entries"]
         .as_array()
         .unwrap_or_else(|| panic!("entries in {op}"))
         .iter()
-        .map(|e| (key(e).to_owned(), limit(&e["limit"])))
+        .map(|e| (key(e).to_owned(), limit(&e["limit"]), e["cost"].as_f64()))
         .collect()
 }
 
@@ -106,17 +107,43 @@ pub fn run(ops: &mut dyn Ops, op: &Value) -> Value {
     host((|| -> wasmtime::Result<Value> {
         Ok(match name {
             "limit" => result(ops.check_limit(limit(op))?, |()| json!({ "ok": true })),
-            "consume" => result(ops.consume(key(op), limit(&op["limit"]), now)?, |v| {
-                verdict(v, false)
-            }),
-            "peek" => result(ops.peek(key(op), limit(&op["limit"]), now)?, |v| {
-                verdict(v, false)
-            }),
-            "consume_many" => result(
-                ops.consume_many(&entries(op), now, op["id"].as_str())?,
-                |v| verdict(v, true),
-            ),
-            "peek_many" => result(ops.peek_many(&entries(op), now)?, |v| verdict(v, true)),
+            // A `cost` (the weights vectors) takes the weighted calls.
+            "consume" => {
+                let r = match op["cost"].as_f64() {
+                    Some(cost) => ops.consume_cost(key(op), limit(&op["limit"]), cost, now)?,
+                    None => ops.consume(key(op), limit(&op["limit"]), now)?,
+                };
+                result(r, |v| verdict(v, false))
+            }
+            "peek" => {
+                let r = match op["cost"].as_f64() {
+                    Some(cost) => ops.peek_cost(key(op), limit(&op["limit"]), cost, now)?,
+                    None => ops.peek(key(op), limit(&op["limit"]), now)?,
+                };
+                result(r, |v| verdict(v, false))
+            }
+            "consume_many" => {
+                let list = entries(op);
+                let r = if list.iter().any(|e| e.2.is_some()) {
+                    ops.consume_many_weighted(&list, now, op["id"].as_str())?
+                } else {
+                    let plain: Vec<(String, Limit)> =
+                        list.into_iter().map(|(k, l, _)| (k, l)).collect();
+                    ops.consume_many(&plain, now, op["id"].as_str())?
+                };
+                result(r, |v| verdict(v, true))
+            }
+            "peek_many" => {
+                let list = entries(op);
+                let r = if list.iter().any(|e| e.2.is_some()) {
+                    ops.peek_many_weighted(&list, now)?
+                } else {
+                    let plain: Vec<(String, Limit)> =
+                        list.into_iter().map(|(k, l, _)| (k, l)).collect();
+                    ops.peek_many(&plain, now)?
+                };
+                result(r, |v| verdict(v, true))
+            }
             "release" => {
                 ops.release(op["id"].as_str().expect("id"), now)?;
                 Value::Null
@@ -153,8 +180,13 @@ pub fn run(ops: &mut dyn Ops, op: &Value) -> Value {
 
 /// Runs every case of every vector file through `ops`; returns how many ops ran.
 pub fn run_all(ops: &mut dyn Ops) -> usize {
+    run_files(ops, vector_files())
+}
+
+/// Runs every case of `files` through `ops`; returns how many ops ran.
+pub fn run_files(ops: &mut dyn Ops, files: Vec<PathBuf>) -> usize {
     let mut count = 0;
-    for file in vector_files() {
+    for file in files {
         let doc: Value =
             serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
         for case in doc["cases"].as_array().expect("cases") {

@@ -168,6 +168,7 @@ fn entry(key: &str, uses: f64, window_ms: f64) -> Entry {
     Entry {
         key: key.to_owned(),
         limit: Limit { uses, window_ms },
+        cost: None,
     }
 }
 
@@ -585,4 +586,92 @@ fn gcra_and_the_counter_run_their_scripts_on_the_server() {
         .query(&mut connection())
         .unwrap();
     assert!(ttl > 0 && ttl <= 60_000, "the bucket's key expires: {ttl}");
+}
+
+fn weighted(key: &str, uses: f64, window_ms: f64, cost: f64) -> Entry {
+    Entry {
+        cost: Some(cost),
+        ..entry(key, uses, window_ms)
+    }
+}
+
+/// Weighted calls on the real server: a call costing `n` is `n` members of the log (the weighted
+/// script), refused while `n` more do not fit, and its release removes exactly those `n`; a bad cost is
+/// `invalid-argument` naming `cost` with no command run.
+#[test]
+fn weighted_calls_take_their_cost_and_a_release_gives_back_exactly_it() {
+    let mut f = Fixture::new("weighted");
+    let mut con = connection();
+    let log = f.key("log:", "k");
+    let (allowed, token) = f.consume(&[weighted("k", 5.0, 60_000.0, 3.0)]);
+    assert!(allowed.unwrap().allowed);
+    let members: u64 = redis::cmd("ZCARD").arg(&log).query(&mut con).unwrap();
+    assert_eq!(members, 3);
+    let (refused, none) = f.consume(&[weighted("k", 5.0, 60_000.0, 3.0)]);
+    assert!(!refused.unwrap().allowed && none.is_none());
+    assert!(
+        f.peek(&[weighted("k", 5.0, 60_000.0, 2.0)])
+            .unwrap()
+            .allowed
+    );
+    // A batch: the other key takes its own cost; all or nothing.
+    let (batch, batch_token) = f.consume(&[
+        weighted("k", 5.0, 60_000.0, 2.0),
+        weighted("g", 10.0, 60_000.0, 4.0),
+    ]);
+    assert!(batch.unwrap().allowed);
+    let g: u64 = redis::cmd("ZCARD")
+        .arg(f.key("log:", "g"))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(g, 4);
+    assert!(f.release(batch_token.unwrap()).unwrap());
+    let (k_left, g_left): (u64, u64) = (
+        redis::cmd("ZCARD").arg(&log).query(&mut con).unwrap(),
+        redis::cmd("ZCARD")
+            .arg(f.key("log:", "g"))
+            .query(&mut con)
+            .unwrap(),
+    );
+    assert_eq!((k_left, g_left), (3, 0));
+    assert!(f.release(token.unwrap()).unwrap());
+    let members: u64 = redis::cmd("ZCARD").arg(&log).query(&mut con).unwrap();
+    assert_eq!(members, 0);
+
+    // consume-cost / peek-cost: the single calls, answered as a batch of one.
+    let (store, redis) = f.world.split_redis();
+    let limit = Limit {
+        uses: 5.0,
+        window_ms: 60_000.0,
+    };
+    let one = redis
+        .redis_store()
+        .call_consume_cost(&mut *store, f.store, "one", limit, 4.0)
+        .unwrap()
+        .unwrap();
+    assert!(one.verdict.allowed && one.release.is_some());
+    assert_eq!(one.verdict.remaining, 1);
+    let peek = redis
+        .redis_store()
+        .call_peek_cost(&mut *store, f.store, "one", limit, 2.0)
+        .unwrap()
+        .unwrap();
+    assert!(!peek.allowed && peek.remaining == 1 && peek.retry_after_ms > 0);
+    let calls_before = store.data().evalsha_calls + store.data().eval_calls;
+    for bad in [0.0, 6.0, 1.5, -1.0, f64::NAN] {
+        let err = redis
+            .redis_store()
+            .call_consume_cost(&mut *store, f.store, "one", limit, bad)
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            matches!(Error::from(err), Error::InvalidArgument { ref field, .. } if field == "cost"),
+            "cost {bad}"
+        );
+    }
+    assert_eq!(
+        store.data().evalsha_calls + store.data().eval_calls,
+        calls_before,
+        "a bad cost runs no command"
+    );
 }
