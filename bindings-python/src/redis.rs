@@ -54,11 +54,23 @@ pub(crate) fn reply(obj: &Bound<'_, PyAny>, depth: usize) -> Reply {
     Reply::Text(format!("<{kind} {shown}>"))
 }
 
-/// The scripts as `(name, sha1, source)`: `sliding` and `fixed`, e.g. for `SCRIPT LOAD` ahead of time.
+/// Every script a Redis store may run, as `(name, sha1, source)`: `sliding`, `fixed`, `lock`, `gcra`,
+/// `counter`, `weighted`, `weighted_attempt` and `mixed`, e.g. for `SCRIPT LOAD` ahead of time.
 #[pyfunction]
 pub(crate) fn redis_scripts() -> Vec<(&'static str, &'static str, &'static str)> {
-    [&SLIDING, &FIXED]
-        .into_iter()
-        .map(|s| (s.name, s.sha1, s.source))
-        .collect()
+    use ratewindow_core::call::{COUNTER, GCRA, LOCK, MIXED};
+    use ratewindow_core::redis::weighted::{WEIGHTED, WEIGHTED_ATTEMPT};
+    [
+        &SLIDING,
+        &FIXED,
+        &LOCK,
+        &GCRA,
+        &COUNTER,
+        &WEIGHTED,
+        &WEIGHTED_ATTEMPT,
+        &MIXED,
+    ]
+    .into_iter()
+    .map(|s| (s.name, s.sha1, s.source))
+    .collect()
 }

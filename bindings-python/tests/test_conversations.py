@@ -6,7 +6,6 @@ reported give-backs must be the case's."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import inspect
 import json
 from collections.abc import Callable
@@ -36,17 +35,6 @@ from ratewindow._ratewindow import redis_scripts
 FOLDER = Path(__file__).resolve().parents[2] / "tests" / "vectors" / "conversations"
 CASES = [case for path in sorted(FOLDER.glob("*.json")) for case in json.loads(path.read_text())["cases"]]
 SCRIPTS = {text: name for name, sha, source in redis_scripts() for text in (sha, source)}
-
-
-def _shipped(source: str) -> str:
-    """A script as the core ships it: without its comment lines (``sql::schema_text!``)."""
-    return "".join(line for line in source.splitlines(keepends=True) if not line.lstrip(" \t").startswith("--"))
-
-
-# The weighted and mixed scripts (weights.json), named by their shipped text and its SHA1.
-for _name in ("weighted", "mixed"):
-    _text = _shipped((FOLDER.parents[2] / "core" / "src" / "redis" / f"{_name}.lua").read_text())
-    SCRIPTS[_text] = SCRIPTS[hashlib.sha1(_text.encode()).hexdigest()] = _name
 ERRORS: dict[str, Callable[[BaseException], bool]] = {
     "store": lambda e: type(e) is StoreError,
     "reply": lambda e: isinstance(e, StoreReplyError),
