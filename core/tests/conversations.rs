@@ -418,78 +418,14 @@ mod record {
         db: &rusqlite::Connection,
         st: &ratewindow_core::sql::Statement,
     ) -> Vec<Vec<SqlValue>> {
-        use rusqlite::types::{Value as Lv, ValueRef};
-        let mut prepared = db.prepare(&st.sql).unwrap();
-        let params: Vec<Lv> = st
-            .params
-            .iter()
-            .map(|p| match p {
-                SqlValue::Int(i) => Lv::Integer(*i),
-                SqlValue::Text(s) => Lv::Text(s.clone()),
-                SqlValue::Null => Lv::Null,
-                other => panic!("SQLite takes no {other:?}"),
-            })
-            .collect();
-        let columns = prepared.column_count();
-        let rows = prepared
-            .query_map(rusqlite::params_from_iter(params), |row| {
-                (0..columns)
-                    .map(|i| {
-                        Ok(match row.get_ref(i)? {
-                            ValueRef::Integer(v) => SqlValue::Int(v),
-                            ValueRef::Text(t) => {
-                                SqlValue::Text(String::from_utf8(t.to_vec()).unwrap())
-                            }
-                            ValueRef::Null => SqlValue::Null,
-                            other => panic!("unexpected column {other:?}"),
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap();
-        rows.collect::<rusqlite::Result<_>>().unwrap()
+        servers::sqlite_rows(db, st).unwrap()
     }
 
     fn pg_rows(
         client: &mut postgres::Client,
         st: &ratewindow_core::sql::Statement,
     ) -> Vec<Vec<SqlValue>> {
-        use postgres::types::ToSql;
-        let params: Vec<Box<dyn ToSql + Sync>> = st
-            .params
-            .iter()
-            .map(|p| -> Box<dyn ToSql + Sync> {
-                match p {
-                    SqlValue::Int(i) => Box::new(*i),
-                    SqlValue::Text(s) => Box::new(s.clone()),
-                    SqlValue::Bool(b) => Box::new(*b),
-                    SqlValue::Ints(v) => Box::new(v.clone()),
-                    SqlValue::Texts(v) => Box::new(v.clone()),
-                    SqlValue::Null => Box::new(None::<i64>),
-                }
-            })
-            .collect();
-        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
-        let rows = client.query(st.sql.as_str(), &refs).unwrap();
-        rows.iter()
-            .map(|row| {
-                (0..row.len())
-                    .map(|i| match row.columns()[i].type_().name() {
-                        "int8" => row
-                            .get::<_, Option<i64>>(i)
-                            .map_or(SqlValue::Null, SqlValue::Int),
-                        "text" => row
-                            .get::<_, Option<String>>(i)
-                            .map_or(SqlValue::Null, SqlValue::Text),
-                        "int4" => SqlValue::Int(row.get::<_, i32>(i).into()),
-                        "bool" => row
-                            .get::<_, Option<bool>>(i)
-                            .map_or(SqlValue::Null, SqlValue::Bool),
-                        other => panic!("unexpected column type {other}"),
-                    })
-                    .collect()
-            })
-            .collect()
+        servers::pg_rows(client, st).unwrap()
     }
 
     impl Server {
